@@ -1,0 +1,34 @@
+# fgrpo-verl developer entry points. Every install step lives here so a fresh machine can run them.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+# CPU torch first: verl lists no torch itself, and a fresh resolve would pull a multi-GB CUDA build.
+TORCH_CPU ?= torch==2.13.0
+PYTEST_ARGS ?=
+
+.PHONY: venv test test-fast demo bench doctor clean
+
+$(VENV)/.installed: setup.py
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q $(TORCH_CPU)
+	$(PIP) install -q -e ".[test]"
+	touch $@
+
+venv: $(VENV)/.installed
+
+test: venv
+	$(PY) -m pytest tests $(PYTEST_ARGS)
+
+test-fast: venv
+	$(PY) -m pytest tests -m "not e2e and not slurm" $(PYTEST_ARGS)
+
+doctor: venv
+	$(VENV)/bin/fgrpo-verl doctor
+
+bench: venv
+	$(PY) benchmarks/bench_estimator.py
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache

@@ -1,0 +1,5 @@
+import sys
+
+from fgrpo_verl.cli import main
+
+sys.exit(main())

@@ -1,0 +1,40 @@
+"""``fgrpo-verl`` command line: one module per sub-command in this package.
+
+Each sub-command module defines ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int`` and keeps
+heavy imports (verl, torch, ray) inside ``run`` so that ``fgrpo-verl --help`` stays instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# sub-command name -> module under fgrpo_verl.cli
+COMMANDS = {
+    "train": "train",
+    "doctor": "doctor",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fgrpo-verl", description="F-GRPO (arXiv 2602.06717) for verl: train, check, reproduce."
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, module_name in COMMANDS.items():
+        module = importlib.import_module(f"fgrpo_verl.cli.{module_name}")
+        p = sub.add_parser(name, help=module.HELP, description=module.HELP)
+        module.add_arguments(p)
+        p.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    return int(args._run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

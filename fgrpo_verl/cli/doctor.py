@@ -1,0 +1,111 @@
+"""``fgrpo-verl doctor``: is this environment able to train with fgrpo?"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from collections.abc import Callable
+
+HELP = "Check versions, the plugin registration (driver and a Ray actor) and that the config composes and validates."
+
+REQUIRED_VERL = "0.9.1"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--no-ray", action="store_true", help="skip the Ray-actor check (it starts a local Ray)")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides to compose and validate with")
+
+
+def _versions() -> str:
+    import ray
+    import torch
+    import verl
+
+    py = sys.version_info
+    if not ((3, 10) <= py[:2] < (3, 13)):
+        raise RuntimeError(f"python {py.major}.{py.minor} is unsupported: need >=3.10,<3.13")
+    if verl.__version__ != REQUIRED_VERL:
+        raise RuntimeError(f"verl {verl.__version__} is installed; fgrpo-verl needs exactly verl=={REQUIRED_VERL}")
+    return f"python {py.major}.{py.minor}.{py.micro}, verl {verl.__version__}, torch {torch.__version__}, ray {ray.__version__}"
+
+
+def _registry_driver() -> str:
+    from fgrpo_verl.plugin import register_all
+
+    register_all()
+    from verl.trainer.ppo.core_algos import get_adv_estimator_fn
+
+    fn = get_adv_estimator_fn("fgrpo")
+    return f"fgrpo -> {fn.__module__}.{fn.__qualname__}"
+
+
+def registry_in_ray_actor() -> str:
+    """Start a local Ray (or use the running one) and ask a fresh actor process for the estimator."""
+    import ray
+
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+
+        @ray.remote(num_cpus=0)
+        class _Probe:
+            def lookup(self) -> str:
+                # A bare `import verl` in a fresh worker must load the plugin through its entry point.
+                import verl  # noqa: F401
+                from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY
+
+                fn = ADV_ESTIMATOR_REGISTRY.get("fgrpo")
+                return f"{fn.__module__}.{fn.__qualname__}" if fn else ""
+
+        probe = _Probe.remote()
+        found = ray.get(probe.lookup.remote(), timeout=300)
+        ray.kill(probe)
+    finally:
+        if started:
+            ray.shutdown()
+    if not found:
+        raise RuntimeError(
+            "fgrpo is not in verl's registry inside a Ray actor: the `verl.plugins` entry point did not load there; "
+            "install fgrpo-verl in the same environment on every node"
+        )
+    return f"fgrpo -> {found} (Ray actor)"
+
+
+def _compose(overrides: list[str]) -> Callable[[], str]:
+    def check() -> str:
+        from fgrpo_verl.compose import compose, validate
+
+        cfg = compose(overrides)
+        validate(cfg)
+        f = cfg.algorithm.fgrpo
+        return (
+            f"adv_estimator={cfg.algorithm.adv_estimator}, gamma={f.gamma}, success_threshold={f.success_threshold}, "
+            f"smoothing_alpha={f.smoothing_alpha}, base={f.base}"
+        )
+
+    return check
+
+
+def run(args: argparse.Namespace) -> int:
+    checks: list[tuple[str, Callable[[], str]]] = [
+        ("versions", _versions),
+        ("registry (driver)", _registry_driver),
+        ("config composes + verl validate_config", _compose(args.overrides)),
+    ]
+    if not args.no_ray:
+        checks.append(("registry (Ray actor)", registry_in_ray_actor))
+    failures = 0
+    print("fgrpo-verl doctor")
+    for name, check in checks:
+        try:
+            detail = check()
+            print(f"  [ok]   {name}: {detail}")
+        except Exception as exc:  # report every failing check, not only the first
+            failures += 1
+            print(f"  [FAIL] {name}: {type(exc).__name__}: {exc}")
+            if "--verbose" in sys.argv:
+                traceback.print_exc()
+    print("all checks passed" if not failures else f"{failures} check(s) failed")
+    return 1 if failures else 0

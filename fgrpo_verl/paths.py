@@ -1,0 +1,29 @@
+"""Where the shipped Hydra configs are: inside the wheel, or at the root of a source checkout."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+CONFIG_NAME = "fgrpo_trainer"
+
+
+def config_dir() -> Path:
+    """Absolute path of the directory that holds ``fgrpo_trainer.yaml``.
+
+    A wheel ships ``hydra_configs/`` as ``fgrpo_verl/hydra_configs``; an editable install or a checkout on
+    ``PYTHONPATH`` reads the repository's top-level ``hydra_configs/``.
+    """
+    package = Path(__file__).resolve().parent
+    for candidate in (package / "hydra_configs", package.parent / "hydra_configs"):
+        if (candidate / f"{CONFIG_NAME}.yaml").is_file():
+            return candidate
+    raise FileNotFoundError(
+        f"{CONFIG_NAME}.yaml not found in {package / 'hydra_configs'} (wheel) or {package.parent / 'hydra_configs'} "
+        "(checkout): reinstall fgrpo-verl"
+    )
+
+
+def repo_root() -> Path | None:
+    """The source checkout holding this package, or None for a wheel install."""
+    root = Path(__file__).resolve().parent.parent
+    return root if (root / "setup.py").is_file() else None

@@ -1,0 +1,69 @@
+"""fgrpo-verl: F-GRPO (arXiv 2602.06717) as a verl plugin.
+
+verl is pinned exactly because the plugin extends verl internals (registries, trainer hooks, rollout
+backends) whose signatures change between releases; see README.md, "Why verl is pinned".
+"""
+
+from pathlib import Path
+
+from setuptools import setup
+
+HERE = Path(__file__).parent
+
+# hydra_configs/ lives at the repository root (the user's layout) but ships inside the wheel as
+# fgrpo_verl/hydra_configs, so `pkg://fgrpo_verl.hydra_configs` works from an installed wheel.
+CONFIG_PACKAGES = sorted(
+    "fgrpo_verl.hydra_configs" + ("." + ".".join(p.relative_to(HERE / "hydra_configs").parts) if p != HERE / "hydra_configs" else "")
+    for p in [HERE / "hydra_configs", *[d for d in (HERE / "hydra_configs").rglob("*") if d.is_dir() and d.name != "__pycache__"]]
+)
+
+
+def _code_packages():
+    out = []
+    for init in sorted((HERE / "fgrpo_verl").rglob("__init__.py")):
+        out.append(".".join(init.parent.relative_to(HERE).parts))
+    return out
+
+
+# GPU-cluster extras: the versions verl 0.9.1's own `vllm` and `flash-attn-cu130torch211` extras pin.
+GPU_EXTRAS = ["vllm==0.24.0", "flash-attn==2.8.3", "torch==2.11.0", "transformers==5.9.0"]
+
+setup(
+    name="fgrpo-verl",
+    version="0.1.0",
+    description="F-GRPO focal advantage scaling for verl (GRPO / DAPO / CISPO), with recipes, Slurm launcher and evaluation",
+    long_description=(HERE / "README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    license="MIT",
+    python_requires=">=3.10,<3.13",
+    packages=_code_packages() + CONFIG_PACKAGES,
+    package_dir={"fgrpo_verl.hydra_configs": "hydra_configs"},
+    package_data={pkg: ["*.yaml"] for pkg in CONFIG_PACKAGES},
+    include_package_data=False,
+    install_requires=[
+        "verl[verl-core]==0.9.1",
+        "torch>=2.6",
+        "ray>=2.40",
+        "hydra-core>=1.3",
+        "omegaconf>=2.3",
+        "wandb>=0.17",
+        "numpy",
+        "pandas",
+        "pyarrow",
+        "matplotlib",
+    ],
+    extras_require={
+        "gpu": GPU_EXTRAS,
+        "test": ["pytest>=8", "hypothesis>=6", "pytest-timeout"],
+    },
+    entry_points={
+        # `import verl` loads every entry point of this group in every process (driver, TaskRunner, workers).
+        "verl.plugins": ["fgrpo = fgrpo_verl.plugin"],
+        "console_scripts": ["fgrpo-verl = fgrpo_verl.cli:main"],
+    },
+    classifiers=[
+        "License :: OSI Approved :: MIT License",
+        "Programming Language :: Python :: 3",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+    ],
+)
