@@ -15,6 +15,7 @@ COMMANDS = {
     "train": "train",
     "doctor": "doctor",
     "eval": "eval",
+    "rare-nll": "rare_nll",
 }
 
 
