@@ -44,6 +44,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                           "step, and put your final answer within \\boxed{}.'; '' for none)")
     gen.add_argument("--prompt-style", choices=("chat", "raw"), default="chat",
                      help="chat: apply the tokenizer's chat template; raw: system prompt + problem as plain text")
+    gen.add_argument("--chat-template-kwargs", default=None, metavar="JSON",
+                     help='extra chat-template variables, e.g. \'{"enable_thinking": true}\' for Qwen3 (paper Table 9)')
     gen.add_argument("--seed", type=int, default=0, help="sampling seed (also seeds the significance test)")
     gen.add_argument("--save-completions", action=argparse.BooleanOptionalAction, default=True,
                      help="keep completion texts in generations.jsonl (large at n=1024)")

@@ -44,12 +44,14 @@ def resolve_model_path(path: str | Path) -> Path:
     raise ValueError(f"{str(path)!r} holds no HF model (config.json + *.safetensors / pytorch_model*.bin)")
 
 
-def build_prompt(record: dict, tokenizer, system_prompt: str | None, style: str) -> str:
+def build_prompt(record: dict, tokenizer, system_prompt: str | None, style: str,
+                 template_kwargs: dict | None = None) -> str:
     """The exact text fed to the model for one benchmark record.
 
     ``record["prompt"]`` wins: a string is used verbatim, a message list is rendered with the chat template.
     Otherwise ``style="chat"`` renders [system_prompt (if any), user: problem] with the chat template and
     ``style="raw"`` uses ``system_prompt + "\\n\\n" + problem`` (or the problem alone) without any template.
+    ``template_kwargs`` go to the chat template (e.g. ``{"enable_thinking": true}`` for Qwen3, paper Table 9).
     """
     if style not in PROMPT_STYLES:
         raise ValueError(f"prompt style must be one of {PROMPT_STYLES}, got {style!r}")
@@ -69,7 +71,7 @@ def build_prompt(record: dict, tokenizer, system_prompt: str | None, style: str)
             f"problem {record.get('id')!r} needs a chat template but the tokenizer has none; "
             "use --prompt-style raw (or give a string 'prompt')"
         )
-    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **(template_kwargs or {}))
 
 
 class TransformersSampler:

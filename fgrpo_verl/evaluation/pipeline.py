@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 
 from fgrpo_verl.evaluation.formats import GenerationRecord, load_benchmark, read_generations, write_generations
@@ -64,12 +65,15 @@ def generate_records(models: dict[str, str], benchmarks: dict[str, list[dict]], 
     """Sample ``args.n`` completions per problem for every model x benchmark, score, append to ``out_path``."""
     from fgrpo_verl.evaluation.generate import build_prompt, make_sampler, resolve_model_path
 
+    template_kwargs = json.loads(args.chat_template_kwargs) if args.chat_template_kwargs else None
+    if template_kwargs is not None and not isinstance(template_kwargs, dict):
+        raise ValueError(f"--chat-template-kwargs must be a JSON object, got {args.chat_template_kwargs!r}")
     records: list[GenerationRecord] = []
     out_path.write_text("", encoding="utf-8")
     for run, model_path in models.items():
         sampler = make_sampler(args.backend, resolve_model_path(model_path), args)
         for bench, problems in benchmarks.items():
-            prompts = [build_prompt(p, sampler.tokenizer, args.system_prompt, args.prompt_style) for p in problems]
+            prompts = [build_prompt(p, sampler.tokenizer, args.system_prompt, args.prompt_style, template_kwargs) for p in problems]
             log(f"[eval] {run} on {bench}: {len(prompts)} problems x n={args.n} ({args.backend})")
             texts = sampler.sample(prompts, n=args.n, temperature=args.temperature, top_p=args.top_p,
                                    max_new_tokens=args.max_new_tokens, seed=args.seed)

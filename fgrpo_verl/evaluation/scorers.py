@@ -12,6 +12,9 @@ Built-in names (``--scorer`` / ``--bench-scorer NAME=SCORER``):
     boxed  string equality of the last ``\\boxed{...}`` with the reference (whitespace and ``$`` stripped); for
            multiple choice (GPQA letters).
     maze   the maze task's checker, ``fgrpo_verl.tasks.maze.reward:compute_score``.
+    ifeval IFEval prompt-level strict accuracy through lm-eval's checkers (``pip install lm-eval``); the record's
+           ``answer`` is ``{"instruction_id_list": [...], "kwargs": [...]}`` and ``problem`` the prompt, as
+           written by scripts/prepare_benchmarks.py. (The paper does not say strict or loose.)
 Anything else is ``module:function`` (imported on use).
 """
 
@@ -73,7 +76,21 @@ def boxed_exact_score(data_source, solution_str, ground_truth, extra_info=None) 
     return 1.0 if got is not None and _normalise(got) == _normalise(str(ground_truth)) else 0.0
 
 
-BUILTIN = {"math": math_verify_score, "boxed": boxed_exact_score, "maze": MAZE_SCORER}
+def ifeval_strict_score(data_source, solution_str, ground_truth, extra_info=None) -> float:
+    """1.0 if the response follows every instruction of the IFEval prompt (lm-eval's strict check)."""
+    try:
+        from lm_eval.tasks.ifeval.utils import process_results
+    except ImportError as err:
+        raise RuntimeError("the 'ifeval' scorer needs lm-eval's IFEval checkers: pip install lm-eval langdetect immutabledict nltk") from err
+    if not isinstance(ground_truth, dict) or {"instruction_id_list", "kwargs"} - set(ground_truth):
+        raise ValueError(f"the 'ifeval' scorer needs answer = {{'instruction_id_list': [...], 'kwargs': [...]}}, got {ground_truth!r:.80}")
+    extra_info = extra_info or {}
+    doc = {"key": extra_info.get("id"), "prompt": extra_info.get("problem", ""),
+           "instruction_id_list": ground_truth["instruction_id_list"], "kwargs": ground_truth["kwargs"]}
+    return 1.0 if process_results(doc, [solution_str])["prompt_level_strict_acc"] else 0.0
+
+
+BUILTIN = {"math": math_verify_score, "boxed": boxed_exact_score, "maze": MAZE_SCORER, "ifeval": ifeval_strict_score}
 
 
 def resolve_scorer(spec: str) -> ScoreFn:
