@@ -43,9 +43,10 @@ def _read_records(path: Path) -> list[dict]:
     if not path.is_file():
         raise ValueError(f"file {str(path)!r} does not exist")
     if suffix == ".parquet":
-        import pandas as pd
+        import pyarrow.parquet as pq
 
-        return pd.read_parquet(path).to_dict(orient="records")
+        # pyarrow keeps nulls as None and nested columns as lists/dicts (pandas would turn nulls into NaN)
+        return pq.read_table(path).to_pylist()
     text = path.read_text(encoding="utf-8")
     if suffix == ".json":
         data = json.loads(text)

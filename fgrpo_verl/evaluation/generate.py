@@ -27,9 +27,8 @@ def resolve_model_path(path: str | Path) -> Path:
         raise ValueError(f"model path {str(path)!r} is not a directory")
 
     def has_weights(d: Path) -> bool:
-        return (d / "config.json").is_file() and any(
-            d.glob(pattern) for pattern in ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json")
-        )
+        patterns = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json")
+        return (d / "config.json").is_file() and any(next(d.glob(p), None) is not None for p in patterns)
 
     for candidate in (path, path / "huggingface", path / "actor" / "huggingface"):
         if has_weights(candidate):
