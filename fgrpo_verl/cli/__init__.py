@@ -16,6 +16,7 @@ COMMANDS = {
     "doctor": "doctor",
     "eval": "eval",
     "rare-nll": "rare_nll",
+    "demo": "demo",
 }
 
 
