@@ -190,3 +190,22 @@ def test_cli_significance_writes_report_and_marks_cells(tmp_path):
     row1 = [line for line in (out / "pass_at_k.md").read_text().splitlines() if line.startswith("| 1 |")][0]
     assert row1.split("|")[2].strip().endswith("*")  # focal cell of column B marked significant
     assert (out / "significance.md").read_text().count("| base | focal | B |") == 5
+
+
+def test_maze_scorer_on_verl_parquet_rows(tmp_path):
+    """The maze task's own checker scores completions against its verl-format held-out parquet."""
+    from fgrpo_verl.tasks.maze.data import write_parquet
+    from fgrpo_verl.tasks.maze.generator import generate_maze
+
+    mazes = [generate_maze(7, seed) for seed in range(3)]
+    bench = write_parquet(mazes, "val", tmp_path / "val.parquet")
+    # sample j of maze i is the exact path iff j < i + 1, else the path with one extra move appended
+    lines = [{"run": "sft", "benchmark": "maze", "problem_id": i,
+              "completions": [m.path if j <= i else m.path + "U" for j in range(4)]} for i, m in enumerate(mazes)]
+    gen = _write(tmp_path / "g.jsonl", lines)
+    out = tmp_path / "o"
+    assert main(["eval", "--from-generations", str(gen), "--bench", f"maze={bench}", "--scorer", "maze",
+                 "--out", str(out), "--no-plots"]) == 0
+    rows = {int(r["k"]): float(r["pass_at_k"]) for r in csv.DictReader((out / "pass_at_k_long.csv").open())}
+    assert rows[1] == pytest.approx((1 + 2 + 3) / 12)
+    assert rows[2] == pytest.approx(((1 - 3 / 6) + (1 - 1 / 6) + 1) / 3)

@@ -101,8 +101,11 @@ def load_benchmark(path: str | Path, name: str) -> list[dict]:
     out = []
     for row, rec in enumerate(records):
         where = f"benchmark {name!r} ({path}) record {row}"
+        reward_model = rec.get("reward_model")
+        if rec.get("answer") is None and isinstance(reward_model, dict) and reward_model.get("ground_truth") is not None:
+            rec = {**rec, "answer": reward_model["ground_truth"]}  # a verl RL-dataset row
         if "answer" not in rec or rec["answer"] is None:
-            raise ValueError(f"{where}: missing required key 'answer'")
+            raise ValueError(f"{where}: missing required key 'answer' (or verl's reward_model.ground_truth)")
         if "prompt" in rec and rec["prompt"] is not None:
             _check_prompt(where, rec["prompt"])
         elif not isinstance(rec.get("problem"), str) or not rec["problem"].strip():

@@ -114,7 +114,9 @@ def resolve_scorer(spec: str) -> ScoreFn:
 
 def is_correct(fn: ScoreFn, completion: str, record: dict, threshold: float = 1.0) -> bool:
     """Score one completion against a benchmark record (``answer``, ``data_source``, extra keys)."""
-    extra = {k: v for k, v in record.items() if k not in ("answer", "data_source")}
+    extra = {k: v for k, v in record.items() if k not in ("answer", "data_source", "extra_info")}
+    if isinstance(record.get("extra_info"), dict):
+        extra.update(record["extra_info"])  # verl rows keep reward inputs (e.g. the maze grid) in extra_info
     result = fn(data_source=record.get("data_source"), solution_str=completion, ground_truth=record["answer"], extra_info=extra)
     if isinstance(result, dict):
         if "score" not in result:
