@@ -8,9 +8,9 @@
     4. For each checkpoint theta: ΔNLL_rare = mean over the rare set of [NLL_theta(y | x) - NLL_base(y | x)]
        (lower = the rare correct solutions kept more of their probability).
 
-Token ids: prompt and completion texts are tokenised separately with the base tokenizer (no added special
-tokens) and concatenated, so every model scores exactly the same token sequence; checkpoints must share the
-base vocabulary (fine-tunes do).
+Token ids: prompt and completion texts are tokenised separately (no added special tokens) and concatenated, each
+model with its own tokenizer; checkpoints fine-tuned from the base share its tokenizer, so every model scores
+the same token sequence.
 """
 
 from __future__ import annotations
