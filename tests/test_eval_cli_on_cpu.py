@@ -1,6 +1,7 @@
 """fgrpo-verl eval --from-generations on a generated fixture: hand-checked pass@k, tables, plots, significance."""
 
 import csv
+import io
 import json
 
 import numpy as np
@@ -209,3 +210,22 @@ def test_maze_scorer_on_verl_parquet_rows(tmp_path):
     rows = {int(r["k"]): float(r["pass_at_k"]) for r in csv.DictReader((out / "pass_at_k_long.csv").open())}
     assert rows[1] == pytest.approx((1 + 2 + 3) / 12)
     assert rows[2] == pytest.approx(((1 - 3 / 6) + (1 - 1 / 6) + 1) / 3)
+
+
+def test_parallel_scoring_matches_serial(tmp_path):
+    rng = np.random.default_rng(8)
+    lines = []
+    for i in range(12):
+        answer = int(rng.integers(1, 50))
+        texts = [f"so \\boxed{{{answer if rng.random() < 0.4 else answer + 1}}}" for _ in range(6)]
+        lines.append({"run": "A", "benchmark": "M", "problem_id": i, "answer": str(answer), "completions": texts})
+    gen = _write(tmp_path / "g.jsonl", lines)
+    tables = []
+    for workers in ("1", "2"):
+        out = tmp_path / f"o{workers}"
+        assert main(["eval", "--from-generations", str(gen), "--score-workers", workers, "--out", str(out), "--no-plots"]) == 0
+        tables.append((out / "pass_at_k_long.csv").read_text())
+    assert tables[0] == tables[1]
+    want = np.mean([sum(t == f"so \\boxed{{{line['answer']}}}" for t in line["completions"]) / 6 for line in lines])
+    first = next(csv.DictReader(io.StringIO(tables[0])))
+    assert float(first["pass_at_k"]) == pytest.approx(want)

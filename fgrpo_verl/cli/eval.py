@@ -29,6 +29,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                          "compute_score(data_source, solution_str, ground_truth, extra_info) signature")
     sc.add_argument("--bench-scorer", action="append", metavar="NAME=SCORER", help="scorer for one benchmark (repeat)")
     sc.add_argument("--threshold", type=float, default=1.0, help="a completion is correct iff its score >= this")
+    sc.add_argument("--score-workers", type=int, default=1,
+                    help="processes scoring completions in parallel (math-verify takes ~ms per completion)")
     sc.add_argument("--rescore", action="store_true",
                     help="with --from-generations: score 'completions' even where 'correct' is present")
 
@@ -72,7 +74,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _validate(args) -> None:
     for name in ("n", "max_new_tokens", "k_max", "significance_m", "significance_iterations", "batch_size",
-                 "tensor_parallel_size"):
+                 "tensor_parallel_size", "score_workers"):
         value = getattr(args, name)
         if value < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")

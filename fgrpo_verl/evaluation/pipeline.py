@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import csv
+import functools
 import json
 from pathlib import Path
 
@@ -35,12 +36,30 @@ def parse_pairs(option: str, values, allow_empty: bool = False) -> dict[str, str
     return out
 
 
-def score_records(records: list[GenerationRecord], benchmarks: dict[str, list[dict]], scorer_for, threshold: float,
-                  rescore: bool = False) -> None:
-    """Fill ``rec.correct`` from ``rec.completions`` where missing (or always with ``rescore``), in place."""
+@functools.lru_cache(maxsize=None)
+def _scorer(spec: str):
+    return resolve_scorer(spec)
+
+
+def _score_texts(job: tuple[str, float, dict, list[str]]) -> list[int]:
+    """Score one problem's completions (module-level so worker processes can run it)."""
+    spec, threshold, ref, texts = job
+    fn = _scorer(spec)
+    return [int(is_correct(fn, text, ref, threshold)) for text in texts]
+
+
+def score_records(records: list[GenerationRecord], benchmarks: dict[str, list[dict]], scorer_spec_for,
+                  threshold: float, rescore: bool = False, workers: int = 1) -> None:
+    """Fill ``rec.correct`` from ``rec.completions`` where missing (or always with ``rescore``), in place.
+
+    ``scorer_spec_for(benchmark)`` names the scorer (built-in or ``module:function``). With ``workers > 1`` the
+    problems are scored in that many forked processes (math-verify costs milliseconds per completion, i.e.
+    minutes per run at n = 1024); the scorer is resolved inside each worker."""
     import numpy as np
 
+    _scorer.cache_clear()  # a module:function may have been replaced since the last call
     by_id = {name: {r["id"]: r for r in recs} for name, recs in benchmarks.items()}
+    todo, jobs = [], []
     for rec in records:
         if rec.correct is not None and not rescore:
             continue
@@ -56,11 +75,26 @@ def score_records(records: list[GenerationRecord], benchmarks: dict[str, list[di
                     f"--bench {rec.benchmark}=FILE holding id {rec.problem_id!r}"
                 )
             ref = bench[rec.problem_id]
-        fn = scorer_for(rec.benchmark)
-        rec.correct = np.array([is_correct(fn, text, ref, threshold) for text in rec.completions], dtype=np.int8)
+        spec = scorer_spec_for(rec.benchmark)
+        _scorer(spec)  # resolve once here so a bad spec fails before any worker starts
+        todo.append(rec)
+        jobs.append((spec, threshold, ref, rec.completions))
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    if workers == 1 or len(jobs) < 2:
+        results = [_score_texts(job) for job in jobs]
+    else:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        # fork: workers inherit already-imported scorer modules; they never touch CUDA
+        with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("fork")) as pool:
+            results = list(pool.map(_score_texts, jobs, chunksize=max(1, len(jobs) // (4 * workers))))
+    for rec, result in zip(todo, results):
+        rec.correct = np.array(result, dtype=np.int8)
 
 
-def generate_records(models: dict[str, str], benchmarks: dict[str, list[dict]], args, out_path: Path, scorer_for,
+def generate_records(models: dict[str, str], benchmarks: dict[str, list[dict]], args, out_path: Path, scorer_spec_for,
                      log=print) -> list[GenerationRecord]:
     """Sample ``args.n`` completions per problem for every model x benchmark, score, append to ``out_path``."""
     from fgrpo_verl.evaluation.generate import build_prompt, make_sampler, resolve_model_path
@@ -82,7 +116,7 @@ def generate_records(models: dict[str, str], benchmarks: dict[str, list[dict]], 
                                  data_source=p["data_source"], prompt=prompt)
                 for p, prompt, t in zip(problems, prompts, texts)
             ]
-            score_records(batch, benchmarks, scorer_for, args.threshold)
+            score_records(batch, benchmarks, scorer_spec_for, args.threshold, workers=args.score_workers)
             write_generations(out_path, batch, with_completions=args.save_completions, append=True)
             records.extend(batch)
         del sampler
@@ -150,22 +184,18 @@ def run_eval(args, log=print) -> int:
         raise ValueError(f"--bench-scorer names benchmarks not given with --bench: {unknown}")
 
     benchmarks = {name: load_benchmark(path, name) for name, path in bench_files.items()}
-    scorer_cache: dict[str, object] = {}
-
-    def scorer_for(bench: str):
-        spec = bench_scorers.get(bench, args.scorer)
-        if spec not in scorer_cache:
-            scorer_cache[spec] = resolve_scorer(spec)
-        return scorer_cache[spec]
+    def scorer_spec_for(bench: str) -> str:
+        return bench_scorers.get(bench, args.scorer)
 
     if models:
-        records = generate_records(models, benchmarks, args, out_dir / "generations.jsonl", scorer_for, log)
+        records = generate_records(models, benchmarks, args, out_dir / "generations.jsonl", scorer_spec_for, log)
     else:
         records = [rec for path in args.from_generations for rec in read_generations(path)]
         keys = [r.key for r in records]
         if len(set(keys)) != len(keys):
             raise ValueError("the --from-generations files repeat a (run, benchmark, problem_id); merge samples of a problem into one line")
-        score_records(records, benchmarks, scorer_for, args.threshold, rescore=args.rescore)
+        score_records(records, benchmarks, scorer_spec_for, args.threshold, rescore=args.rescore,
+                      workers=args.score_workers)
 
     scores = collect_scores(records)
     runs = list(dict.fromkeys(r.run for r in records))
