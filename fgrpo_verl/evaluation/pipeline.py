@@ -184,6 +184,7 @@ def run_eval(args, log=print) -> int:
         raise ValueError(f"--bench-scorer names benchmarks not given with --bench: {unknown}")
 
     benchmarks = {name: load_benchmark(path, name) for name, path in bench_files.items()}
+
     def scorer_spec_for(bench: str) -> str:
         return bench_scorers.get(bench, args.scorer)
 
