@@ -13,5 +13,14 @@ def register_all() -> None:
 
     estimator.register()
 
+    # Light before heavy: if the trainer import failed in some process, the estimator and loss stay registered.
+    from fgrpo_verl import loss
+
+    loss.register()
+
+    from fgrpo_verl import trainer
+
+    trainer.register()
+
 
 register_all()
