@@ -48,6 +48,16 @@ class FocalPolicyLossConfig(PolicyLossConfig):
         if parent is not None:
             parent()
         _check_base_mode(self.base_loss_mode)
+        # With our _target_, `loss_mode: cispo` would skip the fgrpo mode and leave base_loss_mode unused: a
+        # config that looks like it selects one loss and runs another. verl's legacy trainer itself rewrites
+        # loss_mode to bypass_mode for rollout-correction bypass, which we let through.
+        if self.loss_mode not in (LOSS_MODE, self.base_loss_mode, "bypass_mode"):
+            raise ValueError(
+                f"actor_rollout_ref.actor.policy_loss.loss_mode={self.loss_mode!r} with base_loss_mode="
+                f"{self.base_loss_mode!r}: choose the base optimiser with base_loss_mode={self.loss_mode} and keep "
+                f"loss_mode={LOSS_MODE} (same loss, plus actor/fgrpo/* diagnostics); to run without the "
+                f"diagnostics set both to {self.loss_mode!r}"
+            )
 
 
 def _check_base_mode(base: Any) -> None:

@@ -117,6 +117,17 @@ def test_bad_base_modes_are_rejected_with_the_key_name():
         _to_actor(compose(["actor_rollout_ref.actor.policy_loss.base_loss_mode=fgrpo"]))
 
 
+def test_loss_mode_that_bypasses_fgrpo_must_match_the_base():
+    register_all()
+    # a recipe that sets loss_mode=cispo on top of fgrpo-verl's config would silently ignore base_loss_mode
+    with pytest.raises(ValueError, match="base_loss_mode=cispo"):
+        _to_actor(compose(["actor_rollout_ref.actor.policy_loss.loss_mode=cispo"]))
+    # opting out of the diagnostics explicitly is fine
+    actor = _to_actor(compose(["actor_rollout_ref.actor.policy_loss.loss_mode=cispo",
+                               "actor_rollout_ref.actor.policy_loss.base_loss_mode=cispo"]))
+    assert actor.policy_loss.loss_mode == "cispo"
+
+
 def _to_actor(cfg):
     from hydra.errors import InstantiationException
     from verl.utils.config import omega_conf_to_dataclass
