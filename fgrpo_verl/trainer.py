@@ -56,19 +56,20 @@ class FocalMetricsMixin:
         super().__init__(config)
 
     def _compute_advantage(self, batch, metrics: dict):
+        # verl reads the batch rows in batch.keys order, so these tags line up with the estimator's rows.
+        real_rows = torch.tensor([not tag.get("is_padding", False) for tag in batch.tags], dtype=torch.bool)
         with capture_results() as captured:
-            batch = super()._compute_advantage(batch, metrics)
+            out = super()._compute_advantage(batch, metrics)
         if not captured:  # another estimator: nothing focal to report
-            return batch
+            return out
         if len(captured) != 1:
             raise RuntimeError(f"expected one fgrpo estimator call per advantage computation, saw {len(captured)}")
         settings, result = captured[0]
-        real_rows = torch.tensor([not tag.get("is_padding", False) for tag in batch.tags], dtype=torch.bool)
         metrics.update(focal_step_metrics(result, settings.gamma, real_rows))
         keep = real_groups(result, real_rows)
         if bool(keep.any()):
             self._fgrpo_mu_hat.append((result.mu_hat[keep].detach().cpu(), int(result.group_size[keep].max())))
-        return batch
+        return out
 
     def _update_actor(self, batch, metrics: dict):
         batch = super()._update_actor(batch, metrics)
