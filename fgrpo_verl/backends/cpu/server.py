@@ -55,9 +55,13 @@ class HFRolloutServer:
 
     def __init__(self, config, model_config, replica_rank: int, device: str):
         from transformers import AutoModelForCausalLM
-
+        from verl.utils.config import omega_conf_to_dataclass
         from verl.utils.torch_dtypes import PrecisionType
+        from verl.workers.config import HFModelConfig
 
+        # The replica passes the raw `actor_rollout_ref.model` DictConfig; HFModelConfig loads tokenizer + hf_config.
+        config = omega_conf_to_dataclass(config)
+        model_config = omega_conf_to_dataclass(model_config, dataclass_type=HFModelConfig)
         self.config = config
         self.model_config = model_config
         self.replica_rank = replica_rank
@@ -67,7 +71,7 @@ class HFRolloutServer:
         # The actor's hf_config asks for flash_attention_2 unless overridden; honour an explicit override only.
         attn = (model_config.override_config or {}).get("attn_implementation", "sdpa")
         self.model = AutoModelForCausalLM.from_pretrained(
-            model_config.local_path, config=model_config.hf_config, torch_dtype=dtype, attn_implementation=attn
+            model_config.local_path, config=model_config.hf_config, dtype=dtype, attn_implementation=attn
         ).to(self.device)
         self.model.eval()
         tokenizer = model_config.tokenizer
@@ -176,17 +180,16 @@ class HFRolloutServer:
 
     # ------------------------------------------------------------------ weights
     async def update_weights(self, named_tensors: dict[str, torch.Tensor], global_steps: Optional[int] = None):
-        """Load the actor's full (HF-named) weights; tied/buffer keys the actor does not send stay as they are."""
+        """Load the actor's full (HF-named) weights into the resident model, in place."""
         self._model_lock = self._model_lock or asyncio.Lock()
         async with self._model_lock:
-            params = dict(self.model.named_parameters())
-            unknown = sorted(set(named_tensors) - set(params) - set(dict(self.model.named_buffers())))
+            state = self.model.state_dict()  # every name, tied aliases (lm_head -> embed_tokens) included
+            unknown = sorted(set(named_tensors) - set(state))
             if unknown:
                 raise ValueError(f"weights not in the rollout model: {unknown[:5]} (of {len(unknown)})")
-            missing = sorted(n for n, p in params.items() if n not in named_tensors and not _is_tied(self.model, n))
+            missing = sorted(set(dict(self.model.named_parameters())) - set(named_tensors))
             if missing:
                 raise ValueError(f"actor sent no weights for rollout parameters {missing[:5]} (of {len(missing)})")
-            state = self.model.state_dict()
             with torch.no_grad():
                 for name, tensor in named_tensors.items():
                     state[name].copy_(tensor.to(device=self.device, dtype=state[name].dtype))
@@ -241,10 +244,3 @@ class HFRolloutServer:
     async def stop_profile(self):
         return None
 
-
-def _is_tied(model, name: str) -> bool:
-    """True for the output embedding when it shares storage with the input embedding."""
-    if not getattr(model.config, "tie_word_embeddings", False):
-        return False
-    out = model.get_output_embeddings()
-    return out is not None and name.startswith("lm_head") and out.weight is model.get_input_embeddings().weight
