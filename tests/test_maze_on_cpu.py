@@ -223,3 +223,84 @@ def test_build_dir_loads_offline(tmp_path):
     tok = AutoTokenizer.from_pretrained(b.model_dir)
     model = AutoModelForCausalLM.from_pretrained(b.model_dir)
     assert model.config.model_type == "qwen2" and model.config.eos_token_id == tok.eos_token_id
+
+
+# ---------------------------------------------------------------- SFT and evaluation
+def test_sft_smoke_loss_decreases_and_only_response_is_supervised():
+    import torch
+
+    from fgrpo_verl.tasks.maze.data import make_splits
+    from fgrpo_verl.tasks.maze.model import build_model
+    from fgrpo_verl.tasks.maze.sft import SFTConfig, encode_examples, sft
+    from fgrpo_verl.tasks.maze.tokenizer import build_tokenizer
+
+    torch.set_num_threads(1)
+    tok = build_tokenizer()
+    mazes = make_splits(7, 64, 4, seed=0).train
+    ids, labels = encode_examples(mazes[:2], tok)
+    prompt_len = len(prompt_text(mazes[0]))
+    assert (labels[:, :prompt_len] == -100).all()
+    assert labels[0, prompt_len : prompt_len + len(mazes[0].path) + 1].tolist() == tok.encode(
+        response_text(mazes[0]), add_special_tokens=False
+    )
+    model = build_model("tiny", tok, seed=0)
+    losses = sft(model, tok, mazes, SFTConfig(steps=40, batch_size=16, lr=3e-3, log_every=0))
+    assert len(losses) == 40
+    assert sum(losses[-5:]) / 5 < 0.7 * sum(losses[:5]) / 5, losses
+
+
+@pytest.mark.parametrize("bad", [dict(steps=0), dict(batch_size=-1), dict(lr=0.0), dict(lr=float("nan")), dict(steps=1.5)])
+def test_sft_config_rejects_bad_values(bad):
+    from fgrpo_verl.tasks.maze.sft import SFTConfig
+
+    with pytest.raises(ValueError, match="SFTConfig"):
+        SFTConfig(**bad)
+
+
+def test_evaluate_counts_match_reward():
+    """A model that always answers the target scores n/n; a random model almost never does on 9x9 mazes."""
+    import torch
+
+    from fgrpo_verl.tasks.maze.evaluate import evaluate, sample_correct_counts
+    from fgrpo_verl.tasks.maze.model import build_model
+    from fgrpo_verl.tasks.maze.tokenizer import build_tokenizer
+
+    tok = build_tokenizer()
+    mazes = [generate_maze(9, s) for s in range(3)]
+    model = build_model("tiny", tok, seed=0)
+    counts = sample_correct_counts(model, tok, mazes, n=4, batch_size=5)
+    assert len(counts) == 3 and all(0 <= c <= 4 for c in counts)
+
+    class Oracle(torch.nn.Module):
+        """Emits the target response of whichever maze it is prompted with (logits put all mass on it)."""
+
+        def __init__(self):
+            super().__init__()
+            self.targets = {tuple(tok.encode(prompt_text(m), add_special_tokens=False)): tok.encode(response_text(m), add_special_tokens=False) for m in mazes}
+
+        def generate(self, input_ids, max_new_tokens, **kw):
+            rows = []
+            for row in input_ids.tolist():
+                resp = self.targets[tuple(row)]
+                rows.append(row + resp + [tok.eos_token_id] * (max_new_tokens - len(resp)))
+            return torch.tensor(rows)
+
+    result = evaluate(Oracle(), tok, mazes, n=4, ks=[1, 4])
+    assert result.correct == [4, 4, 4] and result.pass_at == {1: 1.0, 4: 1.0}
+
+
+def test_run_outputs_are_read_back(tmp_path):
+    import json
+
+    from fgrpo_verl.tasks.maze.rl import correct_counts_from_dump, read_metrics
+
+    (tmp_path / "m.jsonl").write_text(
+        "".join(json.dumps({"step": s, "data": {"critic/score/mean": s / 10}}) + "\n" for s in (1, 2, 3))
+    )
+    assert read_metrics(tmp_path / "m.jsonl")[2]["critic/score/mean"] == 0.2
+    dump = [{"input": p, "output": "R", "score": sc} for p, sc in [("a", 1.0), ("a", 0.0), ("b", 0.0), ("b", 0.0)]]
+    (tmp_path / "v.jsonl").write_text("".join(json.dumps(d) + "\n" for d in dump))
+    assert correct_counts_from_dump(tmp_path / "v.jsonl") == (2, [1, 0])
+    (tmp_path / "u.jsonl").write_text("".join(json.dumps(d) + "\n" for d in dump[:3]))
+    with pytest.raises(ValueError, match="unequal"):
+        correct_counts_from_dump(tmp_path / "u.jsonl")
