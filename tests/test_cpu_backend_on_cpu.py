@@ -79,9 +79,9 @@ def test_verl_builds_an_invalid_backend_string_without_the_wrapper():
     """The wall the wrapper exists for: verl's own string on the cpu platform is rejected by torch."""
     code = (
         "import verl, torch.distributed as dist\n"
-        "from fgrpo_verl.backends.cpu import process_group\n"
+        "from fgrpo_verl.backends.cpu import verl_patches\n"
         "try:\n"
-        "    process_group._ORIGINALS['initialize_global_process_group_ray']()\n"
+        "    verl_patches._ORIGINALS['initialize_global_process_group_ray']()\n"
         "except ValueError as e:\n"
         "    print('rejected', 'Duplicate device type cpu' in str(e))\n"
     )
