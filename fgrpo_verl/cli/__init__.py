@@ -15,6 +15,7 @@ COMMANDS = {
     "train": "train",
     "doctor": "doctor",
     "wandb-env": "wandb_env",
+    "demo": "demo",
 }
 
 
