@@ -19,9 +19,9 @@ Prompt: the grid rows, each followed by a newline, then the answer marker ``>``:
 from __future__ import annotations
 
 from fgrpo_verl.tasks.maze.generator import Maze
+from fgrpo_verl.tasks.maze.tokenizer import EOS_TOKEN as EOS
 
 ANSWER_MARKER = ">"
-from fgrpo_verl.tasks.maze.tokenizer import EOS_TOKEN as EOS
 DATA_SOURCE = "maze"
 
 
