@@ -14,6 +14,8 @@ import sys
 COMMANDS = {
     "train": "train",
     "doctor": "doctor",
+    "tail-miss": "tail_miss",
+    "simulate": "simulate",
 }
 
 
