@@ -16,6 +16,8 @@ COMMANDS = {
     "doctor": "doctor",
     "wandb-env": "wandb_env",
     "demo": "demo",
+    "tail-miss": "tail_miss",
+    "simulate": "simulate",
 }
 
 
