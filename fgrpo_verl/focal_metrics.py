@@ -11,7 +11,7 @@ and rollouts i with base advantage A_i (one scalar per rollout, see ``FocalResul
     mu_hat_mean, mu_hat_q{10,25,50,75,90}             μ̂ over all groups (its W&B histogram: trainer.py)
     adv_abs_mean_base  = mean_i |A_i|                 adv_abs_mean_focal = mean_i |w_{g(i)} A_i|
     adv_scale          = adv_abs_mean_focal / adv_abs_mean_base    (the realised shrink of the update size)
-    m_gamma            = the paper's average shrink (App. N) for μ uniform on [0, 1]
+    m_gamma            = the paper's average shrink m_γ (App. N, ``fgrpo_verl.theory.mean_shrink``), μ ~ U[0, 1]
     adv_scale_over_m_gamma = adv_scale / m_gamma
 
 Averages over rollouts are per rollout, not per token (the paper's m_γ is a per-rollout quantity).
@@ -21,25 +21,13 @@ Rows that verl added as padding (``is_padding`` tags) are left out; a metric wit
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from fgrpo_verl.focal import FocalResult
+from fgrpo_verl.theory import mean_shrink
 
 PREFIX = "fgrpo/"
 MU_HAT_QUANTILES = (0.10, 0.25, 0.50, 0.75, 0.90)
-
-
-def mean_shrink(gamma: float) -> float:
-    """m_γ = (4/√π) Γ(γ + 3/2) / Γ(γ + 3): mean of (1-μ)^γ √(μ(1-μ)) over √(μ(1-μ)), μ ~ U[0, 1] (paper App. N).
-
-    m_0 = 1, m_0.5 ≈ 0.679, m_1 = 0.5, m_2 = 0.3125. Evaluated with lgamma so large γ does not overflow.
-    (The theory branch adds ``fgrpo_verl.theory.mean_shrink``; the lead keeps one of the two when merging.)
-    """
-    if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not math.isfinite(gamma) or gamma < 0:
-        raise ValueError(f"gamma={gamma!r} is invalid: expected a finite real number >= 0")
-    return 4.0 / math.sqrt(math.pi) * math.exp(math.lgamma(gamma + 1.5) - math.lgamma(gamma + 3.0))
 
 
 def real_groups(result: FocalResult, real_rows: torch.Tensor | None) -> torch.Tensor:

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from fgrpo_verl import tracking
-from fgrpo_verl.focal_metrics import mean_shrink
+from fgrpo_verl.theory import mean_shrink
 
 pytestmark = pytest.mark.e2e
 
