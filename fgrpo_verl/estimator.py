@@ -8,6 +8,9 @@ The math lives in :mod:`fgrpo_verl.focal`.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+
 import torch
 
 from fgrpo_verl.focal import FocalSettings, compute_focal_advantage
@@ -45,7 +48,26 @@ def compute_fgrpo_outcome_advantage(
     result = compute_focal_advantage(
         token_level_rewards, response_mask, index, settings, norm_adv_by_std_in_grpo=norm, epsilon=epsilon
     )
+    sink = _RESULT_SINK.get()
+    if sink is not None:
+        sink.append((settings, result))
     return result.advantages, result.advantages
+
+
+# verl drops everything but (advantages, returns), so a caller that wants the per-group numbers (the focal
+# metrics in fgrpo_verl/trainer.py) opens a capture around verl's advantage call and reads them afterwards.
+_RESULT_SINK: contextvars.ContextVar[list | None] = contextvars.ContextVar("fgrpo_result_sink", default=None)
+
+
+@contextlib.contextmanager
+def capture_results():
+    """Collect ``(FocalSettings, FocalResult)`` of every ``fgrpo`` estimator call made inside the block."""
+    sink: list = []
+    token = _RESULT_SINK.set(sink)
+    try:
+        yield sink
+    finally:
+        _RESULT_SINK.reset(token)
 
 
 def register() -> None:

@@ -93,6 +93,14 @@ def _real(cfg, key, prefix):
     return value
 
 
+def focal_weight(mu_hat: torch.Tensor, gamma) -> torch.Tensor:
+    """g = (1 - μ̂)^γ (eq. 12), one scalar per group; γ may be a float or a tensor broadcasting with μ̂.
+
+    pow(·, 0) == 1 exactly, 0**0 included, so γ = 0 is the base algorithm bit for bit.
+    """
+    return torch.pow(1.0 - mu_hat, gamma)
+
+
 @dataclass
 class FocalResult:
     """Everything one call computes; the diagnostics (issue: focal metrics) read the group tensors."""
@@ -179,7 +187,7 @@ def compute_focal_advantage(
     correct = (scores > settings.success_threshold).to(torch.float32)
     x = torch.zeros_like(count).index_add_(0, gidx, correct)
     mu_hat = (x + settings.smoothing_alpha) / (count + 2.0 * settings.smoothing_alpha)
-    g = torch.pow(1.0 - mu_hat, settings.gamma)  # pow(·, 0) == 1 exactly, 0**0 included
+    g = focal_weight(mu_hat, settings.gamma)
 
     focal_scalars = scalars * g[gidx].to(scalars.dtype)
     advantages = focal_scalars.unsqueeze(-1) * response_mask

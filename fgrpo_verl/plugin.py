@@ -9,9 +9,20 @@ from __future__ import annotations
 
 
 def register_all() -> None:
-    from fgrpo_verl import estimator
+    from fgrpo_verl import backends, estimator
 
     estimator.register()
+    # Only when $FGRPO_VERL_BACKEND names one (e.g. `backend=cpu`): GPU runs never import backend code.
+    backends.register_selected()
+
+    # Light before heavy: if the trainer import failed in some process, the estimator and loss stay registered.
+    from fgrpo_verl import loss
+
+    loss.register()
+
+    from fgrpo_verl import trainer
+
+    trainer.register()
 
 
 register_all()

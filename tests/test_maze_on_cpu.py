@@ -102,13 +102,13 @@ def test_split_too_small_space_errors():
 def test_prompt_round_trip():
     m = generate_maze(9, 0)
     assert parse_grid(prompt_text(m)) == m.rows
-    assert prompt_text(m).endswith("\n>") and response_text(m) == m.path + "<eos>"
+    assert prompt_text(m).endswith("\n>") and response_text(m) == m.path + "<|endoftext|>"
 
 
 def test_reward_exact():
     m = generate_maze(11, 5)
     assert compute_score("maze", m.path, m.path) == 1.0
-    assert compute_score("maze", m.path + "<eos><eos>", m.path) == 1.0  # skip_special_tokens=False decoding
+    assert compute_score("maze", m.path + "<|endoftext|><|endoftext|>", m.path) == 1.0  # skip_special_tokens=False decoding
     assert compute_score("maze", m.path[:-1], m.path) == 0.0
     assert compute_score("maze", m.path + m.path[-1], m.path) == 0.0
     assert compute_score("maze", "", m.path) == 0.0
@@ -151,29 +151,33 @@ def test_reward_reach_rule_wall_hit_and_detour():
 def test_tokenizer_round_trip(tmp_path):
     from transformers import AutoTokenizer
 
-    from fgrpo_verl.tasks.maze.tokenizer import VOCAB, save_tokenizer
+    from fgrpo_verl.tasks.maze.model import build_model, save_model_dir
+    from fgrpo_verl.tasks.maze.tokenizer import build_tokenizer, save_tokenizer
 
-    save_tokenizer(tmp_path)
-    tok = AutoTokenizer.from_pretrained(str(tmp_path))
-    assert len(tok) == len(VOCAB) == 32
-    assert tok.eos_token == tok.pad_token == "<eos>"
+    save_tokenizer(tmp_path / "tok")
+    built = build_tokenizer()
+    # the tokenizer-only dir and a full Qwen2 model dir (where transformers forces Qwen2Tokenizer) must agree
+    save_model_dir(build_model("tiny", built, seed=0), built, tmp_path / "model")
     m = generate_maze(13, 2)
     text = prompt_text(m)
-    ids = tok.encode(text, add_special_tokens=False)
-    assert len(ids) == len(text)  # one character, one token
-    assert tok.decode(ids) == text
-    resp = tok.encode(response_text(m), add_special_tokens=False)
-    assert resp[-1] == tok.eos_token_id and len(resp) == len(m.path) + 1
-    assert tok.decode(resp, skip_special_tokens=True) == m.path
-    # what verl needs: a chat template that reproduces the prompt, "\n" as one token, <|im_end|> known
-    chat = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True)
-    chat_ids = chat["input_ids"] if hasattr(chat, "keys") else chat
-    assert list(chat_ids) == ids
-    assert len(tok.encode("\n", add_special_tokens=False)) == 1
-    assert tok.convert_tokens_to_ids("<|im_end|>") == 2
-    # every id decodes to visible text except <eos>, so a stray token cannot vanish from a response
-    for i in range(1, 32):
-        assert tok.decode([i], skip_special_tokens=True) != ""
+    for tok in (built, AutoTokenizer.from_pretrained(str(tmp_path / "tok")), AutoTokenizer.from_pretrained(str(tmp_path / "model"))):
+        assert len(tok) == 32
+        assert tok.eos_token == tok.pad_token == "<|endoftext|>" and tok.eos_token_id == 0
+        ids = tok.encode(text, add_special_tokens=False)
+        assert len(ids) == len(text)  # one character, one token
+        assert tok.decode(ids) == text
+        resp = tok.encode(response_text(m), add_special_tokens=False)
+        assert resp[-1] == tok.eos_token_id and len(resp) == len(m.path) + 1
+        assert tok.decode(resp, skip_special_tokens=True) == m.path
+        # what verl needs: a chat template that reproduces the prompt, "\n" as one token, <|im_end|> known
+        chat = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True)
+        chat_ids = chat["input_ids"] if hasattr(chat, "keys") else chat
+        assert list(chat_ids) == ids
+        assert len(tok.encode("\n", add_special_tokens=False)) == 1
+        assert tok.convert_tokens_to_ids("<|im_end|>") == 1
+        # every id decodes to visible text except the termination token, so a stray token cannot vanish
+        for i in range(1, 32):
+            assert tok.decode([i], skip_special_tokens=True) != ""
 
 
 def test_parquet_schema(tmp_path):

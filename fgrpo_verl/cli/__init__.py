@@ -16,7 +16,10 @@ COMMANDS = {
     "doctor": "doctor",
     "eval": "eval",
     "rare-nll": "rare_nll",
+    "wandb-env": "wandb_env",
     "demo": "demo",
+    "tail-miss": "tail_miss",
+    "simulate": "simulate",
 }
 
 

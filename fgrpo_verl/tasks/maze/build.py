@@ -33,7 +33,7 @@ class MazeBuild:
     prompt_length: int  # tokens in every prompt (all mazes of one size have the same prompt length)
     max_path_length: int  # longest target action sequence over train and held-out
     # a data.max_response_length that no unterminated response can pass at: longer than any path this size can
-    # have (c x c cells: at most 2c^2 - 1 open squares, so at most 2c^2 - 2 moves), plus the <eos> token
+    # have (c x c cells: at most 2c^2 - 1 open squares, so at most 2c^2 - 2 moves), plus the <|endoftext|> token
     max_response_length: int
 
     def save(self) -> None:

@@ -12,16 +12,16 @@ Prompt: the grid rows, each followed by a newline, then the answer marker ``>``:
     >
 
 (with the newlines as real ``\\n`` tokens). Response: the action characters, then the termination token
-``<eos>`` (which ends generation), e.g. ``RRDDLLDDRRRRUUUU<eos>``. verl decodes responses with
+``<|endoftext|>`` (which ends generation), e.g. ``RRDDLLDDRRRRUUUU<|endoftext|>``. verl decodes responses with
 ``skip_special_tokens=True``, so the reward sees ``RRDDLLDDRRRRUUUU``.
 """
 
 from __future__ import annotations
 
 from fgrpo_verl.tasks.maze.generator import Maze
+from fgrpo_verl.tasks.maze.tokenizer import EOS_TOKEN as EOS
 
 ANSWER_MARKER = ">"
-EOS = "<eos>"
 DATA_SOURCE = "maze"
 
 

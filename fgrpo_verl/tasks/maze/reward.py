@@ -7,14 +7,14 @@ verl 0.9.1 contract (``verl/trainer/ppo/reward.py get_custom_reward_fn`` and the
     reward.custom_reward_function.name=compute_score
 
 verl calls ``compute_score(data_source=, solution_str=, ground_truth=, extra_info=)`` once per response, with
-the response decoded with ``skip_special_tokens=True`` (the ``<eos>`` termination token is already removed)
+the response decoded with ``skip_special_tokens=True`` (the ``<|endoftext|>`` termination token is already removed)
 and ``ground_truth = reward_model["ground_truth"]`` from the parquet row. Extra keyword arguments come from
 ``+reward.custom_reward_function.reward_kwargs.<key>=...`` (e.g. ``...reward_kwargs.rule=reach``).
 
 Rules
 -----
 ``exact`` (default, the paper's single-solution reward): 1.0 iff the response is exactly the target action
-    sequence. Because only ``<eos>`` stops generation, a response that never terminates is
+    sequence. Because only ``<|endoftext|>`` stops generation, a response that never terminates is
     ``max_response_length`` tokens long; keep ``max_response_length`` > the longest path (``data.py`` records
     the longest path) so such a response can never equal the target.
 ``reach`` (MaxRL's rule, as described in the paper digest §5.2; its exact code was not read): 1.0 iff every
@@ -34,7 +34,7 @@ RULES = ("exact", "reach")
 
 
 def _strip_termination(text: str) -> str:
-    # A reward manager that decodes with skip_special_tokens=False leaves literal "<eos>" (termination and
+    # A reward manager that decodes with skip_special_tokens=False leaves literal "<|endoftext|>" (termination and
     # padding) at the end; anything after the first one is padding.
     head, _, _ = text.partition(EOS)
     return head

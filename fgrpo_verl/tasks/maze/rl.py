@@ -49,7 +49,7 @@ def maze_overrides(build: MazeBuild, model_dir: str, gamma: float, settings: RLS
     s = settings
     return [
         f"backend={backend}",
-        # data: every prompt of one size has the same length; the response budget admits any path + <eos>
+        # data: every prompt of one size has the same length; the response budget admits any path + <|endoftext|>
         f"data.train_files={build.train_file}",
         f"data.val_files={build.val_file}",
         f"data.max_prompt_length={build.prompt_length}",

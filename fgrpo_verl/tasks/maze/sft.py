@@ -5,7 +5,7 @@ non-zero pass rate before RL. This is a plain torch loop, not verl's SFT trainer
 through ``torchrun`` and an FSDP engine that registers only for CUDA/NPU devices, so on CPU it would need the
 whole CPU platform just to fit a few-hundred-thousand-parameter model for a minute; a 40-line loop is clearer.
 
-Loss: next-token cross-entropy on the response tokens only (the actions and the closing ``<eos>``); prompt
+Loss: next-token cross-entropy on the response tokens only (the actions and the closing ``<|endoftext|>``); prompt
 positions get label -100. All prompts of one maze size have the same length, so a batch is
 [prompt | response | right padding] with the padding also labelled -100.
 """

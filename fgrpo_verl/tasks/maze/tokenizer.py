@@ -1,61 +1,70 @@
 """A character-level HuggingFace tokenizer for the maze task, built locally (no hub).
 
+It is a ``Qwen2Tokenizer`` (byte-level BPE) with a 32-entry vocabulary and **no merges**, so every character of
+a maze prompt or response is exactly one token. It must be a Qwen2 tokenizer: transformers 5 forces
+``Qwen2Tokenizer`` for any directory whose ``config.json`` says ``model_type: qwen2``
+(``MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS``) and rebuilds it from the saved vocab and merges with Qwen's
+pre-tokenizer, so a tokenizer of another kind saved next to our Qwen2 model would silently change on load
+(a WordLevel one lost every ``\\n``). Built as a Qwen2Tokenizer from the start, the model directory, a
+tokenizer-only directory and the in-memory object all tokenize identically.
+
 Vocabulary (32 ids, the paper preset's ``vocab_size``):
 
-====  =============  ==========================================================================
-id    token          role
-====  =============  ==========================================================================
-0     ``<eos>``      termination token; also the pad token (the only special token)
-1     ``<unk>``      unknown character (never in task data)
-2     ``<|im_end|>`` present only because verl's Qwen2 continuous-token builder requires it
-3-8   ``# . S G \\n >``  wall, open square, start, goal, row end, answer marker
-9-12  ``U D L R``    actions
-13-31 ``<r0>..``     reserved, so that every id the 32-way model can sample decodes to visible text
-====  =============  ==========================================================================
+====  =================  ======================================================================
+id    token              role
+====  =================  ======================================================================
+0     ``<|endoftext|>``  termination token = eos = pad = unk (the only special token)
+1     ``<|im_end|>``     a plain token, present because verl's Qwen2 continuous-token builder requires it
+2-7   ``# . S G \\n >``   wall, open square, start, goal, row end, answer marker
+8-11  ``U D L R``        actions
+12-31 ``<r0>..<r19>``    reserved, so that every id the 32-way model can sample decodes to visible text
+====  =================  ======================================================================
 
-Why only ``<eos>`` is special: verl decodes responses with ``skip_special_tokens=True`` before the reward
-sees them. A special token sampled in the middle of a response (a separate pad, unk or reserved token) would
-vanish from the string and could turn a wrong response into an exact match. Here the only special token is
-``<eos>``, which ends generation, so nothing can be hidden; every other stray token decodes to visible text
-that the reward rejects. Using ``<eos>`` as pad is safe because verl builds masks from lengths, not pad ids.
-
-The pre-tokenizer splits every character (``\\n`` included: verl's Qwen2 builder checks that ``"\\n"``
-encodes to one token), and the ``Fuse`` decoder concatenates, so ``decode(encode(s)) == s``.
+Why only one special token: verl decodes responses with ``skip_special_tokens=True`` before the reward sees
+them. A special token sampled in the middle of a response would vanish from the string and could turn a wrong
+response into an exact match. The only special token here is the termination token, which ends generation,
+so nothing can be hidden; every other stray token decodes to visible text that the reward rejects. Using it as
+pad is safe because verl builds masks from lengths, not pad ids.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-EOS_TOKEN = "<eos>"
-UNK_TOKEN = "<unk>"
+EOS_TOKEN = "<|endoftext|>"
 IM_END_TOKEN = "<|im_end|>"
-TASK_TOKENS = ["#", ".", "S", "G", "\n", ">", "U", "D", "L", "R"]
+TASK_CHARS = ["#", ".", "S", "G", "\n", ">", "U", "D", "L", "R"]
 VOCAB_SIZE = 32
-VOCAB = [EOS_TOKEN, UNK_TOKEN, IM_END_TOKEN, *TASK_TOKENS]
-VOCAB += [f"<r{i}>" for i in range(VOCAB_SIZE - len(VOCAB))]
+N_RESERVED = VOCAB_SIZE - 2 - len(TASK_CHARS)
 
 # The prompt is already the whole input: the template only concatenates message contents, and adds nothing
 # for the generation prompt (the answer marker ``>`` ends every prompt).
 CHAT_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
 
 
-def build_tokenizer():
-    """Return the maze ``PreTrainedTokenizerFast`` (char-level WordLevel, eos = pad = ``<eos>``)."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+def _byte_level(char: str) -> str:
+    """The byte-level alphabet form of ``char`` (what the BPE vocabulary stores; ``\\n`` -> ``Ċ``)."""
+    from tokenizers import pre_tokenizers
 
-    backend = Tokenizer(models.WordLevel({tok: i for i, tok in enumerate(VOCAB)}, unk_token=UNK_TOKEN))
-    backend.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
-    backend.decoder = decoders.Fuse()
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=backend,
-        eos_token=EOS_TOKEN,
-        pad_token=EOS_TOKEN,
-        clean_up_tokenization_spaces=False,
-        padding_side="left",
+    return pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False).pre_tokenize_str(char)[0][0]
+
+
+def vocab() -> dict[str, int]:
+    """token (byte-level form) -> id; see the table in the module docstring."""
+    tokens = [EOS_TOKEN, IM_END_TOKEN, *(_byte_level(c) for c in TASK_CHARS), *(f"<r{i}>" for i in range(N_RESERVED))]
+    return {tok: i for i, tok in enumerate(tokens)}
+
+
+def build_tokenizer():
+    """Return the maze tokenizer (a ``Qwen2Tokenizer`` without merges; eos = pad = unk = ``<|endoftext|>``)."""
+    from transformers.models.qwen2.tokenization_qwen2 import Qwen2Tokenizer
+
+    tokenizer = Qwen2Tokenizer(
+        vocab=vocab(), merges=[], unk_token=EOS_TOKEN, eos_token=EOS_TOKEN, pad_token=EOS_TOKEN, padding_side="left"
     )
     tokenizer.chat_template = CHAT_TEMPLATE
+    if len(tokenizer) != VOCAB_SIZE:
+        raise RuntimeError(f"maze tokenizer has {len(tokenizer)} tokens, expected {VOCAB_SIZE}")
     return tokenizer
 
 

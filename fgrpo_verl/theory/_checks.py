@@ -1,0 +1,54 @@
+"""Argument checks shared by the theory modules: every bad value raises ``ValueError`` naming it.
+
+Nothing is clamped or coerced: a value outside its range, a NaN, an inf, a bool or a non-integer group
+size is an error that says which argument, which value, and what is valid.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+
+def _first_bad(arr: np.ndarray, bad: np.ndarray):
+    flat = np.asarray(arr).reshape(-1)[np.asarray(bad).reshape(-1)]
+    return flat[0].item() if flat.size else None
+
+
+def real_array(name: str, value, *, low: float, high: float, low_open: bool = False, high_open: bool = False) -> np.ndarray:
+    """``value`` as a float64 array whose every entry lies in the interval (low/high, open or closed)."""
+    interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+    arr = _numeric(name, value, f"a real number in {interval}")
+    arr = arr.astype(np.float64)
+    nan = np.isnan(arr)
+    if nan.any():
+        raise ValueError(f"{name}=nan is invalid: must be a real number in {interval}")
+    bad = (arr <= low if low_open else arr < low) | (arr >= high if high_open else arr > high)
+    if bad.any():
+        raise ValueError(f"{name}={_first_bad(arr, bad)!r} is invalid: must be in {interval}")
+    return arr
+
+
+def group_size_array(name: str, value) -> np.ndarray:
+    """``value`` as an int64 array of whole numbers >= 1 (8 and 8.0 are accepted, 8.5 is not)."""
+    arr = _numeric(name, value, "a whole number >= 1")
+    if arr.dtype.kind == "f":
+        bad = ~np.isfinite(arr) | (arr != np.round(arr))
+        if bad.any():
+            raise ValueError(f"{name}={_first_bad(arr, bad)!r} is invalid: must be a whole number >= 1")
+    bad = arr < 1
+    if bad.any():
+        raise ValueError(f"{name}={_first_bad(arr, bad)!r} is invalid: must be a whole number >= 1")
+    return arr.astype(np.int64)
+
+
+def _numeric(name: str, value, what: str) -> np.ndarray:
+    items = np.asarray(value, dtype=object).reshape(-1)
+    for item in items:
+        # bool is an int subclass: `n=True` is a typo, not 1.
+        if isinstance(item, (bool, np.bool_)) or not isinstance(item, (numbers.Real, np.integer, np.floating)):
+            raise ValueError(f"{name}={item!r} is invalid: must be {what}")
+    if items.size == 0:
+        raise ValueError(f"{name} is empty: must be {what} (or a non-empty array of them)")
+    return np.asarray(value)

@@ -1,0 +1,109 @@
+"""Figures for the theory tools: App. Fig. 3 (tail-miss vs N) and Fig. 2 (a, b, c) of the categorical simulation.
+
+matplotlib is imported inside each function with the non-interactive Agg backend, so importing this module
+is cheap and plotting works on machines without a display.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from fgrpo_verl.theory.tail_miss import peak_group_size, tail_miss_probability
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_tail_miss(mus, rhos, path, n_max: int = 512) -> Path:
+    """One panel per μ, one curve per ρ = τ/μ over N = 1..n_max (log axis), peaks starred (App. Fig. 3)."""
+    plt = _pyplot()
+    mus, rhos = list(mus), list(rhos)
+    n = np.arange(1, n_max + 1)
+    fig, axes = plt.subplots(1, len(mus), figsize=(4.2 * len(mus), 3.4), sharey=True, squeeze=False)
+    for ax, mu in zip(axes[0], mus):
+        for rho in rhos:
+            probs = tail_miss_probability(mu, rho * mu, n)
+            (line,) = ax.plot(n, probs, label=f"ρ={rho:g}")
+            n_star, p_star = peak_group_size(mu, rho * mu, n_max=max(n_max, 1 << 16))
+            if n_star <= n_max:
+                ax.plot([n_star], [p_star], marker="*", markersize=12, color=line.get_color())
+        ax.set_xscale("log")
+        ax.set_xlim(1, n_max)
+        ax.set_title(f"μ_pos = {mu:g}")
+        ax.set_xlabel("group size N")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("Pr(active, no rollout in E)")
+    axes[0][-1].legend(fontsize=8)
+    fig.suptitle("Tail-miss probability (Lemma 3.1); ★ = peak", fontsize=10)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_simulation(result, out_dir, curve_ns, zone) -> list:
+    """Fig. 2: (a) Q_pos vs step, (b) M_ret vs step for ``curve_ns`` (solid γ=0, dashed γ>0; mean over seeds),
+    (c) final Q_pos and M_ret vs N with regimes I / II / III from ``zone`` = (first_n, last_n) or None."""
+    plt = _pyplot()
+    cfg = result.config
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ns = list(cfg.group_sizes)
+    q_mean, m_mean = result.q_pos.mean(-1), result.m_ret.mean(-1)  # (step, N, γ)
+    steps = np.arange(result.q_pos.shape[0])
+    styles = ["-", "--", ":", "-."]
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    paths = []
+    for key, values, label in (("a", q_mean, "Q_pos (correct mass)"), ("b", m_mean, "M_ret (retained positive mass)")):
+        fig, ax = plt.subplots(figsize=(5.2, 3.6))
+        for ci, n in enumerate(curve_ns):
+            i = ns.index(n)
+            for gi, gamma in enumerate(cfg.gammas):
+                ax.plot(steps, values[:, i, gi], styles[gi % 4], color=colors[ci % len(colors)], label=f"N={n}, γ={gamma:g}")
+        ax.set_xlabel("step")
+        ax.set_ylabel(label)
+        ax.set_title(f"({key}) {label.split(' ')[0]} vs step (mean of {cfg.seeds} seed(s))", fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, ncol=2)
+        fig.tight_layout()
+        paths.append(out_dir / f"fig2{key}_{'q_pos' if key == 'a' else 'm_ret'}_vs_step.png")
+        fig.savefig(paths[-1], dpi=100)
+        plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(5.6, 3.8))
+    for gi, gamma in enumerate(cfg.gammas):
+        ax.plot(ns, q_mean[-1, :, gi], styles[gi % 4], marker="o", color=colors[0], label=f"Q_pos, γ={gamma:g}")
+        ax.plot(ns, m_mean[-1, :, gi], styles[gi % 4], marker="s", color=colors[1], label=f"M_ret, γ={gamma:g}")
+    ax.set_xscale("log", base=2)
+    ax.set_ylim(-0.05, 1.08)
+    ax.set_xlabel("group size N")
+    ax.set_ylabel(f"value at step {cfg.steps}")
+    if zone is not None:
+        # Shade zone II between the geometric midpoints to its neighbouring grid points.
+        first, last = ns.index(zone[0]), ns.index(zone[1])
+        lo = np.sqrt(ns[first - 1] * ns[first]) if first > 0 else ns[0]
+        hi = np.sqrt(ns[last] * ns[last + 1]) if last + 1 < len(ns) else ns[-1]
+        ax.axvspan(lo, hi, color="grey", alpha=0.2)
+        ax.text(np.sqrt(lo * hi), 1.02, "II", ha="center", fontsize=11)
+        if first > 0:
+            ax.text(np.sqrt(ns[0] * lo), 1.02, "I", ha="center", fontsize=11)
+        if last + 1 < len(ns):
+            ax.text(np.sqrt(hi * ns[-1]), 1.02, "III", ha="center", fontsize=11)
+    ax.set_title(f"(c) final state vs N; II = M_ret(γ={cfg.gammas[0]:g}) below threshold", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="lower left")
+    fig.tight_layout()
+    paths.append(out_dir / "fig2c_final_vs_n.png")
+    fig.savefig(paths[-1], dpi=100)
+    plt.close(fig)
+    return paths

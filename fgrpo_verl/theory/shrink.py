@@ -1,0 +1,26 @@
+"""Mean advantage-scale shrink factor m_γ (paper App. N; the "GRPO low-LR" control's lr multiplier).
+
+With binary rewards and std normalisation the mean |A^GRPO| of a group with success rate μ is ∝ sqrt(μ(1-μ));
+F-GRPO multiplies it by (1-μ)^γ. Averaged over μ ~ Uniform[0, 1]:
+
+    m_γ = ∫ (1-μ)^γ sqrt(μ(1-μ)) dμ / ∫ sqrt(μ(1-μ)) dμ = B(3/2, γ+3/2) / B(3/2, 3/2)
+        = (4 / sqrt(π)) · Γ(γ + 3/2) / Γ(γ + 3)
+
+m_0 = 1, m_0.5 = 0.679 (lr 1e-6 -> 6.8e-7 in the paper), m_1 = 0.5, m_2 = 0.3125.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from fgrpo_verl.theory._checks import real_array
+
+
+def mean_shrink(gamma):
+    """m_γ = (4/sqrt(π)) Γ(γ+3/2)/Γ(γ+3) for γ >= 0 (finite); a float for a scalar, else a float64 array."""
+    g = real_array("gamma", gamma, low=0.0, high=math.inf, high_open=True)
+    # lgamma keeps large γ finite (Γ overflows past ~171); the ratio is taken in log space.
+    out = np.vectorize(lambda x: 4.0 / math.sqrt(math.pi) * math.exp(math.lgamma(x + 1.5) - math.lgamma(x + 3.0)))(g)
+    return float(out) if out.ndim == 0 else out.astype(np.float64)

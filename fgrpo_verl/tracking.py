@@ -1,0 +1,115 @@
+"""W&B conventions for fgrpo-verl runs: names, groups, tags, and a run id that survives requeues.
+
+verl's ``Tracking`` calls ``wandb.init(project, name=trainer.experiment_name, entity=$WANDB_ENTITY, config)`` and
+nothing else, so everything else goes through W&B's own environment variables, read by ``wandb.init`` in the
+process that logs (verl's TaskRunner, a Ray actor):
+
+    WANDB_RUN_ID     = run_id(project, experiment)   same experiment -> same run: a requeued or resumed Slurm job
+    WANDB_RESUME     = allow                          continues the W&B run instead of opening a new one
+    WANDB_RUN_GROUP  = the sweep name                 W&B groups the sweep's runs together
+    WANDB_TAGS       = algo:<algo>,gamma:<γ>,n:<N>
+    WANDB_MODE       = offline (optional)             runs are written under $WANDB_DIR/wandb/offline-run-*;
+                                                      upload later with `wandb sync <dir>`
+
+The run name is ``{algo}-g{γ}-n{N}-{model}-s{seed}`` (e.g. ``fgrpo-g0.5-n8-Qwen2.5-7B-s1``) and is also used as
+``trainer.experiment_name``, so its id is a pure function of (project, run name). To start a fresh run under an
+existing name, change the name (or export your own ``WANDB_RUN_ID``).
+
+Secrets: nothing here reads, writes or forwards ``WANDB_API_KEY``. Authenticate with ``wandb login`` (it writes
+``~/.netrc``) or export the key in the job's environment yourself; never put it in a config or an override,
+because verl prints its config and logs it to W&B.
+
+The Slurm launcher calls :func:`wandb_env` (exports before ``ray start``) and/or :func:`ray_env_overrides`
+(Hydra overrides that hand the same variables to every Ray actor); ``fgrpo-verl wandb-env`` prints both.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import numbers
+import re
+
+RESUME = "allow"
+MODES = ("online", "offline", "disabled")
+_SAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def format_gamma(gamma) -> str:
+    """γ as it appears in names and tags: 0.5 -> "0.5", 1.0 -> "1", 0 -> "0"."""
+    if isinstance(gamma, bool) or not isinstance(gamma, numbers.Real) or not math.isfinite(gamma) or gamma < 0:
+        raise ValueError(f"gamma={gamma!r} is invalid: expected a finite real number >= 0")
+    return f"{float(gamma):g}"
+
+
+def model_tag(model: str) -> str:
+    """Short model name for run names: the last component of an HF id or a local path, unsafe characters -> '-'."""
+    if not isinstance(model, str) or not model.strip("/ "):
+        raise ValueError(f"model={model!r} is invalid: expected a model path or HF id such as Qwen/Qwen2.5-7B")
+    return _SAFE.sub("-", model.rstrip("/").rsplit("/", 1)[-1]).strip("-") or "model"
+
+
+def _int(name: str, value, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
+        raise ValueError(f"{name}={value!r} is invalid: expected an integer >= {low}")
+    return int(value)
+
+
+def _label(name: str, value) -> str:
+    if not isinstance(value, str) or not value or _SAFE.search(value):
+        raise ValueError(f"{name}={value!r} is invalid: expected a non-empty name of letters, digits, '.', '_' or '-'")
+    return value
+
+
+def run_name(algo: str, gamma, n: int, model: str, seed: int) -> str:
+    """``{algo}-g{γ}-n{N}-{model}-s{seed}``, e.g. ``fdapo-g1-n8-Qwen3-4B-Base-s0``."""
+    return f"{_label('algo', algo)}-g{format_gamma(gamma)}-n{_int('n', n, 1)}-{model_tag(model)}-s{_int('seed', seed, 0)}"
+
+
+def run_tags(algo: str, gamma, n: int) -> list[str]:
+    """W&B tags for filtering a sweep: ``algo:<algo>``, ``gamma:<γ>``, ``n:<N>``."""
+    return [f"algo:{_label('algo', algo)}", f"gamma:{format_gamma(gamma)}", f"n:{_int('n', n, 1)}"]
+
+
+def run_id(project: str, experiment: str) -> str:
+    """Deterministic W&B run id: the first 32 hex digits of sha256("<project>/<experiment>")."""
+    for name, value in (("project", project), ("experiment", experiment)):
+        if not isinstance(value, str) or not value:
+            raise ValueError(f"{name}={value!r} is invalid: expected a non-empty string")
+    return hashlib.sha256(f"{project}/{experiment}".encode()).hexdigest()[:32]
+
+
+def wandb_env(project: str, experiment: str, group: str | None = None, tags=(), mode: str | None = None) -> dict[str, str]:
+    """The ``WANDB_*`` variables for one run (see the module docstring). Never includes credentials."""
+    env = {"WANDB_RUN_ID": run_id(project, experiment), "WANDB_RESUME": RESUME}
+    if group is not None:
+        env["WANDB_RUN_GROUP"] = _label("group", group)
+    tags = list(tags)
+    for tag in tags:
+        if not isinstance(tag, str) or not tag or "," in tag or len(tag) > 64:
+            raise ValueError(f"tag {tag!r} is invalid: W&B tags are 1-64 characters without commas")
+    if tags:
+        env["WANDB_TAGS"] = ",".join(tags)
+    if mode is not None:
+        if mode not in MODES:
+            raise ValueError(f"mode={mode!r} is invalid: expected one of {', '.join(MODES)}")
+        env["WANDB_MODE"] = mode
+    return env
+
+
+def ray_env_overrides(env: dict[str, str]) -> list[str]:
+    """Hydra overrides that put ``env`` into Ray's runtime_env, so every Ray actor (the TaskRunner included) sees it
+    on every node, whatever environment ``ray start`` had."""
+    out = []
+    for key, value in env.items():
+        if not re.fullmatch(r"[A-Z_][A-Z0-9_]*", key) or '"' in value or "\\" in value:
+            raise ValueError(f"cannot pass {key}={value!r} as a Hydra override: key must be an env var name, value unquoted")
+        if "API_KEY" in key:
+            raise ValueError(f"refusing to put {key} into the config (verl prints and logs it); export it instead")
+        out.append(f'+ray_kwargs.ray_init.runtime_env.env_vars.{key}="{value}"')
+    return out
+
+
+def experiment_overrides(project: str, experiment: str) -> list[str]:
+    """The verl overrides naming the run: ``trainer.project_name`` and ``trainer.experiment_name``."""
+    return [f'trainer.project_name="{_label("project", project)}"', f'trainer.experiment_name="{_label("experiment", experiment)}"']

@@ -1,0 +1,150 @@
+"""verl v1 trainers that add fgrpo-verl's metrics to verl's own step and validation metrics.
+
+Selected with ``trainer.v1.trainer_mode=fgrpo_sync`` (fgrpo-verl's default; ``fgrpo_colocate_async`` and
+``fgrpo_separate_async`` wrap verl's asynchronous modes the same way). Each is verl's trainer for that mode plus
+:class:`FocalMetricsMixin`, which hooks four methods and otherwise leaves verl's training loop alone:
+
+- ``_compute_advantage``: runs verl's, capturing the ``FocalResult`` the ``fgrpo`` estimator built for the batch,
+  and adds ``fgrpo/*`` (``fgrpo_verl/focal_metrics.py``). Nothing is computed twice. Other estimators: no-op.
+- ``_update_actor``: turns the loss-side ``actor/fgrpo/*_x_share`` averages into positive-token means
+  (``fgrpo_verl/loss.py``).
+- ``_val_metrics_update``: adds unbiased ``val-core/<source>/pass@<k>`` (``fgrpo_verl/val_pass_at_k.py``).
+- ``_compute_metrics`` (last call before verl logs a step): logs μ̂ as a W&B histogram, to W&B only.
+
+verl's base trainer branches on the literal ``self.trainer_mode == "sync"`` (replay-buffer class, checkpoint and
+prompt-refill paths). ``trainer_mode`` is therefore a property that reports the wrapped verl mode, so every such
+branch, and the ``trainer.v1.<mode>`` settings lookup, behaves exactly as under the wrapped mode.
+"""
+
+from __future__ import annotations
+
+import torch
+from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY, register_trainer
+from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
+from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
+from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+from fgrpo_verl.estimator import capture_results
+from fgrpo_verl.focal import FocalSettings
+from fgrpo_verl.focal_metrics import focal_step_metrics, real_groups
+from fgrpo_verl.loss import METRIC_PREFIX as LOSS_PREFIX
+from fgrpo_verl.val_pass_at_k import validation_pass_at_k
+
+MU_HAT_HISTOGRAM = "fgrpo/mu_hat_hist"
+
+
+class FocalMetricsMixin:
+    """Adds the fgrpo metrics to a verl v1 trainer; ``verl_mode`` names the verl mode it wraps."""
+
+    verl_mode: str
+    name: str
+
+    @property
+    def trainer_mode(self) -> str:
+        return self.verl_mode
+
+    @trainer_mode.setter
+    def trainer_mode(self, value: str) -> None:
+        # verl's __init__ assigns config.trainer.v1.trainer_mode, i.e. our registered name.
+        if value not in (self.name, self.verl_mode):
+            raise ValueError(f"trainer.v1.trainer_mode={value!r} does not match trainer {self.name!r}")
+
+    def __init__(self, config):
+        # Validate the fgrpo block before verl builds anything: pass@k needs its success_threshold.
+        self._fgrpo_settings = FocalSettings.from_config(config.algorithm.get("fgrpo"))
+        self._fgrpo_mu_hat: list[tuple[torch.Tensor, int]] = []  # (μ̂ of the real groups, largest N) per batch
+        super().__init__(config)
+
+    def _compute_advantage(self, batch, metrics: dict):
+        # verl reads the batch rows in batch.keys order, so these tags line up with the estimator's rows.
+        real_rows = torch.tensor([not tag.get("is_padding", False) for tag in batch.tags], dtype=torch.bool)
+        with capture_results() as captured:
+            out = super()._compute_advantage(batch, metrics)
+        if not captured:  # another estimator: nothing focal to report
+            return out
+        if len(captured) != 1:
+            raise RuntimeError(f"expected one fgrpo estimator call per advantage computation, saw {len(captured)}")
+        settings, result = captured[0]
+        metrics.update(focal_step_metrics(result, settings.gamma, real_rows))
+        keep = real_groups(result, real_rows)
+        if bool(keep.any()):
+            self._fgrpo_mu_hat.append((result.mu_hat[keep].detach().cpu(), int(result.group_size[keep].max())))
+        return out
+
+    def _update_actor(self, batch, metrics: dict):
+        batch = super()._update_actor(batch, metrics)
+        metrics.update(positive_token_means(metrics))
+        return batch
+
+    def _val_metrics_update(self, data_sources, sample_uids, reward_extra_infos_dict, sample_turns, expected_acc_counts=None):
+        metric_dict = super()._val_metrics_update(
+            data_sources, sample_uids, reward_extra_infos_dict, sample_turns, expected_acc_counts=expected_acc_counts
+        )
+        metric_dict.update(
+            validation_pass_at_k(
+                data_sources,
+                sample_uids,
+                reward_extra_infos_dict,
+                self._fgrpo_settings.success_threshold,
+                expected_acc_counts,
+            )
+        )
+        return metric_dict
+
+    def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
+        super()._compute_metrics(batch, metrics, timing_raw, global_steps, epoch)
+        mu_hat, self._fgrpo_mu_hat = self._fgrpo_mu_hat, []
+        tracking = getattr(self, "logger", None)
+        if mu_hat and tracking is not None and "wandb" in tracking.logger:
+            # A histogram object would break scalar-only loggers (console, tensorboard, ...): W&B only. The other
+            # loggers get the fgrpo/mu_hat_q* quantiles. Same step as the scalars, so W&B merges them into one row.
+            histogram = mu_hat_histogram(torch.cat([m for m, _ in mu_hat]), max(n for _, n in mu_hat))
+            tracking.log(data={MU_HAT_HISTOGRAM: histogram}, step=global_steps, backend=["wandb"])
+
+
+def positive_token_means(actor_metrics: dict) -> dict[str, float]:
+    """``actor/fgrpo/pos_{logprob,ratio}_mean`` = step average of ``*_x_share`` / step average of ``adv_pos_share``."""
+    share = actor_metrics.get(LOSS_PREFIX + "adv_pos_share")
+    out = {}
+    if share is None or float(share) <= 0:
+        return out
+    for name in ("pos_logprob", "pos_ratio"):
+        value = actor_metrics.get(f"{LOSS_PREFIX}{name}_x_share")
+        if value is not None:
+            out[f"{LOSS_PREFIX}{name}_mean"] = float(value) / float(share)
+    return out
+
+
+def mu_hat_histogram(mu_hat: torch.Tensor, group_size: int):
+    """A ``wandb.Histogram`` of μ̂ with one bin centred on each attainable value j/N, N = ``group_size``."""
+    import numpy as np
+    import wandb
+
+    n = max(1, int(group_size))
+    edges = np.linspace(-0.5 / n, 1.0 + 0.5 / n, n + 2)
+    return wandb.Histogram(np_histogram=np.histogram(mu_hat.double().numpy(), bins=edges))
+
+
+class FocalSyncTrainer(FocalMetricsMixin, PPOTrainerSync):
+    verl_mode, name = "sync", "fgrpo_sync"
+
+
+class FocalColocateAsyncTrainer(FocalMetricsMixin, PPOTrainerColocateAsync):
+    verl_mode, name = "colocate_async", "fgrpo_colocate_async"
+
+
+class FocalSeparateAsyncTrainer(FocalMetricsMixin, PPOTrainerSeparateAsync):
+    verl_mode, name = "separate_async", "fgrpo_separate_async"
+
+
+TRAINERS = (FocalSyncTrainer, FocalColocateAsyncTrainer, FocalSeparateAsyncTrainer)
+
+
+def register() -> None:
+    """Register the trainers in verl's ``TRAINER_REGISTRY``; idempotent, also across a second import of this module."""
+    for cls in TRAINERS:
+        current = TRAINER_REGISTRY.get(cls.name)
+        if current is not None and current is not cls and current.__qualname__ == cls.__qualname__:
+            TRAINER_REGISTRY[cls.name] = cls  # same class from a second copy of this module
+            continue
+        register_trainer(cls.name)(cls)

@@ -1,0 +1,112 @@
+"""W&B conventions: run names, deterministic resume-safe run ids, env/overrides, offline runs, no secrets."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fgrpo_verl import tracking
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_run_name_and_tags():
+    assert tracking.run_name("fgrpo", 0.5, 8, "Qwen/Qwen2.5-7B", 1) == "fgrpo-g0.5-n8-Qwen2.5-7B-s1"
+    assert tracking.run_name("fcispo", 1.0, 16, "/ckpt/Qwen3-4B-Base/", 0) == "fcispo-g1-n16-Qwen3-4B-Base-s0"
+    assert tracking.run_name("grpo", 0, 8, "models/my model@v2", 3) == "grpo-g0-n8-my-model-v2-s3"
+    assert tracking.run_tags("fdapo", 2.0, 4) == ["algo:fdapo", "gamma:2", "n:4"]
+
+
+@pytest.mark.parametrize(
+    "kwargs,key",
+    [
+        (dict(algo="", gamma=0.5, n=8, model="m", seed=0), "algo"),
+        (dict(algo="a b", gamma=0.5, n=8, model="m", seed=0), "algo"),
+        (dict(algo="a", gamma=-1, n=8, model="m", seed=0), "gamma"),
+        (dict(algo="a", gamma=float("inf"), n=8, model="m", seed=0), "gamma"),
+        (dict(algo="a", gamma=0.5, n=0, model="m", seed=0), "n="),
+        (dict(algo="a", gamma=0.5, n=8.0, model="m", seed=0), "n="),
+        (dict(algo="a", gamma=0.5, n=8, model="/", seed=0), "model"),
+        (dict(algo="a", gamma=0.5, n=8, model="m", seed=-1), "seed"),
+    ],
+)
+def test_bad_run_name_inputs(kwargs, key):
+    with pytest.raises(ValueError, match=key):
+        tracking.run_name(**kwargs)
+
+
+def test_run_id_is_a_deterministic_function_of_the_experiment():
+    rid = tracking.run_id("proj", "fgrpo-g0.5-n8-M-s1")
+    assert rid == tracking.run_id("proj", "fgrpo-g0.5-n8-M-s1")
+    assert len(rid) == 32 and all(ch in "0123456789abcdef" for ch in rid)
+    assert rid != tracking.run_id("proj", "fgrpo-g0.5-n8-M-s2")
+    assert rid != tracking.run_id("proj2", "fgrpo-g0.5-n8-M-s1")
+    # and across processes (a requeued job is a new process): the CLI computes the same id
+    out = _cli(["--project", "proj", "--algo", "fgrpo", "--gamma", "0.5", "--n", "8", "--model", "x/M", "--seed", "1"])
+    assert f"export WANDB_RUN_ID={rid}" in out.splitlines()
+
+
+def test_env_and_overrides():
+    env = tracking.wandb_env("p", "e", group="sweep-1", tags=["algo:fgrpo", "gamma:1"], mode="offline")
+    assert env == {
+        "WANDB_RUN_ID": tracking.run_id("p", "e"),
+        "WANDB_RESUME": "allow",
+        "WANDB_RUN_GROUP": "sweep-1",
+        "WANDB_TAGS": "algo:fgrpo,gamma:1",
+        "WANDB_MODE": "offline",
+    }
+    overrides = tracking.ray_env_overrides(env)
+    assert '+ray_kwargs.ray_init.runtime_env.env_vars.WANDB_TAGS="algo:fgrpo,gamma:1"' in overrides
+    from fgrpo_verl.compose import compose
+
+    cfg = compose(overrides + tracking.experiment_overrides("p", "e"))
+    assert dict(cfg.ray_kwargs.ray_init.runtime_env.env_vars) == env
+    assert cfg.trainer.experiment_name == "e" and cfg.trainer.project_name == "p"
+    with pytest.raises(ValueError, match="mode"):
+        tracking.wandb_env("p", "e", mode="cloud")
+    with pytest.raises(ValueError, match="tag"):
+        tracking.wandb_env("p", "e", tags=["a,b"])
+    with pytest.raises(ValueError, match="WANDB_API_KEY"):
+        tracking.ray_env_overrides({"WANDB_API_KEY": "x"})
+
+
+def _cli(args, extra_env=None):
+    env = {**os.environ, "PYTHONPATH": str(REPO), **(extra_env or {})}
+    done = subprocess.run([sys.executable, "-m", "fgrpo_verl", "wandb-env", *args], env=env, capture_output=True,
+                          text=True, check=True, timeout=60)
+    return done.stdout + done.stderr
+
+
+def test_cli_never_echoes_the_api_key():
+    secret = "0123456789abcdef-not-a-real-key"
+    for fmt in ("shell", "hydra"):
+        out = _cli(["--project", "p", "--algo", "a", "--gamma", "1", "--n", "2", "--model", "m", "--seed", "0",
+                    "--format", fmt], {"WANDB_API_KEY": secret})
+        assert secret not in out and "API_KEY" not in out
+
+
+def test_offline_run_resumes_under_the_same_id(tmp_path):
+    """Two processes with the same experiment (a requeue) open W&B runs with one id, group and tags, offline."""
+    env_vars = tracking.wandb_env("proj", "fgrpo-g1-n2-m-s0", group="sweep", tags=tracking.run_tags("fgrpo", 1, 2),
+                                  mode="offline")
+    script = (
+        "import json, wandb\n"
+        "run = wandb.init(project='proj', name='fgrpo-g1-n2-m-s0')\n"  # how verl's Tracking calls it
+        "run.log({'fgrpo/g_mean': 0.5}, step=1)\n"
+        "print(json.dumps({'id': run.id, 'group': run.group, 'tags': list(run.tags), 'dir': run.dir}))\n"
+        "run.finish()\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env.update(env_vars, WANDB_DIR=str(tmp_path), WANDB_SILENT="true")
+    runs = []
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert runs[0]["id"] == runs[1]["id"] == env_vars["WANDB_RUN_ID"]
+    assert runs[0]["group"] == "sweep" and sorted(runs[0]["tags"]) == ["algo:fgrpo", "gamma:1", "n:2"]
+    offline = sorted((tmp_path / "wandb").glob(f"offline-run-*-{env_vars['WANDB_RUN_ID']}"))
+    assert len(offline) >= 1
