@@ -270,3 +270,53 @@ def test_cpu_config_passes_verl_validation():
 
     validate(compose(["backend=cpu", "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
                       "actor_rollout_ref.rollout.n=4"]))
+
+
+# ---------------------------------------------------------------- the worker-side adapter (no Ray)
+class _FakeRemote:
+    def __init__(self):
+        self.calls = []
+
+    def remote(self, *args, **kwargs):
+        self.calls.append((args, kwargs))
+
+        async def done():
+            return None
+
+        return done()
+
+
+def test_adapter_ships_the_drained_weights_to_its_replica_server(monkeypatch):
+    from omegaconf import OmegaConf
+
+    from fgrpo_verl.backends.cpu import replica
+
+    rollout = OmegaConf.create({"_target_": "verl.workers.config.RolloutConfig", "name": "hf",
+                                "tensor_model_parallel_size": 1})
+    drained = []
+
+    def weights():
+        for name in ("a", "b"):
+            drained.append(name)
+            yield name, torch.full((2,), float(len(drained)))
+
+    monkeypatch.setenv("RANK", "0")
+    sender = replica.HFServerAdapter(rollout, None, None)
+    fake = type("Handle", (), {"update_weights": _FakeRemote()})()
+    sender._server = fake
+    asyncio.run(sender.update_weights(weights(), global_steps=3))
+    (args, kwargs), = fake.update_weights.calls
+    assert sorted(args[0]) == ["a", "b"] and kwargs == {"global_steps": 3}
+    assert torch.equal(args[0]["b"], torch.full((2,), 2.0))
+
+    # each training rank is its own replica (rollout parallel sizes are 1)
+    monkeypatch.setenv("RANK", "1")
+    assert replica.HFServerAdapter(rollout, None, None).replica_rank == 1
+    wide = OmegaConf.merge(rollout, {"tensor_model_parallel_size": 2})
+    with pytest.raises(ValueError, match="parallel size 1"):
+        replica.HFServerAdapter(wide, None, None)
+
+    with pytest.raises(ValueError, match="wire_format"):
+        asyncio.run(sender.update_weights(iter(()), wire_format="delta_flush"))
+    with pytest.raises(ValueError, match="lora.merge=True"):
+        asyncio.run(sender.update_weights(iter(()), peft_config={"r": 8}))
