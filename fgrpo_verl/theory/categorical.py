@@ -229,6 +229,26 @@ class CountSampler:
             self.pool.shutdown()
 
 
+def surrogate_gradient_(counts: torch.Tensor, p: torch.Tensor, n_col, gamma_col, setup: CategoricalSetup, surrogate: str):
+    """Steps 3-5 of the module docstring, in place: per-action counts (runs, actions) -> ∇_z of g · surrogate.
+
+    ``n_col`` (runs, 1) holds each run's N and ``gamma_col`` (runs,) its γ, both float64.
+    """
+    ncorrect, r_c, r_w = setup.num_correct, setup.reward_correct, setup.reward_incorrect
+    x = counts[:, :ncorrect].sum(1, dtype=torch.float64).unsqueeze(1)  # X: correct draws per run
+    mu_hat = x / n_col
+    r_bar = (x * r_c + (n_col - x) * r_w) / n_col
+    g = focal_weight(mu_hat.squeeze(1), gamma_col).unsqueeze(1)  # (runs, 1)
+    # w_i = g c_i r̃_i / N; r̃ takes one value on the correct and one on the incorrect actions.
+    w = counts
+    w[:, :ncorrect].mul_((g * (r_c - r_bar) / n_col).to(w.dtype))
+    w[:, ncorrect:].mul_((g * (r_w - r_bar) / n_col).to(w.dtype))
+    if surrogate == "log":
+        # ∂/∂z_k Σ_i w_i log p_i = w_k - p_k Σ_i w_i, and Σ_i w_i = g/N Σ_j r̃_j = 0 exactly: the gradient is w.
+        return w
+    return w.sub_((w * p).sum(1, keepdim=True)).mul_(p)  # p_k (w_k - Σ_i w_i p_i)
+
+
 def simulate(config: SimulationConfig, progress: bool = False, dtype=torch.float32, workers: int = 2) -> SimulationResult:
     """Run every (N, γ, seed) combination of ``config`` side by side; see the module docstring for the math.
 
@@ -246,7 +266,6 @@ def simulate(config: SimulationConfig, progress: bool = False, dtype=torch.float
     block_sizes = [(block, int(n)) for n in config.group_sizes]
     n_col = torch.tensor([float(n) for n, _, _ in grid], dtype=torch.float64).unsqueeze(1)  # (runs, 1)
     gamma_col = torch.tensor([float(g) for _, g, _ in grid], dtype=torch.float64)  # (runs,)
-    r_c, r_w = setup.reward_correct, setup.reward_incorrect
 
     z = setup.initial_logits(dtype).unsqueeze(0).repeat(runs, 1)
     p = torch.empty_like(z)
@@ -280,19 +299,7 @@ def simulate(config: SimulationConfig, progress: bool = False, dtype=torch.float
     record(0, p)
     for t in tqdm(range(1, config.steps + 1), desc=f"simulate {runs} runs", unit="step", disable=not progress):
         sampler(p, out=counts)
-        x = counts[:, :ncorrect].sum(1, dtype=torch.float64).unsqueeze(1)  # X: correct draws per run
-        mu_hat = x / n_col
-        r_bar = (x * r_c + (n_col - x) * r_w) / n_col
-        g = focal_weight(mu_hat.squeeze(1), gamma_col).unsqueeze(1)  # (runs, 1)
-        # w_i = c_i r̃_i / N, already times g; r̃ takes one value on correct and one on incorrect actions.
-        grad = counts
-        grad[:, :ncorrect].mul_((g * (r_c - r_bar) / n_col).to(dtype))
-        grad[:, ncorrect:].mul_((g * (r_w - r_bar) / n_col).to(dtype))
-        if config.surrogate == "log":
-            # ∂/∂z_k Σ_i w_i log p_i = w_k - p_k Σ_i w_i, and Σ_i w_i = Σ_j r̃_j = 0 exactly: the gradient is w.
-            pass
-        else:
-            grad.sub_((grad * p).sum(1, keepdim=True)).mul_(p)  # p_k (w_k - Σ_i w_i p_i)
+        grad = surrogate_gradient_(counts, p, n_col, gamma_col, setup, config.surrogate)
         if adam:
             m.lerp_(grad, 1 - b1)
             v.mul_(b2).addcmul_(grad, grad, value=1 - b2)
