@@ -51,6 +51,7 @@ setup(
         "pandas",
         "pyarrow",
         "matplotlib",
+        "tqdm",
     ],
     extras_require={
         "gpu": GPU_EXTRAS,
