@@ -51,6 +51,8 @@ setup(
         "pandas",
         "pyarrow",
         "matplotlib",
+        # the paper's verifier for math answers (fgrpo-verl eval --scorer math)
+        "math-verify>=0.9",
         "tqdm",
     ],
     extras_require={

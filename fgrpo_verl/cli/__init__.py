@@ -14,6 +14,9 @@ import sys
 COMMANDS = {
     "train": "train",
     "doctor": "doctor",
+    "eval": "eval",
+    "rare-nll": "rare_nll",
+    "demo": "demo",
     "tail-miss": "tail_miss",
     "simulate": "simulate",
 }

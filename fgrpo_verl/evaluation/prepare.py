@@ -1,0 +1,160 @@
+"""Conversion of the paper's benchmarks (§5.3) from their hub layouts to the local benchmark format.
+
+Pure functions (hub row dicts in, local records out) so they are testable without network access;
+``scripts/prepare_benchmarks.py`` downloads with ``datasets`` and calls them. Hub ids and column names below are
+the commonly used public copies; they could not be checked from the build machine (no hub access), so every
+source can be overridden (``--source NAME=REPO[:CONFIG]:SPLIT``) and the converters accept the usual column-name
+variants. Scorers: math -> ``math`` (math-verify), GPQA -> ``boxed`` (letter in \\boxed{}), IFEval -> ``ifeval``,
+SynLogic -> its task verifiers (``--bench-scorer SynLogic=module:function``).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+
+@dataclass(frozen=True)
+class HubSource:
+    repo: str
+    split: str
+    config: str | None = None
+    data_files: str | None = None  # a file inside the repo, for datasets without named configs
+
+
+def _first(row: dict, keys: tuple[str, ...], what: str, index: int):
+    for key in keys:
+        if key in row and row[key] is not None:
+            return row[key]
+    raise ValueError(f"row {index}: no {what} column among {list(keys)}; columns are {sorted(row)}")
+
+
+def normalise_answer(value) -> str:
+    """Reference answers as strings: 27.0 -> "27", ["$\\frac12$"] -> "\\frac12", ["1", "2"] -> "1, 2"."""
+    if isinstance(value, bool):
+        raise ValueError(f"answer must be text or a number, got {value!r}")
+    if isinstance(value, (list, tuple)):
+        if not value:
+            raise ValueError("answer list is empty")
+        return ", ".join(normalise_answer(v) for v in value)
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else repr(value)
+    if not isinstance(value, str):
+        raise ValueError(f"answer must be text or a number, got {type(value).__name__} {value!r:.60}")
+    text = value.strip()
+    if len(text) >= 2 and text.startswith("$") and text.endswith("$"):
+        text = text.strip("$").strip()
+    return text
+
+
+PROBLEM_KEYS = ("problem", "question", "Problem", "Question")
+ANSWER_KEYS = ("answer", "Answer", "final_answer", "expected_answer")
+ID_KEYS = ("unique_id", "id", "ID", "idx", "key")
+
+
+def math_record(row: dict, index: int) -> dict:
+    pid = next((row[k] for k in ID_KEYS if k in row and row[k] is not None), index)
+    return {"id": str(pid), "problem": str(_first(row, PROBLEM_KEYS, "problem", index)).strip(),
+            "answer": normalise_answer(_first(row, ANSWER_KEYS, "answer", index))}
+
+
+LETTERS = "ABCD"
+
+
+def gpqa_record(row: dict, index: int, seed: int = 0) -> dict:
+    """Multiple choice with the four options shuffled by a per-row seeded permutation; answer is the letter."""
+    correct = str(_first(row, ("Correct Answer",), "correct answer", index)).strip()
+    wrong = [str(_first(row, (f"Incorrect Answer {i}",), f"incorrect answer {i}", index)).strip() for i in (1, 2, 3)]
+    options = [correct] + wrong
+    order = list(range(4))
+    random.Random(seed * 1_000_003 + index).shuffle(order)
+    shuffled = [options[i] for i in order]
+    question = str(_first(row, ("Question",), "question", index)).strip()
+    body = "\n".join(f"{LETTERS[i]}) {text}" for i, text in enumerate(shuffled))
+    pid = row.get("Record ID", index)
+    return {"id": str(pid), "problem": f"{question}\n\n{body}", "answer": LETTERS[order.index(0)]}
+
+
+def ifeval_record(row: dict, index: int) -> dict:
+    return {"id": str(row.get("key", index)), "problem": str(_first(row, ("prompt",), "prompt", index)),
+            "answer": {"instruction_id_list": list(_first(row, ("instruction_id_list",), "instruction_id_list", index)),
+                       "kwargs": [dict(k) for k in _first(row, ("kwargs",), "kwargs", index)]}}
+
+
+def synlogic_record(row: dict, index: int) -> dict:
+    """verl-style rows (prompt messages, reward_model.ground_truth, data_source, extra_info) -> problem + answer;
+    the user turn becomes ``problem`` so the evaluation applies the paper's per-model system prompt (Table 9)."""
+    prompt = row.get("prompt")
+    if isinstance(prompt, (list, tuple)):
+        users = [m["content"] for m in prompt if isinstance(m, dict) and m.get("role") == "user"]
+        if not users:
+            raise ValueError(f"row {index}: 'prompt' has no user message")
+        problem = users[-1]
+    else:
+        problem = _first(row, ("prompt",) + PROBLEM_KEYS, "prompt", index)
+    reward = row.get("reward_model")
+    answer = reward.get("ground_truth") if isinstance(reward, dict) else _first(row, ANSWER_KEYS, "answer", index)
+    if answer is None:
+        raise ValueError(f"row {index}: no ground truth (reward_model.ground_truth or answer)")
+    out = {"id": str(row.get("id", index)), "problem": str(problem), "answer": answer}
+    if row.get("data_source") is not None:
+        out["data_source"] = str(row["data_source"])
+    if row.get("extra_info") is not None:
+        out["extra_info"] = row["extra_info"]
+    return out
+
+
+@dataclass(frozen=True)
+class BenchmarkSpec:
+    name: str
+    source: HubSource
+    convert: Callable[[dict, int], dict]
+    scorer: str  # suggested --bench-scorer; "MODULE:FUNCTION" = bring your own (fails loudly until replaced)
+    group: str  # "math" (in-domain) or "ood"
+
+
+BENCHMARKS: dict[str, BenchmarkSpec] = {spec.name: spec for spec in [
+    BenchmarkSpec("MATH500", HubSource("HuggingFaceH4/MATH-500", "test"), math_record, "math", "math"),
+    BenchmarkSpec("AIME24", HubSource("HuggingFaceH4/aime_2024", "train"), math_record, "math", "math"),
+    BenchmarkSpec("AIME25", HubSource("yentinglin/aime_2025", "train"), math_record, "math", "math"),
+    BenchmarkSpec("AMC23", HubSource("zwhe99/amc23", "test"), math_record, "math", "math"),
+    BenchmarkSpec("Minerva", HubSource("math-ai/minervamath", "test"), math_record, "math", "math"),
+    BenchmarkSpec("Olympiad", HubSource("Hothan/OlympiadBench", "train", config="OE_TO_maths_en_COMP"), math_record,
+                  "math", "math"),
+    BenchmarkSpec("GPQA", HubSource("Idavidrein/gpqa", "train", config="gpqa_diamond"), gpqa_record, "boxed", "ood"),
+    BenchmarkSpec("IFEval", HubSource("google/IFEval", "train"), ifeval_record, "ifeval", "ood"),
+    BenchmarkSpec("SynLogic", HubSource("MiniMaxAI/SynLogic", "validation", data_files="synlogic_easy/validation.parquet"),
+                  synlogic_record, "MODULE:FUNCTION", "ood"),  # placeholder: SynLogic's own task verifiers
+]}
+
+
+def convert_rows(name: str, rows: Iterable[dict]) -> list[dict]:
+    """Convert hub rows of benchmark ``name`` to local records; ids made unique, every record validated."""
+    if name not in BENCHMARKS:
+        raise ValueError(f"unknown benchmark {name!r}; known: {', '.join(BENCHMARKS)}")
+    convert = BENCHMARKS[name].convert
+    out, seen = [], set()
+    for index, row in enumerate(rows):
+        rec = convert(dict(row), index)
+        if rec["id"] in seen:
+            raise ValueError(f"{name}: duplicate id {rec['id']!r} at row {index}")
+        seen.add(rec["id"])
+        if not rec["problem"].strip():
+            raise ValueError(f"{name}: row {index} has an empty problem")
+        out.append(rec)
+    if not out:
+        raise ValueError(f"{name}: no rows")
+    return out
+
+
+def parse_source(text: str) -> HubSource:
+    """``REPO:SPLIT`` or ``REPO:CONFIG:SPLIT`` -> HubSource."""
+    parts = text.split(":")
+    if len(parts) == 2:
+        return HubSource(parts[0], parts[1])
+    if len(parts) == 3:
+        return HubSource(parts[0], parts[2], config=parts[1] or None)
+    raise ValueError(f"source must be REPO:SPLIT or REPO:CONFIG:SPLIT, got {text!r}")

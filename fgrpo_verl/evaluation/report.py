@@ -1,0 +1,175 @@
+"""pass@k tables in the paper's Tables 12-14 layout (markdown + CSV) and pass@k-curve plots.
+
+Layout (paper App. A): one row per k = 1, 2, 4, ..., 256, one column per benchmark, each cell the runs' pass@k in
+percent joined by "/" in run order (two runs: "baseline/focal", e.g. ``15.0/15.9``). A cell shows "-" for a run
+whose smallest per-problem n is below k (pass@k is unbiased only for k <= n). Optional average columns
+(``--average "Math Avg=AIME24,AIME25,..."``) average the benchmark means, as the paper's Math/OOD Avg.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from fgrpo_verl.evaluation.pass_at_k import pass_at_k
+
+
+@dataclass
+class BenchmarkScores:
+    """Per-problem sample and correct counts of one run on one benchmark (problems sorted by id)."""
+
+    run: str
+    benchmark: str
+    problem_ids: list[str]
+    n: np.ndarray
+    c: np.ndarray
+
+    def pass_at(self, k: int) -> float:
+        """Mean unbiased pass@k over problems, NaN when k exceeds some problem's n."""
+        if k > int(self.n.min()):
+            return math.nan
+        return float(pass_at_k(self.n, self.c, k).mean())
+
+
+def collect_scores(records) -> dict[tuple[str, str], BenchmarkScores]:
+    """Group scored ``GenerationRecord``s into ``{(run, benchmark): BenchmarkScores}``."""
+    grouped: dict[tuple[str, str], dict[str, np.ndarray]] = {}
+    for rec in records:
+        if rec.correct is None:
+            raise ValueError(f"record {rec.key} has no per-sample correctness; score it first")
+        grouped.setdefault((rec.run, rec.benchmark), {})[rec.problem_id] = rec.correct
+    out = {}
+    for (run, bench), by_id in grouped.items():
+        ids = sorted(by_id)
+        out[(run, bench)] = BenchmarkScores(
+            run=run, benchmark=bench, problem_ids=ids,
+            n=np.array([by_id[i].size for i in ids], dtype=np.int64),
+            c=np.array([int(by_id[i].sum()) for i in ids], dtype=np.int64),
+        )
+    return out
+
+
+def table_rows(scores, runs, benchmarks, ks, averages=None) -> list[dict]:
+    """Long-form rows: one per (run, column, k) with pass@k in [0, 1] (NaN when k > n)."""
+    averages = averages or {}
+    rows = []
+    for run in runs:
+        for bench in benchmarks:
+            s = scores.get((run, bench))
+            if s is None:
+                continue
+            for k in ks:
+                rows.append(dict(run=run, benchmark=bench, k=k, pass_at_k=s.pass_at(k),
+                                 num_problems=len(s.problem_ids), min_n=int(s.n.min()), max_n=int(s.n.max())))
+        for name, members in averages.items():
+            missing = [b for b in members if (run, b) not in scores]
+            if missing:
+                raise ValueError(f"average {name!r}: run {run!r} has no scores for {missing}")
+            for k in ks:
+                vals = [scores[(run, b)].pass_at(k) for b in members]
+                rows.append(dict(run=run, benchmark=name, k=k, pass_at_k=float(np.mean(vals)),
+                                 num_problems=sum(len(scores[(run, b)].problem_ids) for b in members),
+                                 min_n=min(int(scores[(run, b)].n.min()) for b in members),
+                                 max_n=max(int(scores[(run, b)].n.max()) for b in members)))
+    return rows
+
+
+def _fmt(value: float) -> str:
+    return "-" if math.isnan(value) else f"{100 * value:.1f}"
+
+
+def markdown_table(rows, runs, columns, ks, marks=None) -> str:
+    """Rows k, columns benchmarks, cells run1/run2/... pass@k in %; ``marks[(run, column, k)]`` is appended."""
+    marks = marks or {}
+    value = {(r["run"], r["benchmark"], r["k"]): r["pass_at_k"] for r in rows}
+    lines = [f"*pass@k (%), cells: {'/'.join(runs)}*", "", "| k | " + " | ".join(columns) + " |",
+             "|---" * (len(columns) + 1) + "|"]
+    for k in ks:
+        cells = []
+        for col in columns:
+            parts = [_fmt(value.get((run, col, k), math.nan)) + marks.get((run, col, k), "") for run in runs]
+            cells.append("/".join(parts))
+        lines.append(f"| {k} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_tables(out_dir: Path, rows, runs, columns, ks, marks=None) -> dict[str, Path]:
+    """Write ``pass_at_k.md`` (paper layout), ``pass_at_k_table.csv`` (same grid, one column per benchmark/run,
+    values in %) and ``pass_at_k_long.csv`` (tidy rows, values in [0, 1])."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    md = out_dir / "pass_at_k.md"
+    md.write_text(markdown_table(rows, runs, columns, ks, marks), encoding="utf-8")
+
+    value = {(r["run"], r["benchmark"], r["k"]): r["pass_at_k"] for r in rows}
+    wide = out_dir / "pass_at_k_table.csv"
+    with wide.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["k"] + [f"{col}/{run}" for col in columns for run in runs])
+        for k in ks:
+            vals = [value.get((run, col, k), math.nan) for col in columns for run in runs]
+            writer.writerow([k] + ["" if math.isnan(v) else f"{100 * v:.4f}" for v in vals])
+
+    long = out_dir / "pass_at_k_long.csv"
+    with long.open("w", newline="", encoding="utf-8") as fh:
+        fields = ["run", "benchmark", "k", "pass_at_k", "num_problems", "min_n", "max_n"]
+        writer = csv.DictWriter(fh, fieldnames=fields)
+        writer.writeheader()
+        for r in rows:
+            writer.writerow({**r, "pass_at_k": "" if math.isnan(r["pass_at_k"]) else repr(r["pass_at_k"])})
+    return {"markdown": md, "wide_csv": wide, "long_csv": long}
+
+
+def plot_curves(out_dir: Path, rows, runs, columns, ks) -> list[Path]:
+    """One PNG per column (``pass_at_k_<column>.png``) plus ``pass_at_k_all.png``: pass@k (%) against k (log2),
+    one line per run."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # headless; never needs a display
+    import matplotlib.pyplot as plt
+
+    value = {(r["run"], r["benchmark"], r["k"]): r["pass_at_k"] for r in rows}
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    def draw(ax, col):
+        for run in runs:
+            ys = [100 * value.get((run, col, k), math.nan) for k in ks]
+            if not all(math.isnan(y) for y in ys):
+                ax.plot(ks, ys, marker="o", markersize=3, label=run)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ks)
+        ax.set_xticklabels([str(k) for k in ks], fontsize=7)
+        ax.set_xlabel("k")
+        ax.set_ylabel("pass@k (%)")
+        ax.set_title(col)
+        ax.grid(alpha=0.3)
+
+    paths = []
+    for col in columns:
+        fig, ax = plt.subplots(figsize=(4.5, 3.5))
+        draw(ax, col)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in col)
+        path = out_dir / f"pass_at_k_{safe}.png"
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        paths.append(path)
+
+    cols = min(3, len(columns))
+    nrows = math.ceil(len(columns) / cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(4.2 * cols, 3.3 * nrows), squeeze=False)
+    for ax, col in zip(axes.flat, columns):
+        draw(ax, col)
+    for ax in list(axes.flat)[len(columns):]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=8)
+    fig.tight_layout()
+    path = out_dir / "pass_at_k_all.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    paths.append(path)
+    return paths

@@ -1,0 +1,231 @@
+"""fgrpo-verl eval --from-generations on a generated fixture: hand-checked pass@k, tables, plots, significance."""
+
+import csv
+import io
+import json
+
+import numpy as np
+import pytest
+
+from fgrpo_verl.cli import main
+from fgrpo_verl.evaluation.significance import paired_subsampling_test
+
+# Hand-checked values (n = 4):
+#   c=1: pass@1 = 1/4, pass@2 = 1 - C(3,2)/C(4,2) = 1 - 3/6 = 1/2, pass@4 = 1
+#   c=2: pass@1 = 1/2, pass@2 = 1 - C(2,2)/C(4,2) = 5/6,        pass@4 = 1
+#   c=0: all 0
+FIXTURE = [
+    {"run": "GRPO", "benchmark": "X", "problem_id": "p1", "correct": [1, 0, 0, 0]},
+    {"run": "GRPO", "benchmark": "X", "problem_id": "p2", "correct": [1, 1, 0, 0]},
+    {"run": "GRPO", "benchmark": "X", "problem_id": "p3", "correct": [0, 0, 0, 0]},
+    {"run": "F-GRPO", "benchmark": "X", "problem_id": "p1", "correct": [True, True, False, False]},
+    {"run": "F-GRPO", "benchmark": "X", "problem_id": "p2", "correct": [0, 0, 0, 1]},
+    {"run": "F-GRPO", "benchmark": "X", "problem_id": "p3", "correct": [0, 1, 0, 0]},
+    # completions scored on load with the math-verify scorer: GRPO 2/4 correct, F-GRPO 1/4
+    {"run": "GRPO", "benchmark": "Y", "problem_id": 7, "answer": "\\frac{1}{2}",
+     "completions": ["so \\boxed{0.5}", "\\boxed{1}", "no idea", "\\boxed{\\frac12}"]},
+    {"run": "F-GRPO", "benchmark": "Y", "problem_id": 7, "answer": "\\frac{1}{2}",
+     "completions": ["\\boxed{2}", "\\boxed{1}", "no idea", "\\boxed{\\frac{1}{2}}"]},
+]
+WANT = {  # (run, benchmark, k) -> pass@k
+    ("GRPO", "X", 1): (1 / 4 + 1 / 2 + 0) / 3, ("GRPO", "X", 2): (1 / 2 + 5 / 6 + 0) / 3, ("GRPO", "X", 4): 2 / 3,
+    ("F-GRPO", "X", 1): (1 / 2 + 1 / 4 + 1 / 4) / 3, ("F-GRPO", "X", 2): (5 / 6 + 1 / 2 + 1 / 2) / 3,
+    ("F-GRPO", "X", 4): 1.0,
+    ("GRPO", "Y", 1): 1 / 2, ("GRPO", "Y", 2): 5 / 6, ("GRPO", "Y", 4): 1.0,
+    ("F-GRPO", "Y", 1): 1 / 4, ("F-GRPO", "Y", 2): 1 / 2, ("F-GRPO", "Y", 4): 1.0,
+}
+
+
+def _write(path, lines):
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+def test_from_generations_reproduces_hand_checked_values(tmp_path, capsys):
+    gen = _write(tmp_path / "gen.jsonl", FIXTURE)
+    out = tmp_path / "out"
+    rc = main(["eval", "--from-generations", str(gen), "--out", str(out), "--runs", "GRPO,F-GRPO",
+               "--average", "Avg=X,Y"])
+    assert rc == 0
+
+    with (out / "pass_at_k_long.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    got = {(r["run"], r["benchmark"], int(r["k"])): float(r["pass_at_k"]) for r in rows}
+    for key, want in WANT.items():
+        assert got[key] == pytest.approx(want, abs=1e-12), key
+    for run in ("GRPO", "F-GRPO"):
+        for k in (1, 2, 4):
+            assert got[(run, "Avg", k)] == pytest.approx((WANT[(run, "X", k)] + WANT[(run, "Y", k)]) / 2, abs=1e-12)
+    assert sorted({k for (_, _, k) in got}) == [1, 2, 4]  # capped at n = 4
+
+    md = (out / "pass_at_k.md").read_text()
+    table = [line for line in md.splitlines() if line.startswith("| ")]
+    assert table[0] == "| k | X | Y | Avg |"
+    # k = 2 row, X column: GRPO 44.4 / F-GRPO 61.1 (%), Y: 83.3/50.0
+    assert table[2].startswith("| 2 | 44.4/61.1 | 83.3/50.0 |")
+    assert "cells: GRPO/F-GRPO" in md
+
+    with (out / "pass_at_k_table.csv").open() as fh:
+        wide = list(csv.reader(fh))
+    assert wide[0] == ["k", "X/GRPO", "X/F-GRPO", "Y/GRPO", "Y/F-GRPO", "Avg/GRPO", "Avg/F-GRPO"]
+    assert [int(r[0]) for r in wide[1:]] == [1, 2, 4]
+    assert float(wide[1][1]) == pytest.approx(100 * WANT[("GRPO", "X", 1)], abs=1e-3)
+
+    for name in ("X", "Y", "Avg", "all"):
+        png = out / "plots" / f"pass_at_k_{name}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
+    assert "| 2 | 44.4/61.1" in capsys.readouterr().out
+
+
+def test_run_order_defaults_to_appearance_and_k_max_caps(tmp_path):
+    gen = _write(tmp_path / "gen.jsonl", FIXTURE[:6])
+    rc = main(["eval", "--from-generations", str(gen), "--out", str(tmp_path / "o"), "--k-max", "2", "--no-plots"])
+    assert rc == 0
+    md = (tmp_path / "o" / "pass_at_k.md").read_text()
+    assert "cells: GRPO/F-GRPO" in md and "| 4 |" not in md and not (tmp_path / "o" / "plots").exists()
+
+
+def test_completions_without_answer_are_scored_from_the_benchmark_file(tmp_path):
+    bench = _write(tmp_path / "b.jsonl", [{"id": 7, "problem": "1/2?", "answer": "\\frac{1}{2}"}])
+    lines = [{k: v for k, v in line.items() if k != "answer"} for line in FIXTURE[6:]]
+    gen = _write(tmp_path / "gen.jsonl", lines)
+    out = tmp_path / "o"
+    assert main(["eval", "--from-generations", str(gen), "--bench", f"Y={bench}", "--out", str(out), "--no-plots"]) == 0
+    rows = list(csv.DictReader((out / "pass_at_k_long.csv").open()))
+    assert float(rows[0]["pass_at_k"]) == pytest.approx(0.5)  # GRPO pass@1 on Y
+
+
+def test_custom_scorer_module_function(tmp_path):
+    import sys
+    import types
+
+    mod = types.ModuleType("my_eval_scorer")
+    mod.score = lambda data_source, solution_str, ground_truth, extra_info=None: {"score": float(solution_str == "yes")}
+    sys.modules["my_eval_scorer"] = mod
+    try:
+        gen = _write(tmp_path / "g.jsonl", [{"run": "A", "benchmark": "B", "problem_id": 0, "answer": "-",
+                                             "completions": ["yes", "no", "yes", "no"]}])
+        out = tmp_path / "o"
+        assert main(["eval", "--from-generations", str(gen), "--scorer", "my_eval_scorer:score", "--out", str(out),
+                     "--no-plots"]) == 0
+        rows = list(csv.DictReader((out / "pass_at_k_long.csv").open()))
+        assert [float(r["pass_at_k"]) for r in rows] == pytest.approx([0.5, 5 / 6, 1.0])
+    finally:
+        del sys.modules["my_eval_scorer"]
+
+
+@pytest.mark.parametrize(
+    "line,match",
+    [
+        ({"run": "A", "benchmark": "B", "problem_id": 1, "correct": [1, 2]}, "'correct' entries must be 0/1"),
+        ({"run": "A", "benchmark": "B", "problem_id": 1}, "needs 'correct'"),
+        ({"run": "", "benchmark": "B", "problem_id": 1, "correct": [1]}, "'run' must be a non-empty string"),
+        ({"run": "A", "benchmark": "B", "problem_id": 1, "completions": ["x"]}, "no 'answer'"),
+    ],
+)
+def test_bad_generation_lines_are_rejected(tmp_path, capsys, line, match):
+    gen = _write(tmp_path / "g.jsonl", [line])
+    assert main(["eval", "--from-generations", str(gen), "--out", str(tmp_path / "o")]) == 2
+    assert match in capsys.readouterr().err
+
+
+def test_duplicate_problem_lines_are_rejected(tmp_path, capsys):
+    gen = _write(tmp_path / "g.jsonl", [FIXTURE[0], FIXTURE[0]])
+    assert main(["eval", "--from-generations", str(gen), "--out", str(tmp_path / "o")]) == 2
+    assert "duplicate" in capsys.readouterr().err
+
+
+def _runs(rng, problems, n, p):
+    return np.full(problems, n), rng.binomial(n, p, size=problems)
+
+
+def test_significance_detects_a_real_difference():
+    rng = np.random.default_rng(0)
+    base_rate = rng.uniform(0.05, 0.6, size=60)
+    nb, cb = _runs(rng, 60, 1024, base_rate)
+    nf, cf = _runs(rng, 60, 1024, np.minimum(base_rate + 0.08, 1.0))
+    rows = paired_subsampling_test(nb, cb, nf, cf, ks=[1, 4], m=256, iterations=2000, seed=1)
+    for r in rows:
+        assert r.significant and r.ci_low > 0 and r.difference > 0 and r.p_value < 0.05
+        assert r.ci_low < r.difference < r.ci_high
+
+
+def test_significance_does_not_flag_identical_runs():
+    rng = np.random.default_rng(2)
+    n, c = _runs(rng, 40, 1024, rng.uniform(0.01, 0.9, size=40))
+    rows = paired_subsampling_test(n, c, n, c, ks=[1, 2, 16, 256], m=256, iterations=2000, seed=3)
+    for r in rows:
+        assert r.difference == 0.0 and not r.significant and r.ci_low <= 0 <= r.ci_high
+
+
+def test_significance_is_seeded_and_validates():
+    rng = np.random.default_rng(4)
+    n, c = _runs(rng, 10, 64, 0.3)
+    cf = rng.binomial(64, 0.35, size=10)
+    a = paired_subsampling_test(n, c, n, cf, ks=[1, 8], m=16, iterations=500, seed=5)
+    b = paired_subsampling_test(n, c, n, cf, ks=[1, 8], m=16, iterations=500, seed=5)
+    other = paired_subsampling_test(n, c, n, cf, ks=[1, 8], m=16, iterations=500, seed=6)
+    assert a == b and [r.ci_low for r in a] != [r.ci_low for r in other]
+    with pytest.raises(ValueError, match="m must be < the number of generations"):
+        paired_subsampling_test(n, c, n, c, m=64, iterations=10)
+    with pytest.raises(ValueError, match=r"every k must be an int in \[1, m=16\]"):
+        paired_subsampling_test(n, c, n, c, ks=[32], m=16, iterations=10)
+    with pytest.raises(ValueError, match="same problems"):
+        paired_subsampling_test(n, c, n[:5], c[:5], m=16, iterations=10)
+
+
+def test_cli_significance_writes_report_and_marks_cells(tmp_path):
+    rng = np.random.default_rng(6)
+    lines = []
+    for i in range(30):
+        p = rng.uniform(0.05, 0.4)
+        lines.append({"run": "base", "benchmark": "B", "problem_id": i, "correct": rng.binomial(1, p, 64).tolist()})
+        lines.append({"run": "focal", "benchmark": "B", "problem_id": i, "correct": rng.binomial(1, min(1, p + 0.3), 64).tolist()})
+    gen = _write(tmp_path / "g.jsonl", lines)
+    out = tmp_path / "o"
+    assert main(["eval", "--from-generations", str(gen), "--out", str(out), "--no-plots", "--significance", "base:focal",
+                 "--significance-m", "16", "--significance-iterations", "1000"]) == 0
+    sig = list(csv.DictReader((out / "significance.csv").open()))
+    assert [int(r["k"]) for r in sig] == [1, 2, 4, 8, 16]
+    assert sig[0]["significant"] == "True" and float(sig[0]["ci_low"]) > 0
+    row1 = [line for line in (out / "pass_at_k.md").read_text().splitlines() if line.startswith("| 1 |")][0]
+    assert row1.split("|")[2].strip().endswith("*")  # focal cell of column B marked significant
+    assert (out / "significance.md").read_text().count("| base | focal | B |") == 5
+
+
+def test_maze_scorer_on_verl_parquet_rows(tmp_path):
+    """The maze task's own checker scores completions against its verl-format held-out parquet."""
+    from fgrpo_verl.tasks.maze.data import write_parquet
+    from fgrpo_verl.tasks.maze.generator import generate_maze
+
+    mazes = [generate_maze(7, seed) for seed in range(3)]
+    bench = write_parquet(mazes, "val", tmp_path / "val.parquet")
+    # sample j of maze i is the exact path iff j < i + 1, else the path with one extra move appended
+    lines = [{"run": "sft", "benchmark": "maze", "problem_id": i,
+              "completions": [m.path if j <= i else m.path + "U" for j in range(4)]} for i, m in enumerate(mazes)]
+    gen = _write(tmp_path / "g.jsonl", lines)
+    out = tmp_path / "o"
+    assert main(["eval", "--from-generations", str(gen), "--bench", f"maze={bench}", "--scorer", "maze",
+                 "--out", str(out), "--no-plots"]) == 0
+    rows = {int(r["k"]): float(r["pass_at_k"]) for r in csv.DictReader((out / "pass_at_k_long.csv").open())}
+    assert rows[1] == pytest.approx((1 + 2 + 3) / 12)
+    assert rows[2] == pytest.approx(((1 - 3 / 6) + (1 - 1 / 6) + 1) / 3)
+
+
+def test_parallel_scoring_matches_serial(tmp_path):
+    rng = np.random.default_rng(8)
+    lines = []
+    for i in range(12):
+        answer = int(rng.integers(1, 50))
+        texts = [f"so \\boxed{{{answer if rng.random() < 0.4 else answer + 1}}}" for _ in range(6)]
+        lines.append({"run": "A", "benchmark": "M", "problem_id": i, "answer": str(answer), "completions": texts})
+    gen = _write(tmp_path / "g.jsonl", lines)
+    tables = []
+    for workers in ("1", "2"):
+        out = tmp_path / f"o{workers}"
+        assert main(["eval", "--from-generations", str(gen), "--score-workers", workers, "--out", str(out), "--no-plots"]) == 0
+        tables.append((out / "pass_at_k_long.csv").read_text())
+    assert tables[0] == tables[1]
+    want = np.mean([sum(t == f"so \\boxed{{{line['answer']}}}" for t in line["completions"]) / 6 for line in lines])
+    first = next(csv.DictReader(io.StringIO(tables[0])))
+    assert float(first["pass_at_k"]) == pytest.approx(want)

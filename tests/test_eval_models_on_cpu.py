@@ -1,0 +1,177 @@
+"""Model-backed evaluation on tiny random-weight Qwen2 models built locally: ΔNLL_rare (App. M.2), `eval --model`."""
+
+import csv
+import json
+import sys
+
+import numpy as np
+import pytest
+
+from evaluation_tiny_lm import build_tiny_lm
+from fgrpo_verl.cli import main
+from fgrpo_verl.evaluation.rare_nll import length_normalised_nll, load_model, select_rare, tokenize_pairs
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tiny")
+    return build_tiny_lm(root / "base", seed=0), build_tiny_lm(root / "other", seed=1)
+
+
+def manual_nll(model, prompt_ids, completion_ids):
+    """Straightforward per-sequence computation, no batching or padding."""
+    import torch
+
+    ids = torch.tensor([prompt_ids + completion_ids])
+    with torch.no_grad():
+        logp = torch.log_softmax(model(input_ids=ids).logits[0].double(), dim=-1)
+    total = 0.0
+    for t in range(len(prompt_ids), len(prompt_ids) + len(completion_ids)):
+        total -= float(logp[t - 1, ids[0, t]])
+    return total / len(completion_ids)
+
+
+def test_nll_matches_manual_computation_across_padded_batches(tiny):
+    model, tok = load_model(tiny[0])
+    prompts = ["What is 1 + 1?", "maze: go up", "Please reason step by step, and put your final answer"]
+    completions = [" \\boxed{2}", " go left, go down, go right. path found.", " 12"]
+    pairs = tokenize_pairs(tok, prompts, completions)
+    want = np.array([manual_nll(model, p, c) for p, c in pairs])
+    for budget in (10_000, 1):  # one padded batch, then one sequence per batch
+        got = length_normalised_nll(model, pairs, max_tokens_per_batch=budget)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert np.all(want > 0)
+    with pytest.raises(ValueError, match="at least one token"):
+        length_normalised_nll(model, [(pairs[0][0], [])])
+
+
+def test_select_rare_takes_the_top_fraction():
+    nll = np.array([0.5, 3.0, 1.0, 3.0, 2.0] * 40)  # 200 values
+    idx = select_rare(nll, 0.01)
+    assert list(idx) == [1, 3]  # ceil(2.0) = 2 highest, ties in input order
+    assert len(select_rare(nll, 0.012)) == 3
+    assert list(select_rare(np.array([1.0]), 0.01)) == [0]
+    with pytest.raises(ValueError, match="fraction"):
+        select_rare(nll, 0.0)
+
+
+def _rollouts(path):
+    lines = [
+        {"run": "base", "benchmark": "train", "problem_id": 0, "prompt": "What is 1 + 1?",
+         "completions": [" \\boxed{2}", " \\boxed{3}", " it is 2, so \\boxed{2}", " maze: go up"],
+         "correct": [1, 0, 1, 1]},
+        {"run": "base", "benchmark": "train", "problem_id": 1, "prompt": "maze: find the path.",
+         "completions": [" go up, go left. path found.", " nothing", " go right", "go down, go down"],
+         "correct": [1, 0, 1, 1]},
+    ]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return lines
+
+
+def test_rare_nll_cli_builds_the_set_and_unchanged_checkpoint_gives_zero(tiny, tmp_path):
+    base, other = tiny
+    lines = _rollouts(tmp_path / "rollouts.jsonl")
+    out = tmp_path / "out"
+    rc = main(["rare-nll", "--rollouts", str(tmp_path / "rollouts.jsonl"), "--base", str(base), "--top-fraction", "0.5",
+               "--model", f"same={base}", "--model", f"other={other}", "--out", str(out)])
+    assert rc == 0
+
+    rare_lines = [json.loads(x) for x in (out / "rare_set.jsonl").read_text().splitlines()]
+    stats, rare = rare_lines[0]["_stats"], rare_lines[1:]
+    assert stats["correct_trajectories"] == 6 and stats["rare_trajectories"] == 3
+
+    # independent check: the 3 highest base-NLL correct completions, none of the incorrect ones
+    model, tok = load_model(base)
+    correct = [(line["prompt"], c) for line in lines for c, ok in zip(line["completions"], line["correct"]) if ok]
+    nll = [manual_nll(model, *tokenize_pairs(tok, [p], [c])[0]) for p, c in correct]
+    top = sorted(range(6), key=lambda i: -nll[i])[:3]
+    assert [r["completion"] for r in rare] == [correct[i][1] for i in top]
+    assert [r["base_nll"] for r in rare] == pytest.approx([nll[i] for i in top], rel=1e-5)
+    assert all(r["completion"] not in (" \\boxed{3}", " nothing") for r in rare)
+
+    rows = {r["model"]: r for r in csv.DictReader((out / "rare_nll.csv").open())}
+    assert abs(float(rows["same"]["delta_nll"])) < 1e-5
+    other_model, _ = load_model(other)
+    want = np.mean([manual_nll(other_model, *tokenize_pairs(tok, [r["prompt"]], [r["completion"]])[0]) - r["base_nll"]
+                    for r in rare])
+    assert float(rows["other"]["delta_nll"]) == pytest.approx(want, rel=1e-4, abs=1e-5)
+    assert abs(want) > 1e-3  # a different model really does move the NLL
+
+    # reuse the fixed set without the base model
+    rc = main(["rare-nll", "--rare-set", str(out / "rare_set.jsonl"), "--model", f"other={other}", "--out", str(tmp_path / "o2")])
+    assert rc == 0
+    again = next(csv.DictReader((tmp_path / "o2" / "rare_nll.csv").open()))
+    assert float(again["delta_nll"]) == pytest.approx(float(rows["other"]["delta_nll"]), abs=1e-6)
+
+
+def test_rare_nll_cli_rejects_rollouts_without_prompts(tiny, tmp_path, capsys):
+    (tmp_path / "r.jsonl").write_text(json.dumps({"run": "b", "benchmark": "t", "problem_id": 0,
+                                                  "completions": ["x"], "correct": [1]}) + "\n")
+    assert main(["rare-nll", "--rollouts", str(tmp_path / "r.jsonl"), "--base", str(tiny[0]), "--out", str(tmp_path / "o")]) == 2
+    assert "needs 'prompt'" in capsys.readouterr().err
+
+
+def test_eval_generates_with_transformers_on_cpu_without_vllm(tiny, tmp_path):
+    import types
+
+    scorer = types.ModuleType("tiny_eval_scorer")
+    # deterministic, content-based rule: "correct" iff the completion has an even number of characters
+    scorer.score = lambda data_source, solution_str, ground_truth, extra_info=None: len(solution_str) % 2 == 0
+    sys.modules["tiny_eval_scorer"] = scorer
+    bench = tmp_path / "b.jsonl"
+    bench.write_text("".join(json.dumps({"id": i, "problem": f"What is {i} + 1?", "answer": str(i + 1)}) + "\n"
+                             for i in range(3)))
+    try:
+        out = tmp_path / "out"
+        rc = main(["eval", "--model", f"tiny={tiny[0]}", "--bench", f"toy={bench}", "--backend", "transformers",
+                   "--n", "4", "--max-new-tokens", "6", "--scorer", "tiny_eval_scorer:score", "--out", str(out),
+                   "--no-plots", "--batch-size", "2"])
+        assert rc == 0
+    finally:
+        del sys.modules["tiny_eval_scorer"]
+    assert "vllm" not in sys.modules
+    gens = [json.loads(x) for x in (out / "generations.jsonl").read_text().splitlines()]
+    assert [g["problem_id"] for g in gens] == ["0", "1", "2"]
+    for g in gens:
+        assert len(g["completions"]) == 4 and g["prompt"].endswith("<|im_start|>assistant\n")
+        assert "Please reason step by step" in g["prompt"]
+        assert g["correct"] == [int(len(t) % 2 == 0) for t in g["completions"]]
+    c = np.array([sum(g["correct"]) for g in gens])
+    rows = list(csv.DictReader((out / "pass_at_k_long.csv").open()))
+    assert float(rows[0]["pass_at_k"]) == pytest.approx(c.mean() / 4)
+
+
+def test_vllm_backend_glue_with_a_stand_in_module(tiny, tmp_path, monkeypatch):
+    """No GPU/vLLM here: a stand-in `vllm` module records what our sampler asks of vLLM's offline API."""
+    import types
+
+    calls = {}
+
+    class SamplingParams:
+        def __init__(self, **kwargs):
+            calls["sampling"] = kwargs
+
+    class LLM:
+        def __init__(self, **kwargs):
+            calls["engine"] = kwargs
+
+        def generate(self, prompts, params):
+            calls["prompts"] = prompts
+            n = calls["sampling"]["n"]
+            return [types.SimpleNamespace(outputs=[types.SimpleNamespace(text=f"\\boxed{{{i + j % 2}}}") for j in range(n)])
+                    for i in range(len(prompts))]
+
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=LLM, SamplingParams=SamplingParams))
+    bench = tmp_path / "b.jsonl"
+    bench.write_text("".join(json.dumps({"id": i, "problem": f"q{i}", "answer": str(i)}) + "\n" for i in range(2)))
+    out = tmp_path / "out"
+    rc = main(["eval", "--model", f"m={tiny[0]}", "--bench", f"B={bench}", "--n", "4", "--max-new-tokens", "16",
+               "--seed", "7", "--tensor-parallel-size", "1", "--vllm-engine-args", '{"enforce_eager": true}',
+               "--out", str(out), "--no-plots"])
+    assert rc == 0
+    assert calls["sampling"] == dict(n=4, temperature=1.0, top_p=1.0, max_tokens=16, seed=7, skip_special_tokens=True)
+    assert calls["engine"]["model"] == str(tiny[0]) and calls["engine"]["enforce_eager"] is True
+    assert len(calls["prompts"]) == 2 and calls["prompts"][0].endswith("<|im_start|>assistant\n")
+    rows = list(csv.DictReader((out / "pass_at_k_long.csv").open()))
+    # completions alternate \boxed{i}, \boxed{i+1}: half are correct for every problem -> pass@1 = 0.5
+    assert float(rows[0]["pass_at_k"]) == pytest.approx(0.5)
