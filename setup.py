@@ -54,6 +54,7 @@ setup(
         "matplotlib",
         # the paper's verifier for math answers (fgrpo-verl eval --scorer math)
         "math-verify>=0.9",
+        "tqdm",
     ],
     extras_require={
         "gpu": GPU_EXTRAS,

@@ -2,7 +2,7 @@
 
 Quick default (≲ 1 minute on 2 cores): the paper's policy scaled down 10× (12,800 actions, 1,000 correct, the
 same logits, so Q_pos = 0.631 and each non-anchor correct action has 6.3e-4 instead of 6.3e-5), N = 2, 8, …,
-32768, γ ∈ {0, 1}, 1 seed, 1,000 steps. Being 10× smaller, its concentration zone sits 10× lower in N.
+32768, γ ∈ {0, 1}, 2 seeds, 1,000 steps. Being 10× smaller, its concentration zone sits 10× lower in N.
 ``--paper``: 128,000 actions, 10,000 correct, N = 2, 4, …, 131072, γ ∈ {0, 1}, 4 seeds, 1,000 steps.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 HELP = "Categorical simulation of concentration (paper §5.1, Fig. 2): CSV/JSON numbers and Fig. 2 PNGs."
 
-QUICK = {"actions": 12_800, "correct": 1_000, "n": [2**k for k in range(1, 16, 2)], "gamma": [0.0, 1.0], "seeds": 1, "steps": 1000}
+QUICK = {"actions": 12_800, "correct": 1_000, "n": [2**k for k in range(1, 16, 2)], "gamma": [0.0, 1.0], "seeds": 2, "steps": 1000}
 PAPER = {"actions": 128_000, "correct": 10_000, "n": [2**k for k in range(1, 18)], "gamma": [0.0, 1.0], "seeds": 4, "steps": 1000}
 PAPER_CURVES = [2, 256, 8192, 131072]  # the N drawn in the paper's Fig. 2 (a, b)
 
@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--paper", action="store_true", help="the paper's full grid (17 N x 2 gamma x 4 seeds, 128k actions)")
     parser.add_argument("--n", type=int, nargs="+", help=f"group sizes N (quick default {QUICK['n']})")
     parser.add_argument("--gamma", type=float, nargs="+", help="focal strengths gamma >= 0 (default 0 1)")
-    parser.add_argument("--seeds", type=int, help="independent runs per (N, gamma) (quick 1, paper 4)")
+    parser.add_argument("--seeds", type=int, help="independent runs per (N, gamma) (quick 2, paper 4)")
     parser.add_argument("--steps", type=int, help="training steps (default 1000)")
     parser.add_argument("--actions", type=int, help="number of actions (quick 12800, paper 128000)")
     parser.add_argument("--correct", type=int, help="number of correct actions, the anchor included (quick 1000, paper 10000)")

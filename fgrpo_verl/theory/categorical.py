@@ -23,7 +23,7 @@ Metrics after every step: Q_pos = Σ_{correct} p_i and the retained positive mas
 
 Which update reproduces Fig. 2. The paper prints the linear surrogate (1/N) Σ r̃_j p_j with η = 1e-2 but not the
 optimiser. Plain gradient ascent on it moves nothing: its gradient is O(η p_i^2) with p_i ≈ 6e-5, and after
-1,000 steps Q_pos is 0.63008 -> 0.63008 for every N (measured, see docs/theory.md). The same holds for SGD on the
+1,000 steps Q_pos is 0.63008 -> 0.63008 at N = 2, 64, 1024, 8192 and 131072 (measured, see docs/theory.md). The same holds for SGD on the
 log surrogate. With Adam (lr η), the log surrogate reproduces all of the paper's findings (Q_pos grows for every N;
 M_ret ≈ 1 at small N, collapses at intermediate N, recovers at N = 2^17; γ = 1 retains more in the collapse
 zone) and the linear surrogate does not (M_ret collapses at N = 2^17 too, because its expected gradient itself
@@ -31,8 +31,8 @@ favours the anchor). The default is therefore ``surrogate="log", optimizer="adam
 flag away (``--surrogate linear --optimizer sgd``).
 
 Everything is vectorised over runs: all (N, γ, seed) combinations are rows of one (runs, actions) tensor;
-sampling is one inverse-CDF ``searchsorted`` per distinct N plus one ``bincount``, so no Python loop touches
-actions or samples.
+sampling is an inverse-CDF search per run (``CountSampler``) plus one ``index_add_`` into per-action counts, so
+no Python loop touches actions or draws.
 """
 
 from __future__ import annotations
@@ -229,6 +229,26 @@ class CountSampler:
             self.pool.shutdown()
 
 
+def surrogate_gradient_(counts: torch.Tensor, p: torch.Tensor, n_col, gamma_col, setup: CategoricalSetup, surrogate: str):
+    """Steps 3-5 of the module docstring, in place: per-action counts (runs, actions) -> ∇_z of g · surrogate.
+
+    ``n_col`` (runs, 1) holds each run's N and ``gamma_col`` (runs,) its γ, both float64.
+    """
+    ncorrect, r_c, r_w = setup.num_correct, setup.reward_correct, setup.reward_incorrect
+    x = counts[:, :ncorrect].sum(1, dtype=torch.float64).unsqueeze(1)  # X: correct draws per run
+    mu_hat = x / n_col
+    r_bar = (x * r_c + (n_col - x) * r_w) / n_col
+    g = focal_weight(mu_hat.squeeze(1), gamma_col).unsqueeze(1)  # (runs, 1)
+    # w_i = g c_i r̃_i / N; r̃ takes one value on the correct and one on the incorrect actions.
+    w = counts
+    w[:, :ncorrect].mul_((g * (r_c - r_bar) / n_col).to(w.dtype))
+    w[:, ncorrect:].mul_((g * (r_w - r_bar) / n_col).to(w.dtype))
+    if surrogate == "log":
+        # ∂/∂z_k Σ_i w_i log p_i = w_k - p_k Σ_i w_i, and Σ_i w_i = g/N Σ_j r̃_j = 0 exactly: the gradient is w.
+        return w
+    return w.sub_((w * p).sum(1, keepdim=True)).mul_(p)  # p_k (w_k - Σ_i w_i p_i)
+
+
 def simulate(config: SimulationConfig, progress: bool = False, dtype=torch.float32, workers: int = 2) -> SimulationResult:
     """Run every (N, γ, seed) combination of ``config`` side by side; see the module docstring for the math.
 
@@ -246,7 +266,6 @@ def simulate(config: SimulationConfig, progress: bool = False, dtype=torch.float
     block_sizes = [(block, int(n)) for n in config.group_sizes]
     n_col = torch.tensor([float(n) for n, _, _ in grid], dtype=torch.float64).unsqueeze(1)  # (runs, 1)
     gamma_col = torch.tensor([float(g) for _, g, _ in grid], dtype=torch.float64)  # (runs,)
-    r_c, r_w = setup.reward_correct, setup.reward_incorrect
 
     z = setup.initial_logits(dtype).unsqueeze(0).repeat(runs, 1)
     p = torch.empty_like(z)
@@ -258,6 +277,7 @@ def simulate(config: SimulationConfig, progress: bool = False, dtype=torch.float
         torch.amax(z, dim=1, keepdim=True, out=row_max)
         torch.sub(z, row_max, out=p).exp_()
         return p.div_(p.sum(1, keepdim=True))
+
     p0_correct = torch.softmax(setup.initial_logits(torch.float64), 0)[:ncorrect]
     p0_correct_mass = float(p0_correct.sum())
     adam = config.optimizer == "adam"
@@ -278,35 +298,25 @@ def simulate(config: SimulationConfig, progress: bool = False, dtype=torch.float
     start = time.perf_counter()
     softmax_(z, p)
     record(0, p)
-    for t in tqdm(range(1, config.steps + 1), desc=f"simulate {runs} runs", unit="step", disable=not progress):
-        sampler(p, out=counts)
-        x = counts[:, :ncorrect].sum(1, dtype=torch.float64).unsqueeze(1)  # X: correct draws per run
-        mu_hat = x / n_col
-        r_bar = (x * r_c + (n_col - x) * r_w) / n_col
-        g = focal_weight(mu_hat.squeeze(1), gamma_col).unsqueeze(1)  # (runs, 1)
-        # w_i = c_i r̃_i / N, already times g; r̃ takes one value on correct and one on incorrect actions.
-        grad = counts
-        grad[:, :ncorrect].mul_((g * (r_c - r_bar) / n_col).to(dtype))
-        grad[:, ncorrect:].mul_((g * (r_w - r_bar) / n_col).to(dtype))
-        if config.surrogate == "log":
-            # ∂/∂z_k Σ_i w_i log p_i = w_k - p_k Σ_i w_i, and Σ_i w_i = Σ_j r̃_j = 0 exactly: the gradient is w.
-            pass
-        else:
-            grad.sub_((grad * p).sum(1, keepdim=True)).mul_(p)  # p_k (w_k - Σ_i w_i p_i)
-        if adam:
-            m.lerp_(grad, 1 - b1)
-            v.mul_(b2).addcmul_(grad, grad, value=1 - b2)
-            # η m̂ / (sqrt(v̂) + ε) with m̂ = m / (1 - β1^t), v̂ = v / (1 - β2^t), rearranged to skip one pass:
-            # = η sqrt(1 - β2^t) / (1 - β1^t) · m / (sqrt(v) + ε sqrt(1 - β2^t))
-            c2 = math.sqrt(1 - b2**t)
-            torch.sqrt(v, out=denom).add_(ADAM_EPS * c2)
-            z.addcdiv_(m, denom, value=config.lr * c2 / (1 - b1**t))  # ascent on the surrogate
-        else:
-            z.add_(grad, alpha=config.lr)
-        softmax_(z, p)
-        record(t, p)
+    try:
+        for t in tqdm(range(1, config.steps + 1), desc=f"simulate {runs} runs", unit="step", disable=not progress):
+            sampler(p, out=counts)
+            grad = surrogate_gradient_(counts, p, n_col, gamma_col, setup, config.surrogate)
+            if adam:
+                m.lerp_(grad, 1 - b1)
+                v.mul_(b2).addcmul_(grad, grad, value=1 - b2)
+                # η m̂ / (sqrt(v̂) + ε), m̂ = m / (1 - β1^t), v̂ = v / (1 - β2^t), rearranged to save one pass:
+                # = η sqrt(1 - β2^t) / (1 - β1^t) · m / (sqrt(v) + ε sqrt(1 - β2^t))
+                c2 = math.sqrt(1 - b2**t)
+                torch.sqrt(v, out=denom).add_(ADAM_EPS * c2)
+                z.addcdiv_(m, denom, value=config.lr * c2 / (1 - b1**t))  # ascent on the surrogate
+            else:
+                z.add_(grad, alpha=config.lr)
+            softmax_(z, p)
+            record(t, p)
+    finally:
+        sampler.close()
     seconds = time.perf_counter() - start
-    sampler.close()
     p64 = p.to(torch.float64)
     entropy = -(p64 * torch.log(p64.clamp_min(1e-300))).sum(1).numpy().reshape(shape[1:])
     return SimulationResult(config=config, q_pos=q_pos, m_ret=m_ret, anchor=anchor, final_entropy=entropy, seconds=seconds)
