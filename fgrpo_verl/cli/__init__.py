@@ -14,6 +14,7 @@ import sys
 COMMANDS = {
     "train": "train",
     "doctor": "doctor",
+    "launch": "launch",
 }
 
 
