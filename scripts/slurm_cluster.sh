@@ -104,6 +104,8 @@ up() {
     down >/dev/null 2>&1 || true
     install -d -m 0755 "$DIR" "$DIR/state" "$DIR/spool-n1" "$DIR/spool-n2"
     install -d -m 0755 -o munge -g munge "$DIR/munge"
+    runuser -u munge -- test -w "$DIR/munge" \
+        || die "user munge cannot reach $DIR/munge (a parent directory is not world-executable); pick another FGRPO_SLURM_DIR"
     write_conf
 
     # munged refuses to run as root; it runs as `munge` with the packaged key and a socket of our own.

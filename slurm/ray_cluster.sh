@@ -101,7 +101,7 @@ fgrpo_ray_up() {
     # shellcheck disable=SC2046,SC2086
     srun --overlap --nodes=1 --ntasks=1 --cpus-per-task=1 -w "${FGRPO_NODES[0]}" \
         $ray_cmd start --head --block --node-ip-address="$head_ip" --port="$gcs_port" \
-        --num-cpus="$cpus" --num-gpus="$gpus" --include-dashboard=false --disable-usage-stats \
+        --num-cpus="$cpus" --num-gpus="$gpus" --include-dashboard=false --dashboard-port=$((FGRPO_RAY_PORT_BASE + 2)) --disable-usage-stats \
         --ray-client-server-port=$((FGRPO_RAY_PORT_BASE + 1)) --temp-dir="$FGRPO_RAY_SESSION_DIR/0" \
         $(fgrpo_node_ports 0) &
     FGRPO_RAY_STEP_PIDS+=($!)
@@ -134,8 +134,9 @@ fgrpo_ray_wait() {
         fi
         for ((i = 0; i < ${#FGRPO_RAY_STEP_PIDS[@]}; i++)); do
             if ! kill -0 "${FGRPO_RAY_STEP_PIDS[i]}" 2>/dev/null; then
-                wait "${FGRPO_RAY_STEP_PIDS[i]}"
-                fgrpo_fail "the Ray step on node ${FGRPO_NODES[i]} (${FGRPO_NODE_IPS[i]}) exited with status $?" \
+                local rc=0
+                wait "${FGRPO_RAY_STEP_PIDS[i]}" || rc=$?
+                fgrpo_fail "the Ray step on node ${FGRPO_NODES[i]} (${FGRPO_NODE_IPS[i]}) exited with status $rc" \
                     "before joining; its output is above in this log. Still missing: ${missing[*]}"
                 return 1
             fi
