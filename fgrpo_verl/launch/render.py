@@ -36,6 +36,8 @@ class JobScript:
     nodes: int
     gpus_per_node: int
     text: str
+    # the composed config the job was validated with (what `fgrpo-verl train` will compose from the same overrides)
+    config: object
 
 
 def sbatch_directives(
@@ -104,4 +106,6 @@ def render_job(
         .replace("{{SLURM_DIR}}", shlex.quote(str(slurm_dir())))
         .replace("{{TRAIN_COMMAND}}", train_command(overrides))
     )
-    return JobScript(run=run, job_name=job_name, overrides=tuple(overrides), nodes=nodes, gpus_per_node=gpus, text=text)
+    return JobScript(
+        run=run, job_name=job_name, overrides=tuple(overrides), nodes=nodes, gpus_per_node=gpus, text=text, config=config
+    )
