@@ -15,6 +15,7 @@ COMMANDS = {
     "train": "train",
     "doctor": "doctor",
     "launch": "launch",
+    "prepare-deepscaler": "prepare_deepscaler",
 }
 
 
