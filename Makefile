@@ -24,6 +24,11 @@ test: venv slurm-deps
 test-fast: venv
 	$(PY) -m pytest tests -m "not e2e and not slurm" $(PYTEST_ARGS)
 
+# The README's main job: F-GRPO vs GRPO on small mazes through verl on CPU (<= 10 min on 2 cores after install).
+DEMO_ARGS ?=
+demo: venv
+	$(VENV)/bin/fgrpo-verl demo $(DEMO_ARGS)
+
 doctor: venv
 	$(VENV)/bin/fgrpo-verl doctor
 

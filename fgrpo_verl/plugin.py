@@ -9,9 +9,11 @@ from __future__ import annotations
 
 
 def register_all() -> None:
-    from fgrpo_verl import estimator
+    from fgrpo_verl import backends, estimator
 
     estimator.register()
+    # Only when $FGRPO_VERL_BACKEND names one (e.g. `backend=cpu`): GPU runs never import backend code.
+    backends.register_selected()
 
 
 register_all()

@@ -16,6 +16,7 @@ COMMANDS = {
     "doctor": "doctor",
     "launch": "launch",
     "prepare-deepscaler": "prepare_deepscaler",
+    "demo": "demo",
 }
 
 

@@ -16,10 +16,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _export_ray_env_vars(overrides: list[str]) -> None:
+    """Export the config's Ray ``env_vars`` into this (driver) process too, before verl picks its platform.
+
+    Ray actors get them from ``ray_kwargs.ray_init.runtime_env.env_vars``; the driver would otherwise resolve
+    verl's platform without them (e.g. ``backend=cpu`` sets ``VERL_PLATFORM=cpu`` and ``FGRPO_VERL_BACKEND``).
+    """
+    import os
+
+    from omegaconf import OmegaConf
+
+    from fgrpo_verl.compose import compose
+
+    env_vars = OmegaConf.select(compose(overrides), "ray_kwargs.ray_init.runtime_env.env_vars", default=None) or {}
+    os.environ.update({str(k): str(v) for k, v in env_vars.items()})
+
+
 def run(args: argparse.Namespace) -> int:
     from fgrpo_verl.paths import CONFIG_NAME, config_dir
     from fgrpo_verl.plugin import register_all
 
+    _export_ray_env_vars(args.overrides)
     # verl swallows plugin import errors; registering here makes a broken install fail before Ray starts.
     register_all()
     from verl.trainer import main_ppo

@@ -1,0 +1,204 @@
+"""``fgrpo-verl demo``: the README's main job. F-GRPO against GRPO on small mazes, end to end on CPU.
+
+1. build train / held-out mazes, the tokenizer and a tiny Qwen2 (``fgrpo_verl.tasks.maze.build``);
+2. SFT warm start on the target trajectories (``fgrpo_verl.tasks.maze.sft``), held-out pass@k of the result;
+3. RL through verl (``fgrpo-verl train backend=cpu ...``): GRPO (gamma = 0) and F-GRPO (gamma = 0.5),
+   same data, same seed, same steps (``fgrpo_verl.tasks.maze.rl.train_maze``);
+4. a table: train reward at the start and end of each run, held-out pass@1 / pass@k (unbiased estimator over
+   ``val_n`` samples per maze), plus where the W&B runs, logs and the plot are.
+
+The defaults are sized so that the whole job takes <= 10 minutes on 2 cores and < 8 GB RAM (docs/maze.md has
+the measured numbers). W&B logs offline unless W&B is configured (WANDB_API_KEY / ``wandb login`` / WANDB_MODE).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import threading
+import time
+from pathlib import Path
+
+HELP = "F-GRPO vs GRPO on small mazes, end to end on CPU: build, SFT, two verl runs, held-out pass@k table."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("task and model")
+    g.add_argument("--out-dir", default="fgrpo_demo", help="where data, models, runs, W&B files and the plot go")
+    g.add_argument("--size", type=int, default=9, help="maze grid side incl. walls, odd >= 5 (paper: 17)")
+    g.add_argument("--n-train", type=int, default=2000, help="training mazes (paper: 1M)")
+    g.add_argument("--n-val", type=int, default=64, help="held-out mazes (paper: 256)")
+    g.add_argument("--model-preset", default="tiny", help="model preset: tiny (demo) or paper (~3.9M params)")
+    g.add_argument("--seed", type=int, default=0, help="seed of mazes, model init, SFT batches and RL data order")
+    g = parser.add_argument_group("SFT warm start (paper: 1500 steps, batch 32, lr 5e-4)")
+    g.add_argument("--sft-steps", type=int, default=300, help="SFT optimizer steps")
+    g.add_argument("--sft-batch", type=int, default=32, help="SFT batch size")
+    g.add_argument("--sft-lr", type=float, default=1e-3, help="SFT AdamW learning rate")
+    g = parser.add_argument_group("RL (verl)")
+    g.add_argument("--gammas", default="0,0.5", help="comma-separated focal strengths; 0 = GRPO")
+    g.add_argument("--rl-steps", type=int, default=30, help="RL steps per run")
+    g.add_argument("--batch-size", type=int, default=16, help="mazes per RL step")
+    g.add_argument("--n", type=int, default=8, help="rollouts per maze (group size N)")
+    g.add_argument("--lr", type=float, default=1e-3, help="RL actor learning rate")
+    g.add_argument("--val-n", type=int, default=16, help="samples per held-out maze for pass@k (k up to this)")
+    g.add_argument("--backend", default="cpu", help="execution backend config group (cpu or gpu)")
+    g.add_argument("overrides", nargs="*", help="extra Hydra overrides passed to every RL run")
+
+
+def _wandb_configured() -> bool:
+    if os.environ.get("WANDB_MODE") or os.environ.get("WANDB_API_KEY"):
+        return True
+    netrc = Path.home() / ".netrc"
+    return netrc.is_file() and "api.wandb.ai" in netrc.read_text(errors="ignore")
+
+
+class PeakMemory:
+    """Samples the summed RSS of this process and all its descendants (Ray included) every 0.5 s.
+
+    A sum of RSS counts shared pages once per process, so it is an upper bound on the real footprint."""
+
+    def __init__(self):
+        import psutil
+
+        self._proc = psutil.Process()
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self):
+        import psutil
+
+        while not self._stop.is_set():
+            total = 0
+            for p in [self._proc, *self._proc.children(recursive=True)]:
+                try:
+                    total += p.memory_info().rss
+                except psutil.Error:
+                    pass
+            self.peak = max(self.peak, total)
+            self._stop.wait(0.5)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+def _mean(values):
+    return sum(values) / len(values) if values else float("nan")
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from fgrpo_verl.evaluation import ks_up_to, mean_pass_at_k
+    from fgrpo_verl.tasks.maze import build
+    from fgrpo_verl.tasks.maze.data import make_splits
+    from fgrpo_verl.tasks.maze.evaluate import evaluate
+    from fgrpo_verl.tasks.maze.model import save_model_dir
+    from fgrpo_verl.tasks.maze.rl import TRAIN_REWARD_KEY, RLSettings, correct_counts_from_dump, read_metrics, train_maze
+    from fgrpo_verl.tasks.maze.sft import SFTConfig, sft
+
+    try:
+        gammas = [float(g) for g in args.gammas.split(",")]
+    except ValueError as err:
+        raise ValueError(f"--gammas must be comma-separated floats, got {args.gammas!r}") from err
+    settings = RLSettings(steps=args.rl_steps, batch_size=args.batch_size, n=args.n, lr=args.lr, val_n=args.val_n, seed=args.seed)
+    sft_config = SFTConfig(steps=args.sft_steps, batch_size=args.sft_batch, lr=args.sft_lr, seed=args.seed)
+    ks = ks_up_to(args.val_n)
+    out = Path(args.out_dir).resolve()
+    if not _wandb_configured():
+        os.environ["WANDB_MODE"] = "offline"
+    t0 = time.time()
+    with PeakMemory() as memory:
+        print(f"[demo] 1/4 building {args.size}x{args.size} mazes ({args.n_train} train, {args.n_val} held-out) and a "
+              f"'{args.model_preset}' Qwen2 in {out}", flush=True)
+        b = build(out / "maze", size=args.size, n_train=args.n_train, n_val=args.n_val, model_preset=args.model_preset, seed=args.seed)
+        splits = make_splits(args.size, args.n_train, args.n_val, args.seed)
+
+        print(f"[demo] 2/4 SFT warm start: {sft_config.steps} steps, batch {sft_config.batch_size}, lr {sft_config.lr}", flush=True)
+        torch.manual_seed(args.seed)
+        tokenizer = AutoTokenizer.from_pretrained(b.model_dir)
+        model = AutoModelForCausalLM.from_pretrained(b.model_dir)
+        losses = sft(model, tokenizer, splits.train, sft_config)
+        sft_dir = str(save_model_dir(model, tokenizer, out / "maze" / "sft_model"))
+        sft_eval = evaluate(model, tokenizer, splits.val, n=args.val_n, ks=ks, seed=args.seed)
+        del model
+        print(f"[demo] SFT loss {_mean(losses[:10]):.3f} -> {_mean(losses[-10:]):.3f}; held-out "
+              + ", ".join(f"pass@{k} {v:.3f}" for k, v in sft_eval.pass_at.items()), flush=True)
+        t_sft = time.time() - t0
+
+        print(f"[demo] 3/4 RL through verl ({args.backend} backend): {settings.steps} steps x {settings.batch_size} "
+              f"mazes x {settings.n} rollouts, gammas {gammas}", flush=True)
+        rows = []
+        for gamma in gammas:
+            name = "grpo" if gamma == 0 else f"fgrpo_gamma{gamma:g}"
+            t_run = time.time()
+            result = train_maze(b, sft_dir, gamma, settings, out / "runs" / name, name, extra_overrides=[f"backend={args.backend}", *args.overrides])
+            rows.append((result, time.time() - t_run))
+            if result.returncode != 0:
+                print(f"[demo] run {name} failed (exit {result.returncode}); log: {result.run_dir}/train.log", flush=True)
+        t_rl = time.time() - t0 - t_sft
+
+        print("[demo] 4/4 results", flush=True)
+        table, curves = [], {}
+        for result, seconds in rows:
+            if result.returncode != 0:
+                table.append((result.name, result.gamma, None, None, {}, seconds))
+                continue
+            metrics = read_metrics(result.metrics_file)
+            steps = sorted(s for s, m in metrics.items() if TRAIN_REWARD_KEY in m)
+            curve = [metrics[s][TRAIN_REWARD_KEY] for s in steps]
+            curves[result.name] = (steps, curve)
+            n, correct = correct_counts_from_dump(Path(result.run_dir) / "validation" / f"{settings.steps}.jsonl")
+            passes = {k: mean_pass_at_k(n, correct, k) for k in ks}
+            table.append((result.name, result.gamma, _mean(curve[:3]), _mean(curve[-3:]), passes, seconds))
+        plot = _plot(curves, sft_eval.pass_at[1], out / "reward_curves.png")
+    wall = time.time() - t0
+
+    header = f"{'run':<18}{'gamma':>6}{'train reward (first 3 -> last 3 steps)':>40}" + "".join(f"{'pass@' + str(k):>10}" for k in ks)
+    print("\n" + header)
+    print("-" * len(header))
+    print(f"{'SFT start':<18}{'':>6}{'':>40}" + "".join(f"{sft_eval.pass_at[k]:>10.3f}" for k in ks))
+    for name, gamma, start, end, passes, _ in table:
+        if start is None:
+            print(f"{name:<18}{gamma:>6g}{'FAILED':>40}")
+            continue
+        print(f"{name:<18}{gamma:>6g}{f'{start:.3f} -> {end:.3f}':>40}" + "".join(f"{passes[k]:>10.3f}" for k in ks))
+    print(f"\nheld-out: {args.n_val} mazes x {args.val_n} samples at T=1.0, unbiased pass@k (Chen et al. 2021)")
+    print(f"wall time {wall / 60:.1f} min (build+SFT+eval {t_sft:.0f} s, RL {t_rl:.0f} s); "
+          f"peak RAM (summed RSS of all processes) {memory.peak / 2**30:.2f} GiB")
+    wandb_dirs = sorted(str(p) for p in (out / "runs").glob("*/wandb/*run-*"))
+    print(f"W&B ({os.environ.get('WANDB_MODE', 'online')}): " + (", ".join(wandb_dirs) or "no run directories found"))
+    if os.environ.get("WANDB_MODE") == "offline" and wandb_dirs:
+        print("  upload later with: wandb sync " + " ".join(wandb_dirs))
+    print(f"verl logs and metrics: {out / 'runs'}/<run>/train.log, metrics.jsonl, validation/")
+    if plot:
+        print(f"plot: {plot}")
+    return 0 if all(r.returncode == 0 for r, _ in rows) else 1
+
+
+def _plot(curves: dict, sft_pass1: float, path: Path) -> Path | None:
+    if not curves:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, (steps, curve) in curves.items():
+        ax.plot(steps, curve, label=name)
+    ax.axhline(sft_pass1, color="gray", linestyle="--", label="SFT held-out pass@1")
+    ax.set_xlabel("RL step")
+    ax.set_ylabel("train reward (batch mean)")
+    ax.set_title("maze: GRPO vs F-GRPO on the CPU backend")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

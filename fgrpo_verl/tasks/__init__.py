@@ -1,0 +1,1 @@
+"""Tasks whose data, tokenizer, reward and model are built locally (no hub downloads)."""

@@ -1,0 +1,69 @@
+"""Build everything the maze task needs into one directory: data, tokenizer and an initial model.
+
+Layout of ``out_dir``::
+
+    data/train.parquet, data/val.parquet   verl RL datasets (held-out = "val")
+    init_model/                            random-init Qwen2 + tokenizer (a complete HF model dir)
+    build.json                             the arguments and derived lengths (prompt / longest path)
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from fgrpo_verl.tasks.maze.data import make_splits, write_parquet
+from fgrpo_verl.tasks.maze.generator import max_possible_path_length
+from fgrpo_verl.tasks.maze.model import build_model, save_model_dir
+from fgrpo_verl.tasks.maze.tokenizer import build_tokenizer
+
+
+@dataclass(frozen=True)
+class MazeBuild:
+    out_dir: str
+    train_file: str
+    val_file: str
+    model_dir: str
+    size: int
+    n_train: int
+    n_val: int
+    model_preset: str
+    seed: int
+    prompt_length: int  # tokens in every prompt (all mazes of one size have the same prompt length)
+    max_path_length: int  # longest target action sequence over train and held-out
+    # a data.max_response_length that no unterminated response can pass at: longer than any path this size can
+    # have (c x c cells: at most 2c^2 - 1 open squares, so at most 2c^2 - 2 moves), plus the <eos> token
+    max_response_length: int
+
+    def save(self) -> None:
+        Path(self.out_dir, "build.json").write_text(json.dumps(asdict(self), indent=2))
+
+
+def build(out_dir, size: int = 17, n_train: int = 10000, n_val: int = 256, model_preset: str = "paper", seed: int = 0):
+    """Write train/held-out parquet files and a random-init model dir into ``out_dir``; returns a :class:`MazeBuild`."""
+    from fgrpo_verl.tasks.maze.prompt import prompt_text
+
+    out = Path(out_dir)
+    splits = make_splits(size, n_train, n_val, seed)
+    train_file = write_parquet(splits.train, "train", out / "data" / "train.parquet")
+    val_file = write_parquet(splits.val, "val", out / "data" / "val.parquet")
+    tokenizer = build_tokenizer()
+    model_dir = save_model_dir(build_model(model_preset, tokenizer, seed), tokenizer, out / "init_model")
+    max_path = max(len(m.path) for m in splits.train + splits.val)
+    result = MazeBuild(
+        out_dir=str(out),
+        train_file=str(train_file),
+        val_file=str(val_file),
+        model_dir=str(model_dir),
+        size=size,
+        n_train=n_train,
+        n_val=n_val,
+        model_preset=model_preset,
+        seed=seed,
+        prompt_length=len(tokenizer.encode(prompt_text(splits.train[0]), add_special_tokens=False)),
+        max_path_length=max_path,
+        max_response_length=max_possible_path_length(size) + 1,
+    )
+    result.save()
+    return result

@@ -1,0 +1,56 @@
+"""Train / held-out parquet files in verl's RL dataset format (``verl.utils.dataset.rl_dataset.RLHFDataset``).
+
+Columns: ``data_source`` ("maze", selects the reward via ``data.reward_fn_key``), ``prompt`` (list of chat
+messages; verl applies the tokenizer's chat template, ours concatenates), ``ability``, ``reward_model``
+({"style": "rule", "ground_truth": <action string>}), ``extra_info`` ({"split", "index", "size", "maze",
+"path_length"}; ``index`` is what verl reports per sample, ``maze`` feeds the ``reach`` reward rule).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from fgrpo_verl.tasks.maze.generator import Maze, generate_split
+from fgrpo_verl.tasks.maze.prompt import DATA_SOURCE, prompt_messages, prompt_text
+
+ABILITY = "maze_navigation"
+
+
+def maze_row(maze: Maze, split: str, index: int) -> dict:
+    """One parquet row for ``maze``."""
+    return {
+        "data_source": DATA_SOURCE,
+        "prompt": prompt_messages(maze),
+        "ability": ABILITY,
+        "reward_model": {"style": "rule", "ground_truth": maze.path},
+        "extra_info": {
+            "split": split,
+            "index": index,
+            "size": maze.size,
+            "maze": prompt_text(maze),
+            "path_length": len(maze.path),
+        },
+    }
+
+
+@dataclass(frozen=True)
+class MazeData:
+    train: list[Maze]
+    val: list[Maze]
+
+
+def make_splits(size: int, n_train: int, n_val: int, seed: int) -> MazeData:
+    """Held-out mazes first, then train mazes from another seed stream with every held-out maze excluded."""
+    val = generate_split(size, n_val, seed, "val")
+    train = generate_split(size, n_train, seed, "train", exclude={m.key() for m in val})
+    return MazeData(train=train, val=val)
+
+
+def write_parquet(mazes: list[Maze], split: str, path: str | Path) -> Path:
+    import pandas as pd
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame([maze_row(m, split, i) for i, m in enumerate(mazes)]).to_parquet(path, index=False)
+    return path

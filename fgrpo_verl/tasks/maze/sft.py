@@ -1,0 +1,88 @@
+"""Supervised warm start of the maze policy on the target trajectories (paper §5.2, App. K).
+
+The paper: SFT from scratch, 1,500 steps, batch 32, AdamW, lr 5e-4; it sets up the output format and gives a
+non-zero pass rate before RL. This is a plain torch loop, not verl's SFT trainer: verl 0.9.1's SFT trainer runs
+through ``torchrun`` and an FSDP engine that registers only for CUDA/NPU devices, so on CPU it would need the
+whole CPU platform just to fit a few-hundred-thousand-parameter model for a minute; a 40-line loop is clearer.
+
+Loss: next-token cross-entropy on the response tokens only (the actions and the closing ``<eos>``); prompt
+positions get label -100. All prompts of one maze size have the same length, so a batch is
+[prompt | response | right padding] with the padding also labelled -100.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from fgrpo_verl.tasks.maze.generator import Maze
+from fgrpo_verl.tasks.maze.prompt import prompt_text, response_text
+
+
+@dataclass
+class SFTConfig:
+    steps: int = field(default=1500, metadata={"help": "optimizer steps (paper: 1500)"})
+    batch_size: int = field(default=32, metadata={"help": "mazes per step (paper: 32)"})
+    lr: float = field(default=5e-4, metadata={"help": "AdamW learning rate (paper: 5e-4)"})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay (paper: not stated)"})
+    warmup_steps: int = field(default=0, metadata={"help": "linear warm-up steps (paper: not stated)"})
+    seed: int = field(default=0, metadata={"help": "seed of the batch sampler"})
+    log_every: int = field(default=50, metadata={"help": "print the mean loss every this many steps (0 = never)"})
+
+    def __post_init__(self):
+        for name in ("steps", "batch_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"SFTConfig.{name} must be an int >= 1, got {value!r}")
+        if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
+            raise ValueError(f"SFTConfig.lr must be a finite float > 0, got {self.lr!r}")
+        if self.warmup_steps < 0 or self.log_every < 0 or self.weight_decay < 0:
+            raise ValueError(
+                f"SFTConfig warmup_steps, log_every and weight_decay must be >= 0, got "
+                f"{self.warmup_steps!r}, {self.log_every!r}, {self.weight_decay!r}"
+            )
+
+
+def encode_examples(mazes: list[Maze], tokenizer):
+    """(input_ids, labels) tensors of shape (len(mazes), L): prompt + response, labels only on the response."""
+    import torch
+
+    prompts = [tokenizer.encode(prompt_text(m), add_special_tokens=False) for m in mazes]
+    responses = [tokenizer.encode(response_text(m), add_special_tokens=False) for m in mazes]
+    length = max(len(p) + len(r) for p, r in zip(prompts, responses))
+    input_ids = torch.full((len(mazes), length), tokenizer.pad_token_id, dtype=torch.long)
+    labels = torch.full((len(mazes), length), -100, dtype=torch.long)
+    for i, (p, r) in enumerate(zip(prompts, responses)):
+        input_ids[i, : len(p) + len(r)] = torch.tensor(p + r)
+        labels[i, len(p) : len(p) + len(r)] = torch.tensor(r)
+    return input_ids, labels
+
+
+def sft(model, tokenizer, mazes: list[Maze], config: SFTConfig) -> list[float]:
+    """Train ``model`` in place on ``mazes``' target responses; returns the per-step losses."""
+    import torch
+
+    input_ids, labels = encode_examples(mazes, tokenizer)
+    sampler = torch.Generator().manual_seed(config.seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: min(1.0, (step + 1) / config.warmup_steps) if config.warmup_steps else 1.0
+    )
+    model.train()
+    losses: list[float] = []
+    for step in range(config.steps):
+        idx = torch.randint(len(mazes), (config.batch_size,), generator=sampler)
+        batch_labels = labels[idx]
+        # trim the shared right padding of this batch
+        used = int((batch_labels != -100).nonzero()[:, 1].max()) + 1
+        out = model(input_ids=input_ids[idx, :used], labels=batch_labels[:, :used])
+        optimizer.zero_grad(set_to_none=True)
+        out.loss.backward()
+        optimizer.step()
+        schedule.step()
+        losses.append(out.loss.item())
+        if config.log_every and (step + 1) % config.log_every == 0:
+            recent = losses[-config.log_every :]
+            print(f"sft step {step + 1}/{config.steps}  loss {sum(recent) / len(recent):.4f}", flush=True)
+    model.eval()
+    return losses

@@ -1,0 +1,263 @@
+"""CPU backend pieces: backend selection, platform registration, gloo process groups, sampling log-probs,
+the rollout server's contract, and the backend config group."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+# ---------------------------------------------------------------- selection: GPU runs never import the backend
+def _python(code: str, **env) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, "PYTHONPATH": str(REPO), **env}
+    full_env = {k: v for k, v in full_env.items() if v is not None}
+    return subprocess.run([sys.executable, "-c", code], env=full_env, capture_output=True, text=True, timeout=180)
+
+
+PROBE = (
+    "import sys, verl\n"
+    "from verl.plugin.platform import PlatformRegistry\n"
+    "from verl.workers.rollout.base import _ROLLOUT_REGISTRY\n"
+    "print('cpu_module', 'fgrpo_verl.backends.cpu' in sys.modules)\n"
+    "print('platform', 'cpu' in PlatformRegistry.registered_names())\n"
+    "print('rollout', ('hf', 'async') in _ROLLOUT_REGISTRY)\n"
+)
+
+
+def test_plain_import_of_verl_does_not_load_the_cpu_backend():
+    env = {k: None for k in ("FGRPO_VERL_BACKEND", "VERL_PLATFORM")}
+    out = _python(PROBE, **env)
+    assert out.returncode == 0, out.stderr
+    assert "cpu_module False" in out.stdout and "platform False" in out.stdout and "rollout False" in out.stdout
+
+
+def test_backend_env_var_registers_platform_and_rollout_through_the_plugin():
+    out = _python(PROBE, FGRPO_VERL_BACKEND="cpu")
+    assert out.returncode == 0, out.stderr
+    assert "cpu_module True" in out.stdout and "platform True" in out.stdout and "rollout True" in out.stdout
+
+
+def test_unknown_backend_name_is_a_clear_error(monkeypatch):
+    from fgrpo_verl import backends
+
+    monkeypatch.setenv(backends.BACKEND_ENV, "tpu")
+    with pytest.raises(ValueError, match=r"FGRPO_VERL_BACKEND='tpu' is invalid: valid backends are cpu"):
+        backends.selected_backend()
+
+
+# ---------------------------------------------------------------- platform + gloo process group
+def test_cpu_platform_resolves_and_gloo_process_group_initialises():
+    code = (
+        "import verl, torch.distributed as dist\n"
+        "from verl.utils.device import get_device_name, get_nccl_backend, get_torch_device, get_resource_name\n"
+        "from verl.utils.distributed import initialize_global_process_group_ray\n"
+        "print(get_device_name(), get_nccl_backend(), get_resource_name())\n"
+        "m = get_torch_device(); m.empty_cache(); m.synchronize(); free, total = m.mem_get_info()\n"
+        "assert 0 < free <= total\n"
+        "import torch; t = torch.ones(2).to(m.current_device()); assert t.device.type == 'cpu'\n"
+        "initialize_global_process_group_ray()\n"
+        "print('backend', dist.get_backend())\n"
+        "x = torch.tensor([3.0]); dist.all_reduce(x); print('sum', float(x))\n"
+        "dist.destroy_process_group()\n"
+    )
+    out = _python(code, FGRPO_VERL_BACKEND="cpu", VERL_PLATFORM="cpu", RANK="0", WORLD_SIZE="1",
+                  MASTER_ADDR="127.0.0.1", MASTER_PORT="29631")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "cpu gloo GPU" in out.stdout
+    assert "backend gloo" in out.stdout and "sum 3.0" in out.stdout
+
+
+def test_verl_builds_an_invalid_backend_string_without_the_wrapper():
+    """The wall the wrapper exists for: verl's own string on the cpu platform is rejected by torch."""
+    code = (
+        "import verl, torch.distributed as dist\n"
+        "from fgrpo_verl.backends.cpu import process_group\n"
+        "try:\n"
+        "    process_group._ORIGINALS['initialize_global_process_group_ray']()\n"
+        "except ValueError as e:\n"
+        "    print('rejected', 'Duplicate device type cpu' in str(e))\n"
+    )
+    out = _python(code, FGRPO_VERL_BACKEND="cpu", VERL_PLATFORM="cpu", RANK="0", WORLD_SIZE="1",
+                  MASTER_ADDR="127.0.0.1", MASTER_PORT="29632")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "rejected True" in out.stdout
+
+
+# ---------------------------------------------------------------- sampling
+@pytest.fixture(scope="module")
+def tiny_model():
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=40, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                         tie_word_embeddings=True, attn_implementation="eager")
+    return Qwen2ForCausalLM(config).eval()
+
+
+def _forward_log_probs(model, prompt, tokens, temperature):
+    ids = torch.tensor([prompt + tokens])
+    with torch.no_grad():
+        logits = model(ids).logits[0, len(prompt) - 1 : -1].float()
+    t = temperature if temperature > 0 else 1.0
+    return torch.log_softmax(logits / t, -1).gather(-1, torch.tensor(tokens)[:, None]).squeeze(-1)
+
+
+def test_sampled_log_probs_match_a_full_forward_pass(tiny_model):
+    from fgrpo_verl.backends.cpu.sampling import SamplingParams, sample_batch
+
+    prompts = [[3, 4, 5, 6, 7], [8, 9], [10, 11, 12, 13, 14, 15, 16, 17], [5]]
+    params = [
+        SamplingParams(1.0, 1.0, -1, 10, frozenset({1})),
+        SamplingParams(0.7, 0.9, 5, 10, frozenset({1})),
+        SamplingParams(0.0, 1.0, -1, 6, frozenset()),
+        SamplingParams(1.3, 1.0, 3, 12, frozenset({1})),
+    ]
+    results = sample_batch(tiny_model, prompts, params, pad_token_id=0, generator=torch.Generator().manual_seed(0))
+    for prompt, p, r in zip(prompts, params, results):
+        assert 1 <= len(r.token_ids) <= p.max_tokens and len(r.log_probs) == len(r.token_ids)
+        assert (r.finish_reason == "stop") == (r.token_ids[-1] in p.stop_token_ids)
+        reference = _forward_log_probs(tiny_model, prompt, r.token_ids, p.temperature)
+        assert torch.allclose(torch.tensor(r.log_probs), reference, atol=1e-5), (r.log_probs, reference)
+
+
+def test_greedy_rows_pick_the_argmax_and_top_k_1_is_greedy(tiny_model):
+    from fgrpo_verl.backends.cpu.sampling import SamplingParams, sample_batch
+
+    prompt = [3, 4, 5]
+    greedy = sample_batch(tiny_model, [prompt], [SamplingParams(0.0, 1.0, -1, 8, frozenset())], 0)[0]
+    top1 = sample_batch(tiny_model, [prompt], [SamplingParams(1.0, 1.0, 1, 8, frozenset())], 0,
+                        torch.Generator().manual_seed(1))[0]
+    assert greedy.token_ids == top1.token_ids
+    ids = list(prompt)
+    for token in greedy.token_ids:  # each step is the argmax of a full forward pass
+        with torch.no_grad():
+            assert int(tiny_model(torch.tensor([ids])).logits[0, -1].argmax()) == token
+        ids.append(token)
+
+
+def test_top_p_and_top_k_restrict_the_sampled_support(tiny_model):
+    from fgrpo_verl.backends.cpu.sampling import SamplingParams, _choose_tokens
+
+    logits = torch.tensor([[4.0, 3.0, 0.0, -1.0, -2.0]]).repeat(400, 1)
+    gen = torch.Generator().manual_seed(0)
+    top_k = _choose_tokens(logits, [SamplingParams(1.0, 1.0, 2, 1, frozenset())] * 400, gen)[0]
+    assert set(top_k.tolist()) == {0, 1}
+    # softmax mass of token 0 is ~0.70 < 0.8, so token 1 is kept and nothing else
+    top_p = _choose_tokens(logits, [SamplingParams(1.0, 0.8, -1, 1, frozenset())] * 400, gen)[0]
+    assert set(top_p.tolist()) == {0, 1}
+    full = _choose_tokens(logits, [SamplingParams(1.0, 1.0, -1, 1, frozenset())] * 400, gen)[0]
+    assert len(set(full.tolist())) >= 3
+
+
+@pytest.mark.parametrize(
+    "params, match",
+    [
+        ({"temperature": -1}, "temperature"),
+        ({"top_p": 0.0}, "top_p"),
+        ({"top_k": 0}, "top_k"),
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"repetition_penalty": 1.2}, "repetition_penalty"),
+        ({"presence_penalty": 0.5}, "unsupported key"),
+    ],
+)
+def test_bad_sampling_params_raise_naming_the_key(params, match):
+    from fgrpo_verl.backends.cpu.sampling import SamplingParams
+
+    with pytest.raises(ValueError, match=match):
+        SamplingParams.from_request(params, default_max_tokens=4, eos_token_ids=frozenset({1}))
+
+
+def test_ignore_eos_and_stop_token_ids():
+    from fgrpo_verl.backends.cpu.sampling import SamplingParams
+
+    p = SamplingParams.from_request({"ignore_eos": True, "stop_token_ids": [7]}, 4, frozenset({1}))
+    assert p.stop_token_ids == frozenset({7}) and p.max_tokens == 4
+    q = SamplingParams.from_request({"max_tokens": 2}, 4, frozenset({1}))
+    assert q.stop_token_ids == frozenset({1}) and q.max_tokens == 2
+
+
+# ---------------------------------------------------------------- the server (in-process, no Ray)
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, tiny_model):
+    from omegaconf import OmegaConf
+
+    from fgrpo_verl.backends.cpu.server import HFRolloutServer
+    from fgrpo_verl.tasks.maze.tokenizer import build_tokenizer
+
+    tokenizer = build_tokenizer()
+    model_dir = tmp_path_factory.mktemp("srv_model")
+    tiny_model.config.eos_token_id = tokenizer.eos_token_id
+    tiny_model.config.pad_token_id = tokenizer.pad_token_id
+    tiny_model.save_pretrained(model_dir)
+    tokenizer_dir = tmp_path_factory.mktemp("srv_tok")
+    tokenizer.save_pretrained(tokenizer_dir)
+    rollout = OmegaConf.create({
+        "_target_": "verl.workers.config.RolloutConfig", "name": "hf", "dtype": "float32",
+        "prompt_length": 16, "response_length": 6, "max_num_seqs": 64, "tensor_model_parallel_size": 1,
+    })
+    model = OmegaConf.create({
+        "path": str(model_dir), "tokenizer_path": str(tokenizer_dir),
+        "override_config": {"attn_implementation": "eager"},
+    })
+    return HFRolloutServer(rollout, model, replica_rank=0, device="cpu")
+
+
+def test_server_batches_concurrent_requests_and_reports_global_steps(server):
+    async def go():
+        params = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True}
+        outs = await asyncio.gather(*[server.generate([3, 4, 5 + i % 3], dict(params), f"r{i}") for i in range(8)])
+        no_lp = await server.generate([3, 4], {**params, "logprobs": False}, "x")
+        return outs, no_lp
+
+    outs, no_lp = asyncio.run(go())
+    for out in outs:
+        assert 1 <= len(out.token_ids) <= 6 and len(out.log_probs) == len(out.token_ids)
+        assert out.stop_reason == "completed" and out.extra_fields["global_steps"] == server.global_steps
+    assert no_lp.log_probs is None
+
+
+def test_server_update_weights_loads_the_actor_state_and_rejects_foreign_names(server):
+    new_state = {name: torch.randn_like(p) for name, p in server.model.named_parameters()}
+    asyncio.run(server.update_weights(new_state, global_steps=7))
+    for name, p in server.model.named_parameters():
+        assert torch.equal(p.detach(), new_state[name])
+    assert server.global_steps == 7
+    with pytest.raises(ValueError, match="weights not in the rollout model"):
+        asyncio.run(server.update_weights({"model.bogus.weight": torch.zeros(1)}))
+    partial = dict(list(new_state.items())[1:])
+    with pytest.raises(ValueError, match="actor sent no weights"):
+        asyncio.run(server.update_weights(partial))
+
+
+# ---------------------------------------------------------------- the config group
+def test_backend_config_group_sets_cpu_knobs_and_gpu_is_the_default():
+    from fgrpo_verl.compose import compose
+
+    gpu = compose(["actor_rollout_ref.model.path=/nonexistent"])
+    assert gpu.actor_rollout_ref.rollout.name == "vllm"
+    assert "env_vars" not in gpu.ray_kwargs.ray_init.runtime_env
+    cpu = compose(["backend=cpu"])
+    env = cpu.ray_kwargs.ray_init.runtime_env.env_vars
+    assert env.FGRPO_VERL_BACKEND == "cpu" and env.VERL_PLATFORM == "cpu" and env.VERL_ENGINE_DEVICE == "cuda"
+    r = cpu.actor_rollout_ref
+    assert r.rollout.name == "hf" and r.actor.strategy == "fsdp2" and r.ref.strategy == "fsdp2"
+    assert r.actor.fsdp_config.mixed_precision.param_dtype == "fp32"
+    assert r.model.override_config.attn_implementation == "eager"
+    assert cpu.transfer_queue.backend.SimpleStorage.num_data_storage_units == 1
+    assert cpu.ray_kwargs.ray_init.num_gpus == cpu.trainer.n_gpus_per_node * cpu.trainer.nnodes
+
+
+def test_cpu_config_passes_verl_validation():
+    from fgrpo_verl.compose import compose, validate
+
+    validate(compose(["backend=cpu", "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+                      "actor_rollout_ref.rollout.n=4"]))

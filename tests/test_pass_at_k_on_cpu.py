@@ -1,0 +1,110 @@
+"""pass_at_k against the exact combinatorial formula (math.comb + Fraction, then float64)."""
+
+from fractions import Fraction
+from math import comb
+
+import numpy as np
+import pytest
+
+from fgrpo_verl.evaluation import ks_up_to, mean_pass_at_k, pass_at_k
+
+
+def exact(n: int, c: int, k: int) -> float:
+    return float(1 - Fraction(comb(n - c, k), comb(n, k)))
+
+
+def test_random_triples_match_exact_formula():
+    rng = np.random.default_rng(0)
+    n = rng.integers(1, 1100, size=400)
+    c = np.array([rng.integers(0, m + 1) for m in n])
+    k = np.array([rng.integers(1, m + 1) for m in n])
+    got = pass_at_k(n, c, k)
+    want = np.array([exact(int(a), int(b), int(d)) for a, b, d in zip(n, c, k)])
+    assert got.shape == (400,)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize(
+    "n,c,k",
+    [
+        (1, 0, 1), (1, 1, 1),            # single sample
+        (10, 0, 1), (10, 0, 10),          # c = 0 -> exactly 0
+        (10, 10, 1), (10, 10, 10),        # c = n -> exactly 1
+        (7, 3, 7),                        # k = n, c > 0 -> 1
+        (1024, 1000, 256),                # n - c < k -> exactly 1
+        (1024, 768, 256),                 # n - c == k: boundary, C(k,k)/C(n,k) tiny but nonzero
+        (1024, 1, 1), (1024, 1, 256), (1024, 1, 1024),
+        (1024, 3, 256), (1024, 500, 256), (1024, 767, 256),
+        (2048, 5, 512),                   # C(2048, 512) overflows float64
+    ],
+)
+def test_edge_cases_match_exact(n, c, k):
+    got = pass_at_k(n, c, k)
+    assert isinstance(got, np.float64)
+    want = exact(n, c, k)
+    assert got == pytest.approx(want, rel=1e-12, abs=0)
+    if c == 0:
+        assert got == 0.0
+    if n - c < k:
+        assert got == 1.0
+
+
+def test_broadcast_over_problems_and_ks():
+    c = np.array([0, 1, 5, 64, 1024])
+    ks = np.array(ks_up_to(1024))
+    grid = pass_at_k(1024, c[:, None], ks[None, :])
+    assert grid.shape == (5, 9)
+    for i, ci in enumerate(c):
+        for j, kj in enumerate(ks):
+            assert grid[i, j] == pytest.approx(exact(1024, int(ci), int(kj)), rel=1e-12, abs=0)
+    # pass@k is non-decreasing in k and in c
+    assert np.all(np.diff(grid, axis=1) >= 0) and np.all(np.diff(grid, axis=0) >= 0)
+    assert np.all(np.isfinite(grid))
+
+
+def test_pass_at_1_is_accuracy_and_mean_over_problems():
+    n = np.array([8, 8, 8])
+    c = np.array([2, 0, 8])
+    np.testing.assert_allclose(pass_at_k(n, c, 1), c / n, rtol=1e-15)
+    assert mean_pass_at_k(n, c, 1) == pytest.approx((0.25 + 0 + 1) / 3, rel=1e-15)
+    # hand value: n=4, c=1, k=2: 1 - C(3,2)/C(4,2) = 1 - 3/6 = 0.5
+    assert mean_pass_at_k(4, 1, 2) == 0.5
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(n=4, c=1, k=5), r"k must be <= n.*k=5 > n=4"),
+        (dict(n=4, c=5, k=1), r"c must be <= n.*c=5 > n=4"),
+        (dict(n=4, c=-1, k=1), r"c must be >= 0, got -1"),
+        (dict(n=4, c=1, k=-2), r"k must be >= 1, got -2"),
+        (dict(n=4, c=1, k=0), r"k must be >= 1, got 0"),
+        (dict(n=0, c=0, k=1), r"n must be >= 1, got 0"),
+        (dict(n=4.5, c=1, k=1), r"n must be an integer"),
+        (dict(n=4, c=1.0, k=1), r"c must be an integer"),
+        (dict(n=4, c=1, k=np.array([1.5])), r"k must be an integer"),
+        (dict(n=4, c=True, k=1), r"c must be an integer"),
+        (dict(n=4, c="1", k=1), r"c must be an integer"),
+        (dict(n=np.array([4, 4]), c=np.array([1, 2, 3]), k=1), r"must broadcast"),
+    ],
+)
+def test_bad_input_names_the_argument(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        pass_at_k(**kwargs)
+
+
+def test_ks_up_to_caps_at_n_and_kmax():
+    assert ks_up_to(1024) == [1, 2, 4, 8, 16, 32, 64, 128, 256]
+    assert ks_up_to(100) == [1, 2, 4, 8, 16, 32, 64]
+    assert ks_up_to(2048, k_max=1024)[-1] == 1024
+    with pytest.raises(ValueError, match="n_max"):
+        ks_up_to(0)
+
+
+def test_large_batch_is_chunked_and_consistent():
+    rng = np.random.default_rng(1)
+    c = rng.integers(0, 1025, size=20000)  # 20000 x ~1024 cells exceeds one chunk
+    got = pass_at_k(1024, c, 256)
+    uniq = np.unique(c)
+    ref = {int(u): exact(1024, int(u), 256) for u in uniq}
+    np.testing.assert_allclose(got, [ref[int(x)] for x in c], rtol=1e-12, atol=0)
