@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -117,3 +118,19 @@ def wait_no_processes(text: str, timeout: float = 30.0) -> list[str]:
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(0.5)
+
+
+def cluster_or_skip():
+    """Generator for a module-scoped fixture: a fresh two-node cluster, torn down after the module."""
+    reason = skip_reason()
+    if reason:
+        pytest.skip(reason)
+    # munged runs as user munge, which cannot enter pytest's private (0700) tmp directories
+    state_dir = Path(tempfile.mkdtemp(prefix="fgrpo-slurm-", dir="/tmp"))
+    state_dir.chmod(0o755)
+    cluster = SlurmCluster(state_dir)
+    cluster.up()
+    try:
+        yield cluster
+    finally:
+        cluster.down()

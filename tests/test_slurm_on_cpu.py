@@ -7,12 +7,11 @@ from __future__ import annotations
 import json
 import re
 import stat
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
-from slurm_testing import REPO, SlurmCluster, skip_reason, wait_no_processes
+from slurm_testing import REPO, cluster_or_skip, skip_reason, wait_no_processes
 
 pytestmark = [pytest.mark.slurm, pytest.mark.ray]
 
@@ -23,15 +22,7 @@ if _SKIP:
 
 @pytest.fixture(scope="module")
 def slurm():
-    if _SKIP:
-        pytest.skip(_SKIP)
-    # munged runs as user munge, which cannot enter pytest's private (0700) tmp directories
-    state_dir = Path(tempfile.mkdtemp(prefix="fgrpo-slurm-", dir="/tmp"))
-    state_dir.chmod(0o755)
-    cluster = SlurmCluster(state_dir)
-    cluster.up()
-    yield cluster
-    cluster.down()
+    yield from cluster_or_skip()
 
 
 def _job_script(path: Path, body: str, nodes: int) -> Path:
