@@ -221,3 +221,20 @@ def test_wandb_run_id_is_deterministic_and_distinct():
     assert re.fullmatch(r"[0-9a-f]{16}", wandb_run_id("fgrpo-paper", "paper_main-qwen25_7b-grpo-g0p5"))
     with pytest.raises(ValueError, match="experiment must be a non-empty string"):
         wandb_run_id("p", "")
+
+
+def test_jobenv_prints_exports_that_a_shell_can_eval(capsys):
+    """The plain `sbatch slurm/train.sbatch` path evals this output inside the job."""
+    import subprocess
+
+    from fgrpo_verl.launch import jobenv
+
+    assert jobenv.main(["--wandb-group", "g 1", "trainer.project_name=p", "trainer.experiment_name=e"]) == 0
+    exports = capsys.readouterr().out
+    shown = subprocess.run(
+        ["bash", "-c", exports + '\nprintf "%s|%s|%s|%s" "$WANDB_RUN_ID" "$WANDB_RESUME" "$WANDB_RUN_GROUP" "$FGRPO_CHECKPOINT_DIR"'],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert shown == f"{wandb_run_id('p', 'e')}|allow|g 1|checkpoints/p/e"
