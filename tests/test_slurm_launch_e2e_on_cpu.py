@@ -20,9 +20,10 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-import torch
 import yaml
 from slurm_testing import REPO, cluster_or_skip, wait_no_processes
+# the CPU backend's e2e test recomputes F-GRPO advantages from verl's rollout dump: the same check here
+from test_cpu_backend_e2e_on_cpu import _expected_advantage_range, _rollouts
 
 from fgrpo_verl.launch.jobenv import wandb_run_id
 
@@ -132,21 +133,9 @@ def _logged_metric(log: str, step: int, key: str) -> float:
     return float(re.search(rf"{re.escape(key)}:(\S+)", line).group(1))
 
 
-def _focal_advantage_range(rollouts: list[dict], gamma: float) -> tuple[float, float]:
-    from fgrpo_verl.focal import FocalSettings, compute_focal_advantage
-
-    groups = [r["uid"].rsplit("_", 2)[0] for r in rollouts]
-    scores = torch.tensor([[float(r["score"])] for r in rollouts])
-    settings = FocalSettings(gamma=gamma, success_threshold=0.5, smoothing_alpha=0.0, base="grpo")
-    result = compute_focal_advantage(scores, torch.ones_like(scores), groups, settings)
-    return float(result.advantages.max()), float(result.advantages.min())
-
-
 @pytest.mark.timeout(900)
 def test_one_node_launch_of_a_tiny_recipe_completes_with_the_focal_estimator(slurm, workdir):
     """(a)"""
-    import json
-
     start = time.monotonic()
     job = _launch(slurm, workdir, "fgrpo-g1")
     state = slurm.wait_done(job, JOB_TIMEOUT_S)
@@ -156,10 +145,10 @@ def test_one_node_launch_of_a_tiny_recipe_completes_with_the_focal_estimator(slu
     assert _steps_per_start(log) == [[1]]
     # the focal estimator produced the advantages: recomputed from the dumped rewards with gamma = 1,
     # and different from what plain GRPO (gamma = 0) would give for the same batch
-    rollouts = [json.loads(line) for line in (workdir / "rollouts" / "1.jsonl").read_text().splitlines()]
+    rollouts = _rollouts(workdir / "rollouts", 1)
     assert len(rollouts) == 4 * GROUP_N
-    hi, lo = _focal_advantage_range(rollouts, GAMMA)
-    hi0, lo0 = _focal_advantage_range(rollouts, 0.0)
+    hi, lo = _expected_advantage_range(rollouts, GAMMA)
+    hi0, lo0 = _expected_advantage_range(rollouts, 0.0)
     assert hi > 0, "no group with mixed outcomes in this batch: the check would be vacuous"
     assert _logged_metric(log, 1, "critic/advantages/max") == pytest.approx(hi, abs=1e-4)
     assert _logged_metric(log, 1, "critic/advantages/min") == pytest.approx(lo, abs=1e-4)
