@@ -97,9 +97,14 @@ fgrpo_ray_up() {
     trap fgrpo_ray_down EXIT
     trap 'fgrpo_log "got SIGTERM (preemption, requeue or scancel): stopping Ray"; exit 143' TERM
 
+    # Each Ray step gets all of its node's allocated CPUs: under CPU binding (task/affinity, task/cgroup) a
+    # smaller step would pin Ray and every worker it forks onto that many cores. GPUs: a step gets all of the
+    # job's GPUs on its node by default. --cpus-per-task is the same on every node; without it (e.g. an
+    # --exclusive job) the batch node's count stands for all nodes.
+    local step_cpus=${SLURM_CPUS_PER_TASK:-${SLURM_CPUS_ON_NODE:-1}}
     FGRPO_RAY_STEP_PIDS=()
     # shellcheck disable=SC2046,SC2086
-    srun --overlap --nodes=1 --ntasks=1 --cpus-per-task=1 -w "${FGRPO_NODES[0]}" \
+    srun --overlap --nodes=1 --ntasks=1 --cpus-per-task="$step_cpus" -w "${FGRPO_NODES[0]}" \
         $ray_cmd start --head --block --node-ip-address="$head_ip" --port="$gcs_port" \
         --num-cpus="$cpus" --num-gpus="$gpus" --include-dashboard=false --dashboard-port=$((FGRPO_RAY_PORT_BASE + 2)) --disable-usage-stats \
         --ray-client-server-port=$((FGRPO_RAY_PORT_BASE + 1)) --temp-dir="$FGRPO_RAY_SESSION_DIR/0" \
@@ -109,7 +114,7 @@ fgrpo_ray_up() {
     local i
     for ((i = 1; i < ${#FGRPO_NODES[@]}; i++)); do
         # shellcheck disable=SC2046,SC2086
-        srun --overlap --nodes=1 --ntasks=1 --cpus-per-task=1 -w "${FGRPO_NODES[i]}" \
+        srun --overlap --nodes=1 --ntasks=1 --cpus-per-task="$step_cpus" -w "${FGRPO_NODES[i]}" \
             $ray_cmd start --block --address="$RAY_ADDRESS" --node-ip-address="${FGRPO_NODE_IPS[i]}" \
             --num-cpus="$cpus" --num-gpus="$gpus" --disable-usage-stats --temp-dir="$FGRPO_RAY_SESSION_DIR/$i" \
             $(fgrpo_node_ports "$i") &
@@ -152,7 +157,7 @@ fgrpo_ray_wait() {
 }
 
 fgrpo_ray_down() {
-    local pid
+    local pid i
     trap - EXIT
     [[ ${#FGRPO_RAY_STEP_PIDS[@]} -gt 0 ]] || return 0
     fgrpo_log "stopping Ray on ${#FGRPO_RAY_STEP_PIDS[@]} node(s)"

@@ -238,3 +238,11 @@ def test_jobenv_prints_exports_that_a_shell_can_eval(capsys):
         check=True,
     ).stdout
     assert shown == f"{wandb_run_id('p', 'e')}|allow|g 1|checkpoints/p/e"
+
+
+def test_launch_takes_options_and_overrides_in_any_order(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert cli_main(["launch", "controls", "trainer.nnodes=4", "--dry-run", "--only", "grpo-kl"]) == 0
+    out = capsys.readouterr().out
+    assert re.findall(r"^#SBATCH --job-name=(.*)$", out, re.M) == ["controls-grpo-kl"]
+    assert "#SBATCH --nodes=4\n" in out and "    trainer.nnodes=4 \\\n" in out

@@ -8,7 +8,7 @@ from pathlib import Path
 HELP = "Submit a recipe's runs as Slurm jobs (one job each, Ray over all nodes); --dry-run prints the scripts."
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def _add_arguments(parser: argparse.ArgumentParser, overrides_nargs) -> None:
     parser.add_argument("recipe", help="recipe file (recipes/paper_main.yaml) or shipped recipe name (paper_main)")
     parser.add_argument(
         "--only",
@@ -21,11 +21,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--script-dir", default=None, help="where the job scripts are written (default: slurm_jobs/<recipe>)"
     )
-    parser.add_argument("--log-dir", default="slurm_logs", help="job output files, <job name>-<job id>.out")
+    parser.add_argument("--log-dir", default=None, help="job output files, <job name>-<job id>.out (default: slurm_logs)")
     parser.add_argument(
         "overrides",
-        nargs="*",
+        nargs=overrides_nargs,
         help="Hydra overrides applied to every run, e.g. algorithm.fgrpo.gamma=0.7 trainer.nnodes=4",
+    )
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    # argparse cannot take options after a `nargs="*"` positional that already matched (`launch R --dry-run
+    # x=1` would reject x=1). So everything after RECIPE is collected here and parsed again, intermixed, in run.
+    _add_arguments(parser, argparse.REMAINDER)
+
+
+def _reparse(args: argparse.Namespace) -> argparse.Namespace:
+    """Options given after RECIPE (mixed with overrides) merged with those given before it."""
+    parser = argparse.ArgumentParser(prog="fgrpo-verl launch")
+    _add_arguments(parser, "*")
+    late = parser.parse_intermixed_args([args.recipe, *args.overrides])
+    only = (args.only or []) + (late.only or [])
+    return argparse.Namespace(
+        recipe=args.recipe,
+        only=only or None,
+        dry_run=args.dry_run or late.dry_run,
+        script_dir=late.script_dir or args.script_dir,
+        log_dir=late.log_dir or args.log_dir or "slurm_logs",
+        overrides=late.overrides,
     )
 
 
@@ -45,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
 
     from fgrpo_verl.launch import plan_jobs, submit_jobs
 
+    args = _reparse(args)
     workdir = Path.cwd()
     log_dir = (workdir / args.log_dir).resolve()
     try:
