@@ -7,7 +7,7 @@ PIP := $(VENV)/bin/pip
 TORCH_CPU ?= torch==2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: venv test test-fast demo bench doctor clean
+.PHONY: venv test test-fast demo bench doctor clean slurm-deps
 
 $(VENV)/.installed: setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -18,7 +18,7 @@ $(VENV)/.installed: setup.py
 
 venv: $(VENV)/.installed
 
-test: venv
+test: venv slurm-deps
 	$(PY) -m pytest tests $(PYTEST_ARGS)
 
 test-fast: venv
@@ -34,6 +34,13 @@ doctor: venv
 
 bench: venv
 	$(PY) benchmarks/bench_estimator.py
+
+# Real Slurm for the Slurm tests (scripts/slurm_cluster.sh): Debian's packages, installed only as root when
+# missing (CI runs as root on a fresh machine); elsewhere those tests skip and say why.
+slurm-deps:
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && ! command -v slurmctld >/dev/null; then \
+		apt-get update -q && apt-get install -y -q --no-install-recommends slurmctld slurmd slurm-client munge; \
+	fi
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache

@@ -27,6 +27,12 @@ def _code_packages():
 
 # GPU-cluster extras: the versions verl 0.9.1's own `vllm` and `flash-attn-cu130torch211` extras pin.
 GPU_EXTRAS = ["vllm==0.24.0", "flash-attn==2.8.3", "torch==2.11.0", "transformers==5.9.0"]
+# math-verify: the paper's reward (dataset=deepscaler -> fgrpo_verl.rewards.math_verify_score)
+GPU_EXTRAS += ["math-verify"]
+
+# slurm/ (job scripts, templates) and recipes/ live at the repository root and ship inside the wheel as
+# fgrpo_verl/slurm and fgrpo_verl/recipes (fgrpo_verl.paths.slurm_dir / recipes_dir find either).
+DATA_PACKAGES = {"fgrpo_verl.slurm": ("slurm", ["*.sh", "*.sbatch", "*.template"]), "fgrpo_verl.recipes": ("recipes", ["*.yaml"])}
 
 setup(
     name="fgrpo-verl",
@@ -36,9 +42,9 @@ setup(
     long_description_content_type="text/markdown",
     license="MIT",
     python_requires=">=3.10,<3.13",
-    packages=_code_packages() + CONFIG_PACKAGES,
-    package_dir={"fgrpo_verl.hydra_configs": "hydra_configs"},
-    package_data={pkg: ["*.yaml"] for pkg in CONFIG_PACKAGES},
+    packages=_code_packages() + CONFIG_PACKAGES + list(DATA_PACKAGES),
+    package_dir={"fgrpo_verl.hydra_configs": "hydra_configs", **{pkg: d for pkg, (d, _) in DATA_PACKAGES.items()}},
+    package_data={**{pkg: ["*.yaml"] for pkg in CONFIG_PACKAGES}, **{pkg: g for pkg, (_, g) in DATA_PACKAGES.items()}},
     include_package_data=False,
     install_requires=[
         "verl[verl-core]==0.9.1",

@@ -27,3 +27,22 @@ def repo_root() -> Path | None:
     """The source checkout holding this package, or None for a wheel install."""
     root = Path(__file__).resolve().parent.parent
     return root if (root / "setup.py").is_file() else None
+
+
+def _shipped_dir(name: str, marker: str) -> Path:
+    """``name/`` shipped inside the wheel as ``fgrpo_verl/<name>``, or at the root of a source checkout."""
+    package = Path(__file__).resolve().parent
+    for candidate in (package / name, package.parent / name):
+        if (candidate / marker).is_file():
+            return candidate
+    raise FileNotFoundError(f"{marker} not found in {package / name} (wheel) or {package.parent / name} (checkout)")
+
+
+def slurm_dir() -> Path:
+    """Directory of the Slurm job scripts and templates (``slurm/``): sourced by jobs, rendered by the launcher."""
+    return _shipped_dir("slurm", "ray_cluster.sh")
+
+
+def recipes_dir() -> Path:
+    """Directory of the shipped sweep recipes (``recipes/*.yaml``)."""
+    return _shipped_dir("recipes", "paper_main.yaml")

@@ -14,6 +14,8 @@ import sys
 COMMANDS = {
     "train": "train",
     "doctor": "doctor",
+    "launch": "launch",
+    "prepare-deepscaler": "prepare_deepscaler",
     "eval": "eval",
     "rare-nll": "rare_nll",
     "wandb-env": "wandb_env",

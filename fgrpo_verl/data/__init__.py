@@ -1,0 +1,1 @@
+"""Training-data preparation for the paper's LLM runs (DeepScaleR)."""

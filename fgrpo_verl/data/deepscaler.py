@@ -1,0 +1,171 @@
+"""DeepScaleR prepared as in the F-GRPO paper (§5.3), from a local copy, into verl's RL parquet format.
+
+The paper: "samples longer than 1,024 tokens filtered out; duplicates with conflicting answers removed; 39,202
+samples remain", and the system prompt "Please reason step by step, and put your final answer within
+\\boxed{}." is prepended to every training input. Steps, in this order:
+
+1. read every input file (``.parquet``, ``.jsonl``, ``.json``: records with ``problem`` and ``answer``);
+2. group records by problem text (surrounding whitespace stripped). A problem whose copies carry different
+   answers is dropped entirely (the data cannot say which is right); copies that agree are kept once;
+3. drop prompts longer than ``max_prompt_tokens`` tokens, counted on exactly what the model sees: the system
+   and user messages through the tokenizer's chat template with the generation prompt (what verl's
+   ``filter_overlong_prompts`` measures), or system + newline + problem when the tokenizer has no template;
+4. write verl rows: ``data_source``, ``prompt`` (system + user messages), ``ability``, ``reward_model``
+   (``ground_truth`` = the answer, scored by math-verify: fgrpo_verl/rewards.py), ``extra_info``.
+
+    fgrpo-verl prepare-deepscaler --input deepscaler.json --tokenizer Qwen/Qwen2.5-7B --out-dir data/deepscaler
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+SYSTEM_PROMPT = "Please reason step by step, and put your final answer within \\boxed{}."
+DATA_SOURCE = "deepscaler"
+ABILITY = "math"
+# the paper's bound on prompt length, in tokens of the trained model's tokenizer
+MAX_PROMPT_TOKENS = 1024
+
+
+@dataclass(frozen=True)
+class PrepareStats:
+    read: int
+    duplicate_copies_merged: int
+    conflicting_problems_dropped: int
+    conflicting_records_dropped: int
+    too_long_dropped: int
+    written: int
+
+
+def read_records(path: str | Path) -> list[dict]:
+    """Records of a ``.parquet``, ``.jsonl`` or ``.json`` file (a JSON list, or one object per line)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"--input {path}: no such file")
+    suffix = path.suffix.lower()
+    if suffix == ".parquet":
+        import pandas as pd
+
+        return pd.read_parquet(path).to_dict(orient="records")
+    if suffix in (".jsonl", ".json"):
+        text = path.read_text(encoding="utf-8")
+        stripped = text.lstrip()
+        if suffix == ".json" and stripped.startswith("["):
+            records = json.loads(text)
+        else:
+            records = [json.loads(line) for line in text.splitlines() if line.strip()]
+        if not all(isinstance(r, dict) for r in records):
+            raise ValueError(f"--input {path}: expected JSON objects with 'problem' and 'answer'")
+        return records
+    raise ValueError(f"--input {path}: unsupported file type {suffix!r}; use .parquet, .jsonl or .json")
+
+
+def _problem_and_answer(record: dict, where: str) -> tuple[str, str]:
+    missing = [k for k in ("problem", "answer") if k not in record]
+    if missing:
+        raise ValueError(f"{where}: record has no {missing} (keys: {sorted(record)}); DeepScaleR rows have problem, answer")
+    problem, answer = record["problem"], record["answer"]
+    if not isinstance(problem, str) or not problem.strip():
+        raise ValueError(f"{where}: 'problem' must be a non-empty string, got {problem!r}")
+    if answer is None or (isinstance(answer, float) and answer != answer):
+        raise ValueError(f"{where}: 'answer' is missing (None/NaN) for problem {problem[:80]!r}")
+    return problem.strip(), str(answer).strip()
+
+
+def drop_conflicting_duplicates(pairs: list[tuple[str, str]]) -> tuple[list[tuple[str, str]], dict[str, int]]:
+    """Keep each problem once; drop every problem whose copies disagree on the answer. First-seen order."""
+    answers: OrderedDict[str, list[str]] = OrderedDict()
+    for problem, answer in pairs:
+        answers.setdefault(problem, []).append(answer)
+    kept, merged, conflicting, conflicting_records = [], 0, 0, 0
+    for problem, found in answers.items():
+        if len(set(found)) > 1:
+            conflicting += 1
+            conflicting_records += len(found)
+            continue
+        merged += len(found) - 1
+        kept.append((problem, found[0]))
+    counts = {
+        "duplicate_copies_merged": merged,
+        "conflicting_problems_dropped": conflicting,
+        "conflicting_records_dropped": conflicting_records,
+    }
+    return kept, counts
+
+
+def prompt_messages(problem: str) -> list[dict]:
+    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": problem}]
+
+
+def prompt_token_count(tokenizer, problem: str) -> int:
+    """Tokens of the prompt as the policy sees it (chat template + generation prompt when there is one)."""
+    messages = prompt_messages(problem)
+    if getattr(tokenizer, "chat_template", None):
+        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        if isinstance(ids, dict) or hasattr(ids, "keys"):  # BatchEncoding in newer transformers
+            ids = ids["input_ids"]
+        return len(ids)
+    return len(tokenizer(f"{SYSTEM_PROMPT}\n{problem}", add_special_tokens=True)["input_ids"])
+
+
+def verl_row(problem: str, answer: str, split: str, index: int) -> dict:
+    return {
+        "data_source": DATA_SOURCE,
+        "prompt": prompt_messages(problem),
+        "ability": ABILITY,
+        "reward_model": {"style": "rule", "ground_truth": answer},
+        "extra_info": {"split": split, "index": index, "problem": problem, "answer": answer},
+    }
+
+
+def prepare(records: list[dict], tokenizer, split: str = "train", max_prompt_tokens: int = MAX_PROMPT_TOKENS):
+    """verl rows and the counts of each filtering step (see the module docstring for the steps)."""
+    if not isinstance(max_prompt_tokens, int) or max_prompt_tokens < 1:
+        raise ValueError(f"--max-prompt-tokens must be a positive integer, got {max_prompt_tokens!r}")
+    pairs = [_problem_and_answer(r, f"record {i}") for i, r in enumerate(records)]
+    unique, counts = drop_conflicting_duplicates(pairs)
+    short = [(p, a) for p, a in unique if prompt_token_count(tokenizer, p) <= max_prompt_tokens]
+    rows = [verl_row(p, a, split, i) for i, (p, a) in enumerate(short)]
+    stats = PrepareStats(read=len(records), too_long_dropped=len(unique) - len(short), written=len(rows), **counts)
+    return rows, stats
+
+
+def write_parquet(rows: list[dict], path: Path) -> Path:
+    import pandas as pd
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_parquet(path, index=False)
+    return path
+
+
+def prepare_files(
+    inputs: list[str], tokenizer_path: str, out_dir: str, val_inputs: list[str] = (), max_prompt_tokens: int = MAX_PROMPT_TOKENS
+) -> dict[str, PrepareStats]:
+    """Read ``inputs`` (and ``val_inputs``), write ``out_dir/train.parquet`` (``val.parquet``) and ``prepare.json``."""
+    from transformers import AutoTokenizer
+
+    if not inputs:
+        raise ValueError("--input: give at least one local DeepScaleR file")
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
+    out = Path(out_dir)
+    results = {}
+    for split, files in (("train", inputs), ("val", val_inputs)):
+        if not files:
+            continue
+        records = [r for f in files for r in read_records(f)]
+        rows, stats = prepare(records, tokenizer, split, max_prompt_tokens)
+        write_parquet(rows, out / f"{split}.parquet")
+        results[split] = stats
+    summary = {
+        "inputs": [str(Path(f).resolve()) for f in inputs],
+        "val_inputs": [str(Path(f).resolve()) for f in val_inputs],
+        "tokenizer": tokenizer_path,
+        "max_prompt_tokens": max_prompt_tokens,
+        "system_prompt": SYSTEM_PROMPT,
+        "stats": {k: asdict(v) for k, v in results.items()},
+    }
+    (out / "prepare.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    return results

@@ -1,0 +1,216 @@
+"""Recipes: a sweep as data. A recipe YAML names its runs; each run is a list of Hydra overrides.
+
+    name: paper_main                # recipe name: prefix of every experiment name and Slurm job name
+    project: fgrpo-paper            # W&B project (trainer.project_name)
+    reproduces: F-GRPO Tables 1, 6  # free text, shown by --dry-run
+    resources:                      # sbatch settings shared by all runs (a run may override them)
+      time: "7-00:00:00"
+      cpus_per_task: 64
+    env: {}                         # extra environment exported by every job (never secrets)
+    common: [dataset=deepscaler, cluster=2x8]    # overrides every run gets first
+    runs:
+      - name: qwen25_7b-grpo-g0p5
+        group: qwen25_7b-grpo       # W&B group (WANDB_RUN_GROUP)
+        overrides: [algo=grpo, base_model=qwen25_7b, algorithm.fgrpo.gamma=0.5]
+        resources: {}               # optional, merged over the recipe's
+
+A run's full override list is ``common + run.overrides + command-line overrides`` followed by the experiment
+identity (``trainer.project_name``, ``trainer.experiment_name = <recipe>-<run>``). Nodes and GPUs per node are
+not resources: they are read from the composed ``trainer.nnodes`` / ``trainer.n_gpus_per_node`` (config group
+``cluster``), so ``trainer.nnodes=4`` on the command line resizes both the Slurm allocation and verl.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fgrpo_verl.paths import recipes_dir
+
+# Slurm job names and experiment names end up in paths, W&B and shell scripts: keep them plain.
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+# Secrets belong in the user's environment or ~/.netrc, never in a recipe or a rendered job script.
+_SECRET = re.compile(r"(API_?KEY|TOKEN|SECRET|PASSWORD)", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Resources:
+    """sbatch settings of one job. Every field is optional except what Slurm itself requires."""
+
+    # wall-clock limit, Slurm syntax ("7-00:00:00", "30:00")
+    time: str | None = None
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    # CPUs per node for Ray and the trainer (one task per node)
+    cpus_per_task: int | None = None
+    # memory per node, Slurm syntax ("0" = all of it, "200G")
+    mem: str | None = None
+    exclusive: bool = False
+    # False: ask Slurm for no GPUs and give Ray trainer.n_gpus_per_node logical ones (backend=cpu)
+    request_gpus: bool = True
+    # logical CPUs each node offers Ray (default: the CPUs Slurm allocated); backend=cpu needs more than cores
+    ray_num_cpus: int | None = None
+    # seconds the job waits for every node to join the Ray cluster
+    ray_join_timeout: int | None = None
+    # further sbatch options, verbatim ("--constraint=h100", "--reservation=x")
+    extra: tuple[str, ...] = ()
+
+    @classmethod
+    def from_dict(cls, data: dict | None, where: str) -> Resources:
+        data = dict(data or {})
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"{where}: unknown resources key(s) {unknown}; valid keys: {sorted(known)}")
+        if "extra" in data:
+            extra = data["extra"]
+            if not isinstance(extra, list) or not all(isinstance(x, str) and x.startswith("--") for x in extra):
+                raise ValueError(f"{where}: resources.extra must be a list of '--option[=value]' strings, got {extra!r}")
+            data["extra"] = tuple(extra)
+        for key in ("cpus_per_task", "ray_num_cpus", "ray_join_timeout"):
+            value = data.get(key)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise ValueError(f"{where}: resources.{key} must be a positive integer, got {value!r}")
+        for key in ("exclusive", "request_gpus"):
+            if key in data and not isinstance(data[key], bool):
+                raise ValueError(f"{where}: resources.{key} must be true or false, got {data[key]!r}")
+        for key in ("time", "partition", "account", "qos", "mem"):
+            value = data.get(key)
+            if value is not None and not isinstance(value, str):
+                raise ValueError(f"{where}: resources.{key} must be a string, got {value!r}")
+        return cls(**data)
+
+    def merged(self, data: dict | None, where: str) -> Resources:
+        """These resources with the keys of ``data`` replaced."""
+        base = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        base["extra"] = list(base["extra"])
+        base.update(data or {})
+        return Resources.from_dict(base, where)
+
+
+@dataclass(frozen=True)
+class Run:
+    name: str
+    group: str
+    overrides: tuple[str, ...]
+    resources: Resources
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    project: str
+    path: Path
+    reproduces: str
+    common: tuple[str, ...]
+    env: dict[str, str]
+    runs: tuple[Run, ...] = field(default=())
+
+    def experiment_name(self, run: Run) -> str:
+        return f"{self.name}-{run.name}"
+
+    def run_overrides(self, run: Run, extra: tuple[str, ...] | list[str] = ()) -> list[str]:
+        """The run's complete Hydra overrides: common, run, command line, then its identity."""
+        return [
+            *self.common,
+            *run.overrides,
+            *extra,
+            f"trainer.project_name={self.project}",
+            f"trainer.experiment_name={self.experiment_name(run)}",
+        ]
+
+    def select(self, names: list[str] | None) -> list[Run]:
+        """The runs named in ``names`` (all runs for None), in recipe order."""
+        if not names:
+            return list(self.runs)
+        known = [r.name for r in self.runs]
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            raise ValueError(f"--only: no run named {unknown} in recipe {self.name!r}; runs: {known}")
+        return [r for r in self.runs if r.name in names]
+
+
+def resolve_recipe_path(recipe: str) -> Path:
+    """A recipe file path, or the name of a shipped recipe (``paper_main`` = recipes/paper_main.yaml)."""
+    path = Path(recipe)
+    if path.is_file():
+        return path.resolve()
+    shipped = recipes_dir() / f"{recipe}.yaml"
+    if path.suffix == "" and shipped.is_file():
+        return shipped
+    names = sorted(p.stem for p in recipes_dir().glob("*.yaml"))
+    raise ValueError(f"recipe {recipe!r} is neither a file nor a shipped recipe; shipped recipes: {names}")
+
+
+def _string_list(value, where: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+        raise ValueError(f"{where} must be a list of Hydra override strings, got {value!r}")
+    return tuple(value)
+
+
+def _checked_name(value, where: str) -> str:
+    if not isinstance(value, str) or not _NAME.match(value):
+        raise ValueError(f"{where} must match {_NAME.pattern} (letters, digits, '_', '.', '-'), got {value!r}")
+    return value
+
+
+def load_recipe(recipe: str) -> Recipe:
+    """Parse and check a recipe file (see the module docstring for the format)."""
+    import yaml
+
+    path = resolve_recipe_path(recipe)
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: a recipe is a mapping with keys name, project, runs, ...; got {type(data).__name__}")
+    allowed = {"name", "project", "reproduces", "resources", "env", "common", "runs"}
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise ValueError(f"{path}: unknown recipe key(s) {unknown}; valid keys: {sorted(allowed)}")
+    name = _checked_name(data.get("name"), f"{path}: name")
+    project = _checked_name(data.get("project"), f"{path}: project")
+    env = data.get("env") or {}
+    if not isinstance(env, dict):
+        raise ValueError(f"{path}: env must be a mapping NAME: value, got {env!r}")
+    for key in env:
+        if _SECRET.search(str(key)):
+            raise ValueError(
+                f"{path}: env.{key} looks like a secret; export it in your shell (or use ~/.netrc for W&B) "
+                "instead of writing it into a recipe and its job scripts"
+            )
+    resources = Resources.from_dict(data.get("resources"), f"{path}: resources")
+    raw_runs = data.get("runs")
+    if not isinstance(raw_runs, list) or not raw_runs:
+        raise ValueError(f"{path}: runs must be a non-empty list of {{name, group, overrides}} entries")
+    runs, seen = [], set()
+    for i, raw in enumerate(raw_runs):
+        where = f"{path}: runs[{i}]"
+        if not isinstance(raw, dict):
+            raise ValueError(f"{where} must be a mapping with name, group, overrides; got {raw!r}")
+        extra_keys = sorted(set(raw) - {"name", "group", "overrides", "resources"})
+        if extra_keys:
+            raise ValueError(f"{where}: unknown key(s) {extra_keys}; valid keys: group, name, overrides, resources")
+        run_name = _checked_name(raw.get("name"), f"{where}.name")
+        if run_name in seen:
+            raise ValueError(f"{where}: duplicate run name {run_name!r}")
+        seen.add(run_name)
+        runs.append(
+            Run(
+                name=run_name,
+                group=_checked_name(raw.get("group", name), f"{where}.group"),
+                overrides=_string_list(raw.get("overrides"), f"{where}.overrides"),
+                resources=resources.merged(raw.get("resources"), f"{where}.resources"),
+            )
+        )
+    return Recipe(
+        name=name,
+        project=project,
+        path=path,
+        reproduces=str(data.get("reproduces", "")),
+        common=_string_list(data.get("common"), f"{path}: common"),
+        env={str(k): str(v) for k, v in env.items()},
+        runs=tuple(runs),
+    )

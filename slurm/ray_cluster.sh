@@ -1,0 +1,175 @@
+# shellcheck shell=bash
+# One Ray cluster over all nodes of a Slurm allocation. Sourced by the sbatch scripts in this folder:
+#
+#   source ray_cluster.sh
+#   fgrpo_ray_up        # head on the first node, one worker per other node; waits until all have joined
+#   ...driver...        # RAY_ADDRESS is exported: ray.init() / verl connect to this cluster
+#   fgrpo_ray_down      # stops every Ray step (also run by the EXIT trap)
+#
+# Why it is written this way:
+# - Node list from `scontrol show hostnames` (one array element per node; verl's tutorial puts all names in
+#   one element, verl issue #548).
+# - Every node gets an explicit --node-ip-address: Slurm's NodeAddr for that node (resolved when it is a
+#   name). Ray otherwise guesses its IP by probing a route to an outside address, which picks the wrong
+#   interface on multi-homed nodes (and would send traffic off a test machine).
+# - Ray token authentication stays on: a fresh random token per job, exported as RAY_AUTH_TOKEN to this
+#   script's environment and from there to `srun` steps. It never appears on a command line (visible in
+#   `ps`), in a file or in the log.
+# - Ray runs with --block inside `srun --overlap` steps: when a step ends, its Ray processes end with it;
+#   nothing daemonizes out of the job.
+# - Ports are derived from the job id, so two jobs (or a local `ray start` of someone else) sharing a host
+#   do not collide on Ray's default ports.
+#
+# Settings (environment; all optional):
+#   FGRPO_RAY_CMD            command that runs Ray's CLI, e.g. "apptainer exec img.sif ray" (default: ray)
+#   FGRPO_RAY_JOIN_TIMEOUT   seconds to wait for every node to join (default 300)
+#   FGRPO_RAY_PORT_BASE      first of the ~100 ports this job uses (default 20000 + 100 * (job id % 120))
+#   FGRPO_RAY_NUM_CPUS       CPUs each node offers to Ray (default SLURM_CPUS_ON_NODE)
+#   FGRPO_GPUS_PER_NODE      GPUs each node offers to Ray and to verl (default from SLURM_GPUS_ON_NODE /
+#                            SLURM_GPUS_PER_NODE; required when Slurm allocated no GPUs)
+#   FGRPO_RAY_TMPDIR         parent of Ray's per-job session directory (default /tmp; keep it short:
+#                            Ray's socket paths must fit in 107 characters)
+
+fgrpo_log() { echo "[fgrpo-ray $(date -u +%H:%M:%S)] $*"; }
+fgrpo_fail() { echo "[fgrpo-ray $(date -u +%H:%M:%S)] ERROR: $*" >&2; return 1; }
+
+# IPv4 address Ray should use for Slurm node $1: its NodeAddr, resolved if it is a host name.
+fgrpo_node_ip() {
+    local addr
+    addr=$(scontrol show node "$1" | grep -o 'NodeAddr=[^ ]*' | cut -d= -f2)
+    [[ -n $addr ]] || { fgrpo_fail "scontrol show node $1 gave no NodeAddr"; return 1; }
+    if [[ $addr =~ ^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+$ ]]; then
+        echo "$addr"
+    else
+        getent ahostsv4 "$addr" | awk 'NR == 1 {print $1}' | grep . \
+            || { fgrpo_fail "cannot resolve NodeAddr '$addr' of node $1"; return 1; }
+    fi
+}
+
+# GPUs per node: FGRPO_GPUS_PER_NODE, else Slurm's count ("8" or "h100:8").
+fgrpo_gpus_per_node() {
+    local g=${FGRPO_GPUS_PER_NODE:-${SLURM_GPUS_ON_NODE:-${SLURM_GPUS_PER_NODE:-}}}
+    g=${g##*:}
+    [[ $g =~ ^[0-9]+$ ]] || {
+        fgrpo_fail "cannot tell GPUs per node: Slurm allocated none (SLURM_GPUS_ON_NODE unset); request them" \
+            "with '#SBATCH --gpus-per-node=N' or set FGRPO_GPUS_PER_NODE"
+        return 1
+    }
+    echo "$g"
+}
+
+# Ports of node index $1 (0 = head): node manager, object manager, metrics, dashboard agent (2), runtime env.
+fgrpo_node_ports() {
+    local off=$((FGRPO_RAY_PORT_BASE + 10 + 10 * ($1 % 9)))
+    echo "--node-manager-port=$off --object-manager-port=$((off + 1)) --metrics-export-port=$((off + 2))" \
+        "--dashboard-agent-listen-port=$((off + 3)) --dashboard-agent-grpc-port=$((off + 4))" \
+        "--runtime-env-agent-port=$((off + 5))"
+}
+
+fgrpo_ray_up() {
+    [[ -n ${SLURM_JOB_ID:-} ]] || { fgrpo_fail "not inside a Slurm job (SLURM_JOB_ID unset)"; return 1; }
+    local ray_cmd=${FGRPO_RAY_CMD:-ray} timeout=${FGRPO_RAY_JOIN_TIMEOUT:-300}
+    FGRPO_RAY_PORT_BASE=${FGRPO_RAY_PORT_BASE:-$((20000 + 100 * (SLURM_JOB_ID % 120)))}
+    local cpus=${FGRPO_RAY_NUM_CPUS:-${SLURM_CPUS_ON_NODE:-1}} gpus
+    gpus=$(fgrpo_gpus_per_node) || return 1
+    export FGRPO_GPUS_PER_NODE=$gpus
+
+    mapfile -t FGRPO_NODES < <(scontrol show hostnames "$SLURM_JOB_NODELIST")
+    FGRPO_NODE_IPS=()
+    local node
+    for node in "${FGRPO_NODES[@]}"; do
+        FGRPO_NODE_IPS+=("$(fgrpo_node_ip "$node")") || return 1
+    done
+    local head_ip=${FGRPO_NODE_IPS[0]} gcs_port=$FGRPO_RAY_PORT_BASE
+    export FGRPO_HEAD_NODE=${FGRPO_NODES[0]} FGRPO_HEAD_IP=$head_ip
+    export RAY_ADDRESS="$head_ip:$gcs_port"
+    export FGRPO_RAY_SESSION_DIR=${FGRPO_RAY_TMPDIR:-/tmp}/fgrpo-ray-$SLURM_JOB_ID
+
+    # Token auth on, with a token private to this job (Ray reads RAY_AUTH_TOKEN before any file).
+    export RAY_AUTH_MODE=token
+    if [[ -z ${RAY_AUTH_TOKEN:-} ]]; then
+        RAY_AUTH_TOKEN=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
+        export RAY_AUTH_TOKEN
+    fi
+
+    fgrpo_log "job $SLURM_JOB_ID: ${#FGRPO_NODES[@]} node(s) ${FGRPO_NODES[*]} (${FGRPO_NODE_IPS[*]});" \
+        "head ${FGRPO_NODES[0]} at $RAY_ADDRESS; $cpus CPU(s), $gpus GPU(s) per node"
+    trap fgrpo_ray_down EXIT
+    trap 'fgrpo_log "got SIGTERM (preemption, requeue or scancel): stopping Ray"; exit 143' TERM
+
+    # Each Ray step gets all of its node's allocated CPUs: under CPU binding (task/affinity, task/cgroup) a
+    # smaller step would pin Ray and every worker it forks onto that many cores. GPUs: a step gets all of the
+    # job's GPUs on its node by default. --cpus-per-task is the same on every node; without it (e.g. an
+    # --exclusive job) the batch node's count stands for all nodes.
+    local step_cpus=${SLURM_CPUS_PER_TASK:-${SLURM_CPUS_ON_NODE:-1}}
+    FGRPO_RAY_STEP_PIDS=()
+    # shellcheck disable=SC2046,SC2086
+    srun --overlap --nodes=1 --ntasks=1 --cpus-per-task="$step_cpus" -w "${FGRPO_NODES[0]}" \
+        $ray_cmd start --head --block --node-ip-address="$head_ip" --port="$gcs_port" \
+        --num-cpus="$cpus" --num-gpus="$gpus" --include-dashboard=false --dashboard-port=$((FGRPO_RAY_PORT_BASE + 2)) --disable-usage-stats \
+        --ray-client-server-port=$((FGRPO_RAY_PORT_BASE + 1)) --temp-dir="$FGRPO_RAY_SESSION_DIR/0" \
+        $(fgrpo_node_ports 0) &
+    FGRPO_RAY_STEP_PIDS+=($!)
+
+    local i
+    for ((i = 1; i < ${#FGRPO_NODES[@]}; i++)); do
+        # shellcheck disable=SC2046,SC2086
+        srun --overlap --nodes=1 --ntasks=1 --cpus-per-task="$step_cpus" -w "${FGRPO_NODES[i]}" \
+            $ray_cmd start --block --address="$RAY_ADDRESS" --node-ip-address="${FGRPO_NODE_IPS[i]}" \
+            --num-cpus="$cpus" --num-gpus="$gpus" --disable-usage-stats --temp-dir="$FGRPO_RAY_SESSION_DIR/$i" \
+            $(fgrpo_node_ports "$i") &
+        FGRPO_RAY_STEP_PIDS+=($!)
+    done
+    fgrpo_ray_wait "$timeout"
+}
+
+# Wait until every allocated node has an alive Ray node at its IP. Fails naming the missing node(s) when a
+# node's Ray step exits early or when the timeout passes; never waits forever.
+fgrpo_ray_wait() {
+    local timeout=$1 start=$SECONDS missing i joined
+    while true; do
+        joined=$(python -m fgrpo_verl.launch.ray_nodes --address "$RAY_ADDRESS" 2>/dev/null || true)
+        missing=()
+        for ((i = 0; i < ${#FGRPO_NODES[@]}; i++)); do
+            grep -qxF "${FGRPO_NODE_IPS[i]}" <<<"$joined" || missing+=("${FGRPO_NODES[i]} (${FGRPO_NODE_IPS[i]})")
+        done
+        if ((${#missing[@]} == 0)); then
+            fgrpo_log "all ${#FGRPO_NODES[@]} node(s) joined the Ray cluster after $((SECONDS - start)) s"
+            return 0
+        fi
+        for ((i = 0; i < ${#FGRPO_RAY_STEP_PIDS[@]}; i++)); do
+            if ! kill -0 "${FGRPO_RAY_STEP_PIDS[i]}" 2>/dev/null; then
+                local rc=0
+                wait "${FGRPO_RAY_STEP_PIDS[i]}" || rc=$?
+                fgrpo_fail "the Ray step on node ${FGRPO_NODES[i]} (${FGRPO_NODE_IPS[i]}) exited with status $rc" \
+                    "before joining; its output is above in this log. Still missing: ${missing[*]}"
+                return 1
+            fi
+        done
+        if ((SECONDS - start >= timeout)); then
+            fgrpo_fail "node(s) ${missing[*]} did not join the Ray cluster at $RAY_ADDRESS within ${timeout} s" \
+                "(FGRPO_RAY_JOIN_TIMEOUT). Check that Ray runs on them, that they reach the head at $RAY_ADDRESS," \
+                "and the raylet logs under $FGRPO_RAY_SESSION_DIR on those nodes (docs/slurm.md, Troubleshooting)."
+            return 1
+        fi
+        sleep 2
+    done
+}
+
+fgrpo_ray_down() {
+    local pid i
+    trap - EXIT
+    [[ ${#FGRPO_RAY_STEP_PIDS[@]} -gt 0 ]] || return 0
+    fgrpo_log "stopping Ray on ${#FGRPO_RAY_STEP_PIDS[@]} node(s)"
+    # Workers first, head last; `ray start --block` stops its processes on SIGTERM.
+    for ((i = ${#FGRPO_RAY_STEP_PIDS[@]} - 1; i >= 0; i--)); do
+        kill -TERM "${FGRPO_RAY_STEP_PIDS[i]}" 2>/dev/null || true
+    done
+    for pid in "${FGRPO_RAY_STEP_PIDS[@]}"; do
+        wait "$pid" 2>/dev/null || true
+    done
+    FGRPO_RAY_STEP_PIDS=()
+    # Ray's session directories live on every node's local disk: one short step removes them all.
+    srun --overlap --nodes="${#FGRPO_NODES[@]}" --ntasks-per-node=1 rm -rf "$FGRPO_RAY_SESSION_DIR" 2>/dev/null || true
+    fgrpo_log "Ray stopped"
+}

@@ -1,0 +1,136 @@
+"""Shared helpers of the Slurm tests: a real two-node Slurm cluster (scripts/slurm_cluster.sh) per session.
+
+The cluster needs root and Debian's slurmctld/slurmd/slurm-client/munge packages (`make slurm-deps` installs
+them as root). Elsewhere every Slurm test is skipped with the reason spelled out.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+CLUSTER_SCRIPT = REPO / "scripts" / "slurm_cluster.sh"
+VENV_BIN = Path(sys.executable).parent
+
+
+def skip_reason() -> str | None:
+    if os.geteuid() != 0:
+        return "SLURM TESTS SKIPPED: not root (slurmd must start jobs as their user); run `make test` as root"
+    missing = [b for b in ("slurmctld", "slurmd", "sbatch", "munged") if not (shutil.which(b) or Path(f"/usr/sbin/{b}").exists())]
+    if missing:
+        return (
+            f"SLURM TESTS SKIPPED: {missing} not installed; as root: "
+            "apt-get install -y --no-install-recommends slurmctld slurmd slurm-client munge (or `make slurm-deps`)"
+        )
+    return None
+
+
+def job_environment(slurm_conf: Path) -> dict[str, str]:
+    """Environment for sbatch: jobs inherit it (sbatch exports ALL), so they find this venv and this checkout."""
+    env = dict(os.environ)
+    env["SLURM_CONF"] = str(slurm_conf)
+    env["PATH"] = f"{VENV_BIN}:{env.get('PATH', '/usr/bin:/bin')}"
+    env["PYTHONPATH"] = f"{REPO}:{env['PYTHONPATH']}" if env.get("PYTHONPATH") else str(REPO)
+    # nothing a job starts may phone home or reach past loopback
+    env["WANDB_MODE"] = "offline"
+    env["RAY_USAGE_STATS_ENABLED"] = "0"
+    env.pop("RAY_ADDRESS", None)
+    env.pop("RAY_AUTH_TOKEN", None)
+    return env
+
+
+class SlurmCluster:
+    def __init__(self, state_dir: Path):
+        self.state_dir = state_dir
+        self.conf = state_dir / "slurm.conf"
+        self.script_env = dict(os.environ, FGRPO_SLURM_DIR=str(state_dir))
+
+    def up(self) -> None:
+        subprocess.run([str(CLUSTER_SCRIPT), "up"], env=self.script_env, check=True, timeout=120)
+
+    def down(self) -> None:
+        subprocess.run([str(CLUSTER_SCRIPT), "down"], env=self.script_env, check=False, timeout=60)
+
+    @property
+    def env(self) -> dict[str, str]:
+        return job_environment(self.conf)
+
+    def sbatch(self, script: Path, *script_args: str, options=(), env: dict | None = None, cwd: Path | None = None) -> str:
+        """Submit ``script`` (sbatch ``options`` before it, ``script_args`` after it); returns the job id."""
+        out = subprocess.run(
+            ["sbatch", "--parsable", *options, str(script), *script_args],
+            env=env or self.env,
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert out.returncode == 0, f"sbatch failed: {out.stderr}"
+        return out.stdout.strip().split(";")[0]
+
+    def job_field(self, job_id: str, field: str) -> str | None:
+        out = subprocess.run(["scontrol", "-o", "show", "job", job_id], env=self.env, capture_output=True, text=True)
+        match = re.search(rf"\b{field}=(\S+)", out.stdout)
+        return match.group(1) if match else None
+
+    def wait_state(self, job_id: str, states: set[str], timeout: float) -> str:
+        """Poll until the job's state is one of ``states``; fail on timeout with the last state seen."""
+        deadline, state = time.monotonic() + timeout, None
+        while time.monotonic() < deadline:
+            state = self.job_field(job_id, "JobState")
+            if state in states:
+                return state
+            time.sleep(1)
+        pytest.fail(f"job {job_id} not in {states} after {timeout} s (last state {state})")
+
+    def wait_done(self, job_id: str, timeout: float) -> str:
+        return self.wait_state(job_id, {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"}, timeout)
+
+
+def processes_matching(text: str) -> list[str]:
+    """Command lines of live processes containing ``text`` (to prove a job left nothing behind)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmdline:
+            found.append(f"{proc.name}: {cmdline[:200]}")
+    return found
+
+
+def wait_no_processes(text: str, timeout: float = 30.0) -> list[str]:
+    deadline = time.monotonic() + timeout
+    while True:
+        left = processes_matching(text)
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.5)
+
+
+def cluster_or_skip():
+    """Generator for a module-scoped fixture: a fresh two-node cluster, torn down after the module."""
+    reason = skip_reason()
+    if reason:
+        pytest.skip(reason)
+    # munged runs as user munge, which cannot enter pytest's private (0700) tmp directories
+    state_dir = Path(tempfile.mkdtemp(prefix="fgrpo-slurm-", dir="/tmp"))
+    state_dir.chmod(0o755)
+    cluster = SlurmCluster(state_dir)
+    cluster.up()
+    try:
+        yield cluster
+    finally:
+        cluster.down()

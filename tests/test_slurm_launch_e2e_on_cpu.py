@@ -1,0 +1,208 @@
+"""`fgrpo-verl launch` on a real Slurm cluster running verl's trainer on the CPU backend (maze task, tiny model):
+
+(a) a one-node launch of a tiny recipe completes (state COMPLETED) and its advantages are F-GRPO's;
+(c) `scontrol requeue` in the middle of a run: the job starts again, resumes from its latest checkpoint, the
+    global step continues with no step lost or repeated, and W&B (offline) continues the same run id.
+
+Evidence comes from what a user sees: the job's Slurm log (appended across restarts; verl's console logger
+prints one `step:N - key:value ...` line per step), the checkpoint directory, and W&B's offline run folders.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+import yaml
+from slurm_testing import REPO, cluster_or_skip, wait_no_processes
+# the CPU backend's e2e test recomputes F-GRPO advantages from verl's rollout dump: the same check here
+from test_cpu_backend_e2e_on_cpu import _expected_advantage_range, _rollouts
+
+from fgrpo_verl.launch.jobenv import wandb_run_id
+
+pytestmark = [pytest.mark.slurm, pytest.mark.e2e, pytest.mark.ray]
+
+REWARD_FILE = REPO / "tests" / "cpu_backend_parity_reward.py"
+PROJECT = "slurm_e2e"
+GAMMA = 1.0
+GROUP_N = 4
+JOB_TIMEOUT_S = 600
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    yield from cluster_or_skip()
+
+
+@pytest.fixture(scope="module")
+def workdir(slurm, tmp_path_factory):
+    """A launch directory (under /tmp, readable by the job) with the maze data, the tiny model and a recipe."""
+    from fgrpo_verl.tasks.maze import build
+
+    root = Path(tmp_path_factory.mktemp("slurm_e2e"))
+    maze = build(root / "maze", size=7, n_train=64, n_val=4, model_preset="tiny", seed=0)
+    # the CPU backend's e2e tests load the maze tokenizer from a tokenizer-only directory (transformers 5
+    # would otherwise re-read a qwen2 model dir's tokenizer with Qwen2Tokenizer)
+    tokenizer_dir = root / "tokenizer"
+    tokenizer_dir.mkdir()
+    for name in os.listdir(maze.model_dir):
+        if name.startswith("tokenizer") or name.endswith(".jinja"):
+            shutil.copy(Path(maze.model_dir) / name, tokenizer_dir / name)
+    common = [
+        "backend=cpu",
+        "algo=grpo",
+        "cluster=1x1",
+        f"data.train_files={maze.train_file}",
+        f"data.val_files={maze.val_file}",
+        "data.train_batch_size=4",
+        f"data.max_prompt_length={maze.prompt_length}",
+        f"data.max_response_length={maze.max_response_length}",
+        "data.seed=0",
+        f"actor_rollout_ref.model.path={maze.model_dir}",
+        f"actor_rollout_ref.model.tokenizer_path={tokenizer_dir}",
+        f"actor_rollout_ref.rollout.n={GROUP_N}",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16",
+        "actor_rollout_ref.actor.optim.lr=1e-3",
+        "actor_rollout_ref.actor.optim.lr_warmup_steps=0",
+        f"reward.custom_reward_function.path={REWARD_FILE}",
+        "reward.custom_reward_function.name=compute_score",
+        "trainer.logger=[console,wandb]",
+        "trainer.save_freq=1",
+        "trainer.test_freq=-1",
+        "trainer.val_before_train=False",
+        f"trainer.rollout_data_dir={root / 'rollouts'}",
+    ]
+    recipe = {
+        "name": "cpu_tiny",
+        "project": PROJECT,
+        "reproduces": "nothing: a CPU smoke test of the Slurm path",
+        # backend=cpu: no GPUs from Slurm, one logical GPU and 32 logical CPUs per Ray node
+        "resources": {"request_gpus": False, "ray_num_cpus": 32, "cpus_per_task": 2, "ray_join_timeout": 180},
+        "env": {"WANDB_MODE": "offline", "WANDB_DIR": str(root), "RAY_DEDUP_LOGS": "0"},
+        "common": common,
+        "runs": [
+            {"name": "fgrpo-g1", "group": "smoke", "overrides": [f"algorithm.fgrpo.gamma={GAMMA}", "trainer.total_training_steps=1"]},
+            {"name": "requeue", "group": "smoke", "overrides": ["algorithm.fgrpo.gamma=0.5", "trainer.total_training_steps=4"]},
+        ],
+    }
+    (root / "cpu_tiny.yaml").write_text(yaml.safe_dump(recipe, sort_keys=False))
+    return root
+
+
+def _launch(slurm, workdir: Path, run: str) -> str:
+    out = subprocess.run(
+        [sys.executable, "-m", "fgrpo_verl", "launch", str(workdir / "cpu_tiny.yaml"), "--only", run],
+        env=slurm.env,
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-4000:]
+    return re.search(rf"submitted cpu_tiny-{run}: job (\d+)", out.stdout).group(1)
+
+
+def _log(workdir: Path, run: str, job: str) -> str:
+    path = workdir / "slurm_logs" / f"cpu_tiny-{run}-{job}.out"
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+def _steps_per_start(log: str) -> list[list[int]]:
+    """Global steps logged by verl's console logger, split at each start of the job script."""
+    starts: list[list[int]] = []
+    for line in log.splitlines():
+        if re.search(r"\[fgrpo\] job \d+ run \S+ start \d+", line):
+            starts.append([])
+        match = re.search(r"\bstep:(\d+) - ", line)
+        if match and starts:
+            starts[-1].append(int(match.group(1)))
+    return starts
+
+
+def _logged_metric(log: str, step: int, key: str) -> float:
+    line = next(line for line in log.splitlines() if re.search(rf"\bstep:{step} - ", line))
+    return float(re.search(rf"{re.escape(key)}:(\S+)", line).group(1))
+
+
+@pytest.mark.timeout(900)
+def test_one_node_launch_of_a_tiny_recipe_completes_with_the_focal_estimator(slurm, workdir):
+    """(a)"""
+    start = time.monotonic()
+    job = _launch(slurm, workdir, "fgrpo-g1")
+    state = slurm.wait_done(job, JOB_TIMEOUT_S)
+    wall = time.monotonic() - start
+    log = _log(workdir, "fgrpo-g1", job)
+    assert state == "COMPLETED", f"job {job} ended {state}:\n{log[-6000:]}"
+    assert _steps_per_start(log) == [[1]]
+    # the focal estimator produced the advantages: recomputed from the dumped rewards with gamma = 1,
+    # and different from what plain GRPO (gamma = 0) would give for the same batch
+    rollouts = _rollouts(workdir / "rollouts", 1)
+    assert len(rollouts) == 4 * GROUP_N
+    hi, lo = _expected_advantage_range(rollouts, GAMMA)
+    hi0, lo0 = _expected_advantage_range(rollouts, 0.0)
+    assert hi > 0, "no group with mixed outcomes in this batch: the check would be vacuous"
+    assert _logged_metric(log, 1, "critic/advantages/max") == pytest.approx(hi, abs=1e-4)
+    assert _logged_metric(log, 1, "critic/advantages/min") == pytest.approx(lo, abs=1e-4)
+    assert abs(hi - hi0) > 1e-2 or abs(lo - lo0) > 1e-2
+    ckpt = workdir / "checkpoints" / PROJECT / "cpu_tiny-fgrpo-g1"
+    assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "1"
+    assert wait_no_processes(f"fgrpo-ray-{job}") == []
+    print(f"(a) 1-node CPU launch, job {job}: {wall:.1f} s wall")
+
+
+@pytest.mark.timeout(1200)
+def test_requeue_mid_run_resumes_from_checkpoint_and_continues_the_wandb_run(slurm, workdir):
+    """(c)"""
+    experiment = "cpu_tiny-requeue"
+    ckpt = workdir / "checkpoints" / PROJECT / experiment
+    marker = ckpt / "latest_checkpointed_iteration.txt"
+    start = time.monotonic()
+    job = _launch(slurm, workdir, "requeue")
+    # requeue as soon as the first checkpoint exists and the run is not finished
+    deadline = time.monotonic() + JOB_TIMEOUT_S
+    while not (marker.exists() and marker.read_text().strip() in {"1", "2"}):
+        assert slurm.job_field(job, "JobState") in {"PENDING", "RUNNING"}, _log(workdir, "requeue", job)[-6000:]
+        assert time.monotonic() < deadline, "no checkpoint before the deadline"
+        time.sleep(0.5)
+    checkpoint_at_requeue = int(marker.read_text().strip())
+    subprocess.run(["scontrol", "requeue", job], env=slurm.env, check=True)
+    # a requeued job waits before it may start again; let it start now
+    slurm.wait_state(job, {"PENDING"}, 120)
+    subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=slurm.env, check=True)
+    state = slurm.wait_done(job, JOB_TIMEOUT_S)
+    wall = time.monotonic() - start
+    log = _log(workdir, "requeue", job)
+    assert state == "COMPLETED", f"job {job} ended {state}:\n{log[-6000:]}"
+    assert slurm.job_field(job, "Restarts") == "1"
+
+    starts = _steps_per_start(log)
+    assert len(starts) == 2, log[-6000:]
+    first, second = starts
+    resumed = int(re.search(rf"Resuming from \S*{experiment}/global_step_(\d+)", log).group(1))
+    assert resumed >= checkpoint_at_requeue
+    # nothing repeated: the first start logged only steps the second did not redo; nothing lost: together
+    # they cover every step, and the second start continues right after the checkpoint it resumed from
+    assert first == list(range(1, resumed + 1)), (first, resumed)
+    assert second == list(range(resumed + 1, 5)), (second, resumed)
+    assert marker.read_text().strip() == "4"
+
+    # W&B (offline): both starts wrote to the same, deterministic run id
+    run_id = wandb_run_id(PROJECT, experiment)
+    runs = sorted(p.name for p in (workdir / "wandb").glob("offline-run-*"))
+    ids = defaultdict(int)
+    for name in runs:
+        ids[name.rsplit("-", 1)[1]] += 1
+    assert ids[run_id] == 2, runs
+    # the only other run in this W&B directory is test (a)'s
+    assert set(ids) <= {run_id, wandb_run_id(PROJECT, "cpu_tiny-fgrpo-g1")}, runs
+    assert wait_no_processes(f"fgrpo-ray-{job}") == []
+    print(f"(c) requeue at checkpoint {checkpoint_at_requeue}, resumed from {resumed}, job {job}: {wall:.1f} s wall")
