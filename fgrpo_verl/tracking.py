@@ -19,8 +19,10 @@ Secrets: nothing here reads, writes or forwards ``WANDB_API_KEY``. Authenticate 
 ``~/.netrc``) or export the key in the job's environment yourself; never put it in a config or an override,
 because verl prints its config and logs it to W&B.
 
-The Slurm launcher calls :func:`wandb_env` (exports before ``ray start``) and/or :func:`ray_env_overrides`
-(Hydra overrides that hand the same variables to every Ray actor); ``fgrpo-verl wandb-env`` prints both.
+``fgrpo-verl launch`` and the plain ``sbatch slurm/train.sbatch`` path (``fgrpo_verl.launch.jobenv``) read the
+name's parts from the composed config with :func:`config_run_name` / :func:`config_run_tags` and export
+:func:`wandb_env` before ``ray start``; :func:`ray_env_overrides` hands the same variables to every Ray actor as
+Hydra overrides instead. ``fgrpo-verl wandb-env`` prints both for hand-written scripts.
 """
 
 from __future__ import annotations
@@ -113,3 +115,64 @@ def ray_env_overrides(env: dict[str, str]) -> list[str]:
 def experiment_overrides(project: str, experiment: str) -> list[str]:
     """The verl overrides naming the run: ``trainer.project_name`` and ``trainer.experiment_name``."""
     return [f'trainer.project_name="{_label("project", project)}"', f'trainer.experiment_name="{_label("experiment", experiment)}"']
+
+
+# Keys of the composed config that the run name is read from (config_run_name).
+GAMMA_KEY = "algorithm.fgrpo.gamma"
+N_KEY = "actor_rollout_ref.rollout.n"
+MODEL_KEY = "actor_rollout_ref.model.path"
+# data.seed when set (verl's train-set shuffle seed), else the actor's data-loader seed that verl falls back to
+SEED_KEYS = ("data.seed", "actor_rollout_ref.actor.data_loader_seed")
+
+
+def algo_label(base_loss_mode: str, clip_ratio_low: float, clip_ratio_high: float, gamma) -> str:
+    """``grpo`` / ``dapo`` / ``cispo`` from the policy loss, ``f``-prefixed when γ > 0 (``fgrpo``, ``fdapo``, ``fcispo``).
+
+    The base loss decides CISPO; among ``vanilla`` (PPO-clip) losses DAPO is the one with clip-higher
+    (clip_ratio_high > clip_ratio_low, the paper's 0.2 / 0.28), GRPO the symmetric one (0.2 / 0.2). Any other
+    registered base loss is labelled by its own name.
+    """
+    if not isinstance(base_loss_mode, str) or not base_loss_mode:
+        raise ValueError(f"base_loss_mode={base_loss_mode!r} is invalid: expected a registered policy loss name")
+    if base_loss_mode == "vanilla":
+        family = "dapo" if float(clip_ratio_high) > float(clip_ratio_low) else "grpo"
+    else:
+        family = _label("base_loss_mode", base_loss_mode)
+    return ("f" if float(format_gamma(gamma)) > 0 else "") + family
+
+
+def _select(config, key: str):
+    from omegaconf import OmegaConf
+
+    return OmegaConf.select(config, key, throw_on_missing=True)
+
+
+def config_algo(config) -> str:
+    """:func:`algo_label` of a composed fgrpo-verl config."""
+    from fgrpo_verl.loss import base_loss_mode
+
+    actor = config.actor_rollout_ref.actor
+    mode = actor.policy_loss.loss_mode
+    base = base_loss_mode(actor) if mode == "fgrpo" else mode
+    return algo_label(base, actor.clip_ratio_low, actor.clip_ratio_high, _select(config, GAMMA_KEY))
+
+
+def config_seed(config) -> int:
+    for key in SEED_KEYS:
+        value = _select(config, key)
+        if value is not None:
+            return _int(key, value, 0)
+    raise ValueError(f"no seed in the config: set one of {', '.join(SEED_KEYS)}")
+
+
+def config_run_name(config, variant: str | None = None) -> str:
+    """:func:`run_name` of a composed config; ``variant`` (a recipe run's ``variant``) is appended as ``-<variant>``
+    for runs that differ only in settings the name does not show (e.g. the learning-rate and KL controls)."""
+    name = run_name(config_algo(config), _select(config, GAMMA_KEY), _select(config, N_KEY), str(_select(config, MODEL_KEY)),
+                    config_seed(config))
+    return name if variant is None else f"{name}-{_label('variant', variant)}"
+
+
+def config_run_tags(config) -> list[str]:
+    """:func:`run_tags` of a composed config."""
+    return run_tags(config_algo(config), _select(config, GAMMA_KEY), _select(config, N_KEY))

@@ -11,12 +11,27 @@ import pytest
 
 from fgrpo_verl.cli import main as cli_main
 from fgrpo_verl.launch import plan_jobs
-from fgrpo_verl.launch.jobenv import wandb_run_id
+from fgrpo_verl import tracking
 from fgrpo_verl.launch.recipe import load_recipe
 from fgrpo_verl.paths import recipes_dir
 
-# paper §5.3: clipping (eps_low, eps_high) and policy loss per base algorithm
+# paper §5.3: clipping (eps_low, eps_high) and base policy loss per base algorithm; our configs run every one of
+# them through the `fgrpo` loss mode (fgrpo_verl/loss.py), which delegates to that base loss
 PAPER_CLIP = {"grpo": (0.2, 0.2, "vanilla"), "dapo": (0.2, 0.28, "vanilla"), "cispo": (1.0, 5.0, "cispo")}
+
+
+def _assert_policy_loss(cfg, algo: str) -> None:
+    low, high, base = PAPER_CLIP[algo]
+    actor = cfg.actor_rollout_ref.actor
+    assert (actor.clip_ratio_low, actor.clip_ratio_high) == (low, high)
+    assert (actor.policy_loss.loss_mode, actor.policy_loss.base_loss_mode) == ("fgrpo", base)
+    assert actor.policy_loss._target_ == "fgrpo_verl.loss.FocalPolicyLossConfig"
+
+
+def _expected_name(algo: str, gamma: float, n: int, model: str, cfg) -> str:
+    # issue 6: {algo}-g{gamma}-n{N}-{model}-s{seed}; F-prefixed algo when gamma > 0; seed = verl's data-loader seed
+    label = ("f" if gamma > 0 else "") + algo
+    return tracking.run_name(label, gamma, n, model, cfg.actor_rollout_ref.actor.data_loader_seed)
 # paper §5.3: model id and max response length
 PAPER_MODELS = {
     "qwen25_7b": ("Qwen/Qwen2.5-7B", 8192),
@@ -63,15 +78,16 @@ def test_paper_main_has_36_valid_runs_with_the_papers_settings(paper_main):
         gamma = float(gamma.replace("p", "."))
         seen.add((model, algo, gamma))
         _assert_llm_paper_settings(cfg)
-        low, high, mode = PAPER_CLIP[algo]
+        _assert_policy_loss(cfg, algo)
         actor = cfg.actor_rollout_ref.actor
-        assert (actor.clip_ratio_low, actor.clip_ratio_high, actor.policy_loss.loss_mode) == (low, high, mode)
         assert actor.use_kl_loss is False and cfg.algorithm.use_kl_in_reward is False and actor.entropy_coeff == 0
         assert actor.optim.lr == 1e-6 and cfg.actor_rollout_ref.rollout.n == 8
         assert (cfg.actor_rollout_ref.model.path, cfg.data.max_response_length) == PAPER_MODELS[model]
         assert cfg.data.get("apply_chat_template_kwargs", {}).get("enable_thinking", False) == (model == "qwen3_4b_base")
         assert cfg.algorithm.fgrpo.gamma == gamma
-        assert cfg.trainer.experiment_name == f"paper_main-{job.run.name}" and job.job_name == cfg.trainer.experiment_name
+        experiment = _expected_name(algo, gamma, 8, PAPER_MODELS[model][0], cfg)
+        assert cfg.trainer.experiment_name == experiment and job.job_name == f"paper_main-{job.run.name}"
+        assert cfg.trainer.default_local_dir == f"checkpoints/fgrpo-paper/{experiment}"
         assert job.run.group == f"{model}-{algo}"
     assert seen == {(m, a, g) for m in PAPER_MODELS for a in PAPER_CLIP for g in PAPER_GAMMAS}
 
@@ -95,9 +111,14 @@ def test_paper_main_job_scripts_are_complete_and_requeue_safe(paper_main):
         for override in job.overrides:
             assert f"    {override} \\\n" in text
         assert '"trainer.nnodes=${SLURM_NNODES}"' in text and '"trainer.n_gpus_per_node=${FGRPO_GPUS_PER_NODE}"' in text
-        run_id = wandb_run_id("fgrpo-paper", job.job_name)
+        experiment = job.config.trainer.experiment_name
+        assert f"    trainer.experiment_name={experiment} \\\n" in text
+        run_id = tracking.run_id("fgrpo-paper", experiment)
         assert f"export WANDB_RUN_ID={run_id}\n" in text and "export WANDB_RESUME=allow\n" in text
-        assert f"export WANDB_RUN_GROUP={job.run.group}\n" in text
+        # W&B group = the sweep; the recipe's finer group is a tag next to algo/gamma/N
+        assert "export WANDB_RUN_GROUP=paper_main\n" in text
+        tags = tracking.config_run_tags(job.config) + [f"group:{job.run.group}"]
+        assert f"export WANDB_TAGS={','.join(tags)}\n" in text and tags[0].startswith("algo:")
         assert "API_KEY" not in text and "RAY_AUTH_TOKEN=" not in text
         ids.add(run_id)
     assert len(ids) == 36
@@ -110,8 +131,10 @@ def test_group_size_recipe_is_grpo_n_sweep_plus_fgrpo_at_n8(tmp_path):
         cfg = job.config
         _assert_llm_paper_settings(cfg)
         assert cfg.actor_rollout_ref.model.path == "Qwen/Qwen2.5-7B"
-        assert cfg.actor_rollout_ref.actor.clip_ratio_high == 0.2
-        got.add((cfg.actor_rollout_ref.rollout.n, cfg.algorithm.fgrpo.gamma))
+        _assert_policy_loss(cfg, "grpo")
+        n, gamma = cfg.actor_rollout_ref.rollout.n, cfg.algorithm.fgrpo.gamma
+        assert cfg.trainer.experiment_name == _expected_name("grpo", gamma, n, "Qwen/Qwen2.5-7B", cfg)
+        got.add((n, gamma))
     assert len(jobs) == 6 and got == {(2, 0.0), (4, 0.0), (8, 0.0), (16, 0.0), (32, 0.0), (8, 0.5)}
 
 
@@ -119,9 +142,13 @@ def test_controls_recipe_is_low_lr_entropy_and_kl_grpo(tmp_path):
     _, jobs = _plan("controls", tmp_path)
     by_name = {job.run.name: job.config for job in jobs}
     assert set(by_name) == {"grpo-low_lr", "grpo-entropy", "grpo-kl"}
-    for cfg in by_name.values():
+    for name, cfg in by_name.items():
         _assert_llm_paper_settings(cfg)
+        _assert_policy_loss(cfg, "grpo")
         assert cfg.algorithm.fgrpo.gamma == 0.0 and cfg.actor_rollout_ref.rollout.n == 8
+        # same algo/gamma/N/model/seed: the recipe's variant keeps checkpoint dirs and W&B runs apart
+        base = _expected_name("grpo", 0.0, 8, "Qwen/Qwen2.5-7B", cfg)
+        assert cfg.trainer.experiment_name == f"{base}-{name.removeprefix('grpo-')}"
     assert by_name["grpo-low_lr"].actor_rollout_ref.actor.optim.lr == 6.8e-7
     assert by_name["grpo-entropy"].actor_rollout_ref.actor.entropy_coeff == 1e-3
     kl = by_name["grpo-kl"].actor_rollout_ref.actor
@@ -142,6 +169,10 @@ def test_maze_recipe_is_on_policy_n_by_gamma_sweep(tmp_path):
         assert rollout.val_kwargs.n == 2048 and rollout.val_kwargs.temperature == 1.0 and rollout.val_kwargs.do_sample
         assert cfg.reward.custom_reward_function.path == "pkg://fgrpo_verl.tasks.maze.reward"
         assert actor.use_kl_loss is False and cfg.algorithm.use_kl_in_reward is False
+        _assert_policy_loss(cfg, "grpo")
+        assert cfg.trainer.experiment_name == _expected_name(
+            "grpo", cfg.algorithm.fgrpo.gamma, rollout.n, cfg.actor_rollout_ref.model.path, cfg
+        )
         got.add((rollout.n, cfg.algorithm.fgrpo.gamma))
     assert len(jobs) == 18
     assert got == {(n, g) for n in (4, 8, 16, 32, 64, 128) for g in (0.0, 0.5, 1.0)}
@@ -181,6 +212,11 @@ def test_launch_dry_run_prints_scripts_with_overrides_and_submits_nothing(tmp_pa
     ]
     # command-line overrides reach every run, after the run's own (so they win), and size the allocation
     assert out.count("    algorithm.fgrpo.gamma=0.7 \\\n") == 2 and out.count("#SBATCH --nodes=4\n") == 2
+    # the run names follow the composed config, command-line gamma included
+    assert re.findall(r"^    trainer.experiment_name=(.*) \\$", out, re.M) == [
+        "fcispo-g0.7-n8-Qwen3-4B-Base-s42",
+        "fdapo-g0.7-n8-Llama-3.2-3B-Instruct-s42",
+    ]
     assert "dry run, nothing submitted" in out
     assert not (tmp_path / "slurm_jobs").exists()
 
@@ -215,12 +251,17 @@ def test_bad_recipe_is_rejected_naming_the_key(tmp_path, body, message):
     assert message in str(err.value)
 
 
-def test_wandb_run_id_is_deterministic_and_distinct():
-    assert wandb_run_id("p", "e") == wandb_run_id("p", "e")
-    assert len({wandb_run_id("p", "e"), wandb_run_id("p", "e2"), wandb_run_id("p2", "e")}) == 3
-    assert re.fullmatch(r"[0-9a-f]{16}", wandb_run_id("fgrpo-paper", "paper_main-qwen25_7b-grpo-g0p5"))
-    with pytest.raises(ValueError, match="experiment must be a non-empty string"):
-        wandb_run_id("p", "")
+def test_runs_with_the_same_run_name_are_rejected_and_a_variant_separates_them(tmp_path):
+    body = "name: x\nproject: p\ncommon: [algo=grpo, base_model=qwen25_7b]\nruns:\n  - {name: a}\n  - {name: b%s}\n"
+    (tmp_path / "clash.yaml").write_text(body % "")
+    with pytest.raises(ValueError, match=r"runs 'a' and 'b' both get the run name 'fgrpo-g0.5-n8-Qwen2.5-7B-s42'"):
+        _plan(str(tmp_path / "clash.yaml"), tmp_path)
+    (tmp_path / "variant.yaml").write_text(body % ", variant: v2")
+    _, jobs = _plan(str(tmp_path / "variant.yaml"), tmp_path)
+    assert [j.config.trainer.experiment_name for j in jobs] == ["fgrpo-g0.5-n8-Qwen2.5-7B-s42", "fgrpo-g0.5-n8-Qwen2.5-7B-s42-v2"]
+    (tmp_path / "bad.yaml").write_text(body % ", variant: 'a b'")
+    with pytest.raises(ValueError, match="variant must match"):
+        load_recipe(str(tmp_path / "bad.yaml"))
 
 
 def test_jobenv_prints_exports_that_a_shell_can_eval(capsys):
@@ -229,15 +270,25 @@ def test_jobenv_prints_exports_that_a_shell_can_eval(capsys):
 
     from fgrpo_verl.launch import jobenv
 
-    assert jobenv.main(["--wandb-group", "g 1", "trainer.project_name=p", "trainer.experiment_name=e"]) == 0
-    exports = capsys.readouterr().out
-    shown = subprocess.run(
-        ["bash", "-c", exports + '\nprintf "%s|%s|%s|%s" "$WANDB_RUN_ID" "$WANDB_RESUME" "$WANDB_RUN_GROUP" "$FGRPO_CHECKPOINT_DIR"'],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    assert shown == f"{wandb_run_id('p', 'e')}|allow|g 1|checkpoints/p/e"
+    def shown(argv):
+        assert jobenv.main(argv) == 0
+        exports = capsys.readouterr().out
+        return subprocess.run(
+            ["bash", "-c", exports + '\nprintf "%s|%s|%s|%s|%s|%s" "$WANDB_RUN_ID" "$WANDB_RESUME" "$WANDB_RUN_GROUP" '
+             '"$WANDB_TAGS" "$FGRPO_EXPERIMENT" "$FGRPO_CHECKPOINT_DIR"'],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+
+    # an explicit experiment name is kept
+    got = shown(["--wandb-group", "sweep-1", "algo=grpo", "trainer.project_name=p", "trainer.experiment_name=e"])
+    assert got == f"{tracking.run_id('p', 'e')}|allow|sweep-1|algo:fgrpo,gamma:0.5,n:8|e|checkpoints/p/e"
+    # without one, the job gets the W&B naming convention (train.sbatch passes $FGRPO_EXPERIMENT back to verl)
+    name = "fcispo-g1-n4-Qwen2.5-7B-s3"
+    got = shown(["algo=cispo", "base_model=qwen25_7b", "algorithm.fgrpo.gamma=1", "actor_rollout_ref.rollout.n=4",
+                 "data.seed=3", "trainer.project_name=p"])
+    assert got == f"{tracking.run_id('p', name)}|allow||algo:fcispo,gamma:1,n:4|{name}|checkpoints/p/{name}"
 
 
 def test_launch_takes_options_and_overrides_in_any_order(tmp_path, monkeypatch, capsys):

@@ -25,7 +25,7 @@ from slurm_testing import REPO, cluster_or_skip, wait_no_processes
 # the CPU backend's e2e test recomputes F-GRPO advantages from verl's rollout dump: the same check here
 from test_cpu_backend_e2e_on_cpu import _expected_advantage_range, _rollouts
 
-from fgrpo_verl.launch.jobenv import wandb_run_id
+from fgrpo_verl import tracking
 
 pytestmark = [pytest.mark.slurm, pytest.mark.e2e, pytest.mark.ray]
 
@@ -98,6 +98,13 @@ def workdir(slurm, tmp_path_factory):
     return root
 
 
+def _experiment(workdir: Path, gamma: float) -> str:
+    """The run name fgrpo_verl.tracking gives a run of the recipe (F-GRPO, group size GROUP_N, data.seed=0)."""
+    common = yaml.safe_load((workdir / "cpu_tiny.yaml").read_text())["common"]
+    model = next(o.split("=", 1)[1] for o in common if o.startswith("actor_rollout_ref.model.path="))
+    return tracking.run_name("fgrpo", gamma, GROUP_N, model, 0)
+
+
 def _launch(slurm, workdir: Path, run: str) -> str:
     out = subprocess.run(
         [sys.executable, "-m", "fgrpo_verl", "launch", str(workdir / "cpu_tiny.yaml"), "--only", run],
@@ -153,7 +160,7 @@ def test_one_node_launch_of_a_tiny_recipe_completes_with_the_focal_estimator(slu
     assert _logged_metric(log, 1, "critic/advantages/max") == pytest.approx(hi, abs=1e-4)
     assert _logged_metric(log, 1, "critic/advantages/min") == pytest.approx(lo, abs=1e-4)
     assert abs(hi - hi0) > 1e-2 or abs(lo - lo0) > 1e-2
-    ckpt = workdir / "checkpoints" / PROJECT / "cpu_tiny-fgrpo-g1"
+    ckpt = workdir / "checkpoints" / PROJECT / _experiment(workdir, GAMMA)
     assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "1"
     assert wait_no_processes(f"fgrpo-ray-{job}") == []
     print(f"(a) 1-node CPU launch, job {job}: {wall:.1f} s wall")
@@ -162,7 +169,7 @@ def test_one_node_launch_of_a_tiny_recipe_completes_with_the_focal_estimator(slu
 @pytest.mark.timeout(1200)
 def test_requeue_mid_run_resumes_from_checkpoint_and_continues_the_wandb_run(slurm, workdir):
     """(c)"""
-    experiment = "cpu_tiny-requeue"
+    experiment = _experiment(workdir, 0.5)
     ckpt = workdir / "checkpoints" / PROJECT / experiment
     marker = ckpt / "latest_checkpointed_iteration.txt"
     start = time.monotonic()
@@ -196,13 +203,13 @@ def test_requeue_mid_run_resumes_from_checkpoint_and_continues_the_wandb_run(slu
     assert marker.read_text().strip() == "4"
 
     # W&B (offline): both starts wrote to the same, deterministic run id
-    run_id = wandb_run_id(PROJECT, experiment)
+    run_id = tracking.run_id(PROJECT, experiment)
     runs = sorted(p.name for p in (workdir / "wandb").glob("offline-run-*"))
     ids = defaultdict(int)
     for name in runs:
         ids[name.rsplit("-", 1)[1]] += 1
     assert ids[run_id] == 2, runs
     # the only other run in this W&B directory is test (a)'s
-    assert set(ids) <= {run_id, wandb_run_id(PROJECT, "cpu_tiny-fgrpo-g1")}, runs
+    assert set(ids) <= {run_id, tracking.run_id(PROJECT, _experiment(workdir, GAMMA))}, runs
     assert wait_no_processes(f"fgrpo-ray-{job}") == []
     print(f"(c) requeue at checkpoint {checkpoint_at_requeue}, resumed from {resumed}, job {job}: {wall:.1f} s wall")

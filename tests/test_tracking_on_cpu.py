@@ -38,6 +38,44 @@ def test_bad_run_name_inputs(kwargs, key):
         tracking.run_name(**kwargs)
 
 
+@pytest.mark.parametrize(
+    "base,low,high,gamma,label",
+    [
+        ("vanilla", 0.2, 0.2, 0.0, "grpo"),
+        ("vanilla", 0.2, 0.2, 0.5, "fgrpo"),
+        ("vanilla", 0.2, 0.28, 0.0, "dapo"),
+        ("vanilla", 0.2, 0.28, 2.0, "fdapo"),
+        ("cispo", 1.0, 5.0, 0.0, "cispo"),
+        ("cispo", 1.0, 5.0, 1.0, "fcispo"),
+        ("gspo", 0.2, 0.2, 1.0, "fgspo"),
+    ],
+)
+def test_algo_label_from_base_loss_clipping_and_gamma(base, low, high, gamma, label):
+    assert tracking.algo_label(base, low, high, gamma) == label
+
+
+def test_algo_label_rejects_bad_input():
+    with pytest.raises(ValueError, match="base_loss_mode"):
+        tracking.algo_label("", 0.2, 0.2, 0.5)
+    with pytest.raises(ValueError, match="gamma"):
+        tracking.algo_label("vanilla", 0.2, 0.2, -0.5)
+
+
+def test_config_run_name_reads_the_composed_config():
+    from fgrpo_verl.compose import compose
+
+    cfg = compose(["algo=dapo", "base_model=qwen3_4b_base", "algorithm.fgrpo.gamma=0", "actor_rollout_ref.rollout.n=16"])
+    seed = cfg.actor_rollout_ref.actor.data_loader_seed  # data.seed is unset: verl's data-loader seed
+    assert tracking.config_run_name(cfg) == f"dapo-g0-n16-Qwen3-4B-Base-s{seed}"
+    assert tracking.config_run_name(cfg, "low_lr") == f"dapo-g0-n16-Qwen3-4B-Base-s{seed}-low_lr"
+    assert tracking.config_run_tags(cfg) == ["algo:dapo", "gamma:0", "n:16"]
+    cfg = compose(["algo=cispo", "base_model=qwen25_7b", "algorithm.fgrpo.gamma=0.5", "data.seed=7"])
+    assert tracking.config_run_name(cfg) == "fcispo-g0.5-n8-Qwen2.5-7B-s7"
+    # without fgrpo's loss mode the label comes from verl's own loss_mode
+    cfg = compose(["algo=grpo", "base_model=qwen25_7b", "actor_rollout_ref.actor.policy_loss.loss_mode=vanilla"])
+    assert tracking.config_algo(cfg) == "fgrpo"
+
+
 def test_run_id_is_a_deterministic_function_of_the_experiment():
     rid = tracking.run_id("proj", "fgrpo-g0.5-n8-M-s1")
     assert rid == tracking.run_id("proj", "fgrpo-g0.5-n8-M-s1")

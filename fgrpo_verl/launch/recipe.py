@@ -1,6 +1,6 @@
 """Recipes: a sweep as data. A recipe YAML names its runs; each run is a list of Hydra overrides.
 
-    name: paper_main                # recipe name: prefix of every experiment name and Slurm job name
+    name: paper_main                # recipe name: W&B group of every run, prefix of every Slurm job name
     project: fgrpo-paper            # W&B project (trainer.project_name)
     reproduces: F-GRPO Tables 1, 6  # free text, shown by --dry-run
     resources:                      # sbatch settings shared by all runs (a run may override them)
@@ -10,12 +10,15 @@
     common: [dataset=deepscaler, cluster=2x8]    # overrides every run gets first
     runs:
       - name: qwen25_7b-grpo-g0p5
-        group: qwen25_7b-grpo       # W&B group (WANDB_RUN_GROUP)
+        group: qwen25_7b-grpo       # finer grouping, a W&B tag group:<group> (the W&B group is the recipe)
+        variant: low_lr             # optional: appended to the run name when the name alone would not differ
         overrides: [algo=grpo, base_model=qwen25_7b, algorithm.fgrpo.gamma=0.5]
         resources: {}               # optional, merged over the recipe's
 
-A run's full override list is ``common + run.overrides + command-line overrides`` followed by the experiment
-identity (``trainer.project_name``, ``trainer.experiment_name = <recipe>-<run>``). Nodes and GPUs per node are
+A run's full override list is ``common + run.overrides + command-line overrides + trainer.project_name``, then
+``trainer.experiment_name`` = fgrpo_verl.tracking's ``{algo}-g{γ}-n{N}-{model}-s{seed}[-<variant>]`` read from the
+composed config (launch/__init__.py). The run's ``name`` selects it (``--only``) and names its Slurm job
+(``<recipe>-<name>``). Nodes and GPUs per node are
 not resources: they are read from the composed ``trainer.nnodes`` / ``trainer.n_gpus_per_node`` (config group
 ``cluster``), so ``trainer.nnodes=4`` on the command line resizes both the Slurm allocation and verl.
 """
@@ -96,6 +99,7 @@ class Run:
     group: str
     overrides: tuple[str, ...]
     resources: Resources
+    variant: str | None = None
 
 
 @dataclass(frozen=True)
@@ -108,18 +112,14 @@ class Recipe:
     env: dict[str, str]
     runs: tuple[Run, ...] = field(default=())
 
-    def experiment_name(self, run: Run) -> str:
+    def job_name(self, run: Run) -> str:
+        """The Slurm job name of ``run``: ``<recipe>-<run name>``."""
         return f"{self.name}-{run.name}"
 
     def run_overrides(self, run: Run, extra: tuple[str, ...] | list[str] = ()) -> list[str]:
-        """The run's complete Hydra overrides: common, run, command line, then its identity."""
-        return [
-            *self.common,
-            *run.overrides,
-            *extra,
-            f"trainer.project_name={self.project}",
-            f"trainer.experiment_name={self.experiment_name(run)}",
-        ]
+        """The run's Hydra overrides: common, run, command line, then its project (the experiment name is derived
+        from the composed config, see launch/__init__.py)."""
+        return [*self.common, *run.overrides, *extra, f"trainer.project_name={self.project}"]
 
     def select(self, names: list[str] | None) -> list[Run]:
         """The runs named in ``names`` (all runs for None), in recipe order."""
@@ -190,9 +190,11 @@ def load_recipe(recipe: str) -> Recipe:
         where = f"{path}: runs[{i}]"
         if not isinstance(raw, dict):
             raise ValueError(f"{where} must be a mapping with name, group, overrides; got {raw!r}")
-        extra_keys = sorted(set(raw) - {"name", "group", "overrides", "resources"})
+        extra_keys = sorted(set(raw) - {"name", "group", "overrides", "resources", "variant"})
         if extra_keys:
-            raise ValueError(f"{where}: unknown key(s) {extra_keys}; valid keys: group, name, overrides, resources")
+            raise ValueError(
+                f"{where}: unknown key(s) {extra_keys}; valid keys: group, name, overrides, resources, variant"
+            )
         run_name = _checked_name(raw.get("name"), f"{where}.name")
         if run_name in seen:
             raise ValueError(f"{where}: duplicate run name {run_name!r}")
@@ -203,6 +205,7 @@ def load_recipe(recipe: str) -> Recipe:
                 group=_checked_name(raw.get("group", name), f"{where}.group"),
                 overrides=_string_list(raw.get("overrides"), f"{where}.overrides"),
                 resources=resources.merged(raw.get("resources"), f"{where}.resources"),
+                variant=None if raw.get("variant") is None else _checked_name(raw["variant"], f"{where}.variant"),
             )
         )
     return Recipe(

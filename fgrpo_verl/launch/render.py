@@ -86,7 +86,7 @@ def render_job(
     for key, value in (("trainer.nnodes", nodes), ("trainer.n_gpus_per_node", gpus)):
         if value < 1:
             raise ValueError(f"run {run.name}: {key} must be >= 1 to size a Slurm job, got {value}")
-    job_name = recipe.experiment_name(run)
+    job_name = recipe.job_name(run)
     exports = dict(recipe.env)
     exports.update(env)
     if not run.resources.request_gpus:
