@@ -36,8 +36,11 @@ def make_batch(responses: int, tokens: int, group: int = 8, seed: int = 0):
 def interleaved_medians(fns: dict, repeats: int, slow: set) -> dict:
     """Median seconds per function; each repeat runs every function once, in turn, so that load from other
     processes on the machine hits them alike. Functions in ``slow`` run only every third repeat."""
-    for fn in fns.values():
-        fn()  # warm-up
+    # Warm-up: the first calls pay for torch's thread pool and for glibc growing its mmap threshold (the
+    # (B, T) outputs are large allocations); without it the function timed first looks several times slower.
+    for _ in range(5):
+        for fn in fns.values():
+            fn()
     times = {name: [] for name in fns}
     for rep in range(repeats):
         for name, fn in fns.items():
