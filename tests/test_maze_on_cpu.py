@@ -308,3 +308,22 @@ def test_run_outputs_are_read_back(tmp_path):
     (tmp_path / "u.jsonl").write_text("".join(json.dumps(d) + "\n" for d in dump[:3]))
     with pytest.raises(ValueError, match="unequal"):
         correct_counts_from_dump(tmp_path / "u.jsonl")
+
+
+def test_rl_overrides_compose_and_validate(tmp_path):
+    """The demo's verl config (maze data, SFT model, fgrpo gamma, maze reward, cpu backend) passes verl's checks."""
+    from fgrpo_verl.compose import compose, validate
+    from fgrpo_verl.tasks.maze import build
+    from fgrpo_verl.tasks.maze.rl import RLSettings, maze_overrides
+
+    b = build(tmp_path / "maze", size=7, n_train=40, n_val=8, model_preset="tiny", seed=0)
+    settings = RLSettings(steps=3, batch_size=4, n=2, val_n=2, micro_batch=8)
+    cfg = compose(maze_overrides(b, b.model_dir, 0.5, settings, str(tmp_path / "run"), "t"))
+    validate(cfg)
+    assert cfg.algorithm.adv_estimator == "fgrpo" and cfg.algorithm.fgrpo.gamma == 0.5
+    assert cfg.actor_rollout_ref.rollout.name == "hf"  # the cpu backend's rollout
+    assert cfg.data.max_response_length == max_possible_path_length(7) + 1
+    assert cfg.actor_rollout_ref.actor.ppo_mini_batch_size == cfg.data.train_batch_size == 4  # on-policy
+    assert cfg.reward.custom_reward_function.path == "pkg://fgrpo_verl.tasks.maze.reward"
+    with pytest.raises(ValueError, match="RLSettings.n"):
+        RLSettings(n=0)
