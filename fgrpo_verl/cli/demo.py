@@ -34,6 +34,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--sft-steps", type=int, default=300, help="SFT optimizer steps")
     g.add_argument("--sft-batch", type=int, default=32, help="SFT batch size")
     g.add_argument("--sft-lr", type=float, default=2e-3, help="SFT AdamW learning rate")
+    g.add_argument("--sft-warmup", type=int, default=20, help="SFT linear warm-up steps")
+    g.add_argument(
+        "--threads", type=int, default=1,
+        help="torch threads for SFT and evaluation in this process (1: small matrices gain little from a second "
+        "thread, and OpenMP spin-waits waste a shared core)",
+    )
     g = parser.add_argument_group("RL (verl)")
     g.add_argument("--gammas", default="0,0.5", help="comma-separated focal strengths; 0 = GRPO")
     g.add_argument("--rl-steps", type=int, default=30, help="RL steps per run")
@@ -111,7 +117,12 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as err:
         raise ValueError(f"--gammas must be comma-separated floats, got {args.gammas!r}") from err
     settings = RLSettings(steps=args.rl_steps, batch_size=args.batch_size, n=args.n, lr=args.lr, val_n=args.val_n, seed=args.seed)
-    sft_config = SFTConfig(steps=args.sft_steps, batch_size=args.sft_batch, lr=args.sft_lr, seed=args.seed)
+    sft_config = SFTConfig(
+        steps=args.sft_steps, batch_size=args.sft_batch, lr=args.sft_lr, warmup_steps=args.sft_warmup, seed=args.seed
+    )
+    if args.threads < 1:
+        raise ValueError(f"--threads must be >= 1, got {args.threads}")
+    torch.set_num_threads(args.threads)
     ks = ks_up_to(args.val_n)
     out = Path(args.out_dir).resolve()
     if not _wandb_configured():
