@@ -327,3 +327,32 @@ def test_rl_overrides_compose_and_validate(tmp_path):
     assert cfg.reward.custom_reward_function.path == "pkg://fgrpo_verl.tasks.maze.reward"
     with pytest.raises(ValueError, match="RLSettings.n"):
         RLSettings(n=0)
+
+
+# ---------------------------------------------------------------- the demo command
+def test_demo_is_registered_and_rejects_bad_gammas(tmp_path):
+    from fgrpo_verl.cli import build_parser
+
+    args = build_parser().parse_args(["demo", "--out-dir", str(tmp_path), "--gammas", "0,half"])
+    assert args.size == 7 and args.model_preset == "small"
+    with pytest.raises(ValueError, match="--gammas"):
+        args._run(args)
+
+
+@pytest.mark.e2e
+@pytest.mark.ray
+def test_demo_end_to_end_tiny(tmp_path, capsys):
+    """The whole demo at toy scale: build, SFT, GRPO and F-GRPO through verl on the CPU backend, table."""
+    from fgrpo_verl.cli import main
+
+    rc = main([
+        "demo", "--out-dir", str(tmp_path), "--size", "7", "--n-train", "64", "--n-val", "4",
+        "--model-preset", "tiny", "--sft-steps", "20", "--rl-steps", "2", "--batch-size", "4", "--n", "2",
+        "--val-n", "2",
+    ])
+    out = capsys.readouterr().out
+    assert rc == 0, out[-4000:]
+    for run in ("grpo", "fgrpo_gamma0.5"):
+        assert (tmp_path / "runs" / run / "validation" / "2.jsonl").is_file()
+        assert any(line.startswith(run + " ") for line in out.splitlines()), out[-2000:]
+    assert "pass@2" in out and (tmp_path / "reward_curves.png").is_file()

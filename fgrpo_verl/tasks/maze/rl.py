@@ -28,7 +28,7 @@ class RLSettings:
     steps: int = field(default=30, metadata={"help": "RL steps; one on-policy update per step (paper: 20K)"})
     batch_size: int = field(default=16, metadata={"help": "mazes per step (paper: 256)"})
     n: int = field(default=8, metadata={"help": "rollouts per maze, the group size N (paper: 4..128)"})
-    lr: float = field(default=1e-3, metadata={"help": "actor AdamW learning rate (paper: 1e-4 for the 3M model)"})
+    lr: float = field(default=1e-4, metadata={"help": "actor AdamW learning rate (paper: 1e-4)"})
     temperature: float = field(default=1.0, metadata={"help": "rollout sampling temperature (paper: 1.0)"})
     val_n: int = field(default=16, metadata={"help": "samples per held-out maze at the final validation"})
     micro_batch: int = field(default=64, metadata={"help": "actor / log-prob micro-batch per process (memory knob)"})
