@@ -327,6 +327,8 @@ def test_rl_overrides_compose_and_validate(tmp_path):
     assert cfg.reward.custom_reward_function.path == "pkg://fgrpo_verl.tasks.maze.reward"
     with pytest.raises(ValueError, match="RLSettings.n"):
         RLSettings(n=0)
+    with pytest.raises(ValueError, match="micro_batch"):
+        RLSettings(batch_size=4, n=2, micro_batch=64)
 
 
 # ---------------------------------------------------------------- the demo command

@@ -14,6 +14,7 @@ the measured numbers). W&B logs offline unless W&B is configured (WANDB_API_KEY 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import threading
 import time
@@ -116,7 +117,12 @@ def run(args: argparse.Namespace) -> int:
         gammas = [float(g) for g in args.gammas.split(",")]
     except ValueError as err:
         raise ValueError(f"--gammas must be comma-separated floats, got {args.gammas!r}") from err
-    settings = RLSettings(steps=args.rl_steps, batch_size=args.batch_size, n=args.n, lr=args.lr, val_n=args.val_n, seed=args.seed)
+    # largest micro-batch <= 64 that divides a step's rollouts (a memory knob only)
+    micro_batch = math.gcd(64, args.batch_size * args.n)
+    settings = RLSettings(
+        steps=args.rl_steps, batch_size=args.batch_size, n=args.n, lr=args.lr, val_n=args.val_n, seed=args.seed,
+        micro_batch=micro_batch,
+    )
     sft_config = SFTConfig(
         steps=args.sft_steps, batch_size=args.sft_batch, lr=args.sft_lr, warmup_steps=args.sft_warmup, seed=args.seed
     )

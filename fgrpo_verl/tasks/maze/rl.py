@@ -39,6 +39,11 @@ class RLSettings:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"RLSettings.{name} must be an int >= 1, got {value!r}")
+        if (self.batch_size * self.n) % self.micro_batch:
+            raise ValueError(
+                f"RLSettings.micro_batch={self.micro_batch} must divide batch_size * n = {self.batch_size * self.n} "
+                "(verl splits each step's rollouts into micro-batches of that size)"
+            )
         if not self.lr > 0 or not self.temperature > 0:
             raise ValueError(f"RLSettings.lr and .temperature must be > 0, got {self.lr!r}, {self.temperature!r}")
 
