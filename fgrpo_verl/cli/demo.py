@@ -106,8 +106,7 @@ def run(args: argparse.Namespace) -> int:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from fgrpo_verl.evaluation import ks_up_to, mean_pass_at_k
-    from fgrpo_verl.tasks.maze import build
-    from fgrpo_verl.tasks.maze.data import make_splits
+    from fgrpo_verl.tasks.maze.build import build_with_splits
     from fgrpo_verl.tasks.maze.evaluate import evaluate
     from fgrpo_verl.tasks.maze.model import save_model_dir
     from fgrpo_verl.tasks.maze.rl import TRAIN_REWARD_KEY, RLSettings, correct_counts_from_dump, read_metrics, train_maze
@@ -137,8 +136,10 @@ def run(args: argparse.Namespace) -> int:
     with PeakMemory() as memory:
         print(f"[demo] 1/4 building {args.size}x{args.size} mazes ({args.n_train} train, {args.n_val} held-out) and a "
               f"'{args.model_preset}' Qwen2 in {out}", flush=True)
-        b = build(out / "maze", size=args.size, n_train=args.n_train, n_val=args.n_val, model_preset=args.model_preset, seed=args.seed)
-        splits = make_splits(args.size, args.n_train, args.n_val, args.seed)
+        b, splits = build_with_splits(
+            out / "maze", size=args.size, n_train=args.n_train, n_val=args.n_val, model_preset=args.model_preset,
+            seed=args.seed,
+        )
 
         print(f"[demo] 2/4 SFT warm start: {sft_config.steps} steps, batch {sft_config.batch_size}, lr {sft_config.lr}", flush=True)
         torch.manual_seed(args.seed)
@@ -158,7 +159,10 @@ def run(args: argparse.Namespace) -> int:
         for gamma in gammas:
             name = "grpo" if gamma == 0 else f"fgrpo_gamma{gamma:g}"
             t_run = time.time()
-            result = train_maze(b, sft_dir, gamma, settings, out / "runs" / name, name, extra_overrides=[f"backend={args.backend}", *DEMO_OVERRIDES, *args.overrides])
+            result = train_maze(
+                b, sft_dir, gamma, settings, out / "runs" / name, name,
+                extra_overrides=[*DEMO_OVERRIDES, *args.overrides], backend=args.backend,
+            )
             rows.append((result, time.time() - t_run))
             if result.returncode != 0:
                 print(f"[demo] run {name} failed (exit {result.returncode}); log: {result.run_dir}/train.log", flush=True)

@@ -109,7 +109,7 @@ class RunResult:
 
 
 def train_maze(build: MazeBuild, model_dir: str, gamma: float, settings: RLSettings, run_dir: str | Path, name: str,
-               extra_overrides: list[str] = (), env: dict | None = None) -> RunResult:
+               extra_overrides: list[str] = (), env: dict | None = None, backend: str = "cpu") -> RunResult:
     """Run one RL job through verl in a child process; console output goes to ``run_dir/train.log`` and stdout."""
     run_dir = Path(run_dir).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -118,7 +118,7 @@ def train_maze(build: MazeBuild, model_dir: str, gamma: float, settings: RLSetti
     child_env["VERL_FILE_LOGGER_PATH"] = str(metrics_file)
     child_env.setdefault("WANDB_DIR", str(run_dir))
     cmd = [sys.executable, "-m", "fgrpo_verl", "train",
-           *maze_overrides(build, model_dir, gamma, settings, str(run_dir), name), *extra_overrides]
+           *maze_overrides(build, model_dir, gamma, settings, str(run_dir), name, backend=backend), *extra_overrides]
     (run_dir / "command.txt").write_text(" ".join(cmd) + "\n")
     with open(run_dir / "train.log", "w") as log:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=child_env, text=True)
