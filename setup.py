@@ -48,6 +48,7 @@ setup(
         "omegaconf>=2.3",
         "wandb>=0.17",
         "numpy",
+        "psutil",
         "pandas",
         "pyarrow",
         "matplotlib",

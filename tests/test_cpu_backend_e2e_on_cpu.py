@@ -75,7 +75,7 @@ def _run_train(overrides: list[str], run_dir: Path) -> dict:
                 peak = max(peak, _tree_memory(ps))
                 if time.monotonic() - start > RUN_TIMEOUT_S:
                     raise TimeoutError(f"training run exceeded {RUN_TIMEOUT_S}s; log: {log_path}")
-                time.sleep(0.5)
+                time.sleep(1.0)
         finally:
             if proc.poll() is None:
                 os.killpg(proc.pid, 9)  # the session we started: driver, its Ray cluster and workers

@@ -54,41 +54,40 @@ def test_unknown_backend_name_is_a_clear_error(monkeypatch):
 
 
 # ---------------------------------------------------------------- platform + gloo process group
+def _free_port() -> str:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return str(sock.getsockname()[1])
+
+
 def test_cpu_platform_resolves_and_gloo_process_group_initialises():
+    """verl's own backend string is rejected on the cpu platform (the wall); the wrapped init gives gloo."""
     code = (
-        "import verl, torch.distributed as dist\n"
+        "import verl, torch, torch.distributed as dist\n"
         "from verl.utils.device import get_device_name, get_nccl_backend, get_torch_device, get_resource_name\n"
         "from verl.utils.distributed import initialize_global_process_group_ray\n"
+        "from fgrpo_verl.backends.cpu import verl_patches\n"
         "print(get_device_name(), get_nccl_backend(), get_resource_name())\n"
         "m = get_torch_device(); m.empty_cache(); m.synchronize(); free, total = m.mem_get_info()\n"
         "assert 0 < free <= total\n"
-        "import torch; t = torch.ones(2).to(m.current_device()); assert t.device.type == 'cpu'\n"
+        "assert torch.ones(2).to(m.current_device()).device.type == 'cpu'\n"
+        "try:\n"
+        "    verl_patches._ORIGINALS['initialize_global_process_group_ray']()\n"
+        "except ValueError as e:\n"
+        "    print('verl string rejected', 'Duplicate device type cpu' in str(e))\n"
         "initialize_global_process_group_ray()\n"
         "print('backend', dist.get_backend())\n"
         "x = torch.tensor([3.0]); dist.all_reduce(x); print('sum', float(x))\n"
         "dist.destroy_process_group()\n"
     )
     out = _python(code, FGRPO_VERL_BACKEND="cpu", VERL_PLATFORM="cpu", RANK="0", WORLD_SIZE="1",
-                  MASTER_ADDR="127.0.0.1", MASTER_PORT="29631")
+                  MASTER_ADDR="127.0.0.1", MASTER_PORT=_free_port())
     assert out.returncode == 0, out.stderr[-3000:]
     assert "cpu gloo GPU" in out.stdout
+    assert "verl string rejected True" in out.stdout
     assert "backend gloo" in out.stdout and "sum 3.0" in out.stdout
-
-
-def test_verl_builds_an_invalid_backend_string_without_the_wrapper():
-    """The wall the wrapper exists for: verl's own string on the cpu platform is rejected by torch."""
-    code = (
-        "import verl, torch.distributed as dist\n"
-        "from fgrpo_verl.backends.cpu import process_group\n"
-        "try:\n"
-        "    process_group._ORIGINALS['initialize_global_process_group_ray']()\n"
-        "except ValueError as e:\n"
-        "    print('rejected', 'Duplicate device type cpu' in str(e))\n"
-    )
-    out = _python(code, FGRPO_VERL_BACKEND="cpu", VERL_PLATFORM="cpu", RANK="0", WORLD_SIZE="1",
-                  MASTER_ADDR="127.0.0.1", MASTER_PORT="29632")
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "rejected True" in out.stdout
 
 
 # ---------------------------------------------------------------- sampling
@@ -256,8 +255,68 @@ def test_backend_config_group_sets_cpu_knobs_and_gpu_is_the_default():
     assert cpu.ray_kwargs.ray_init.num_gpus == cpu.trainer.n_gpus_per_node * cpu.trainer.nnodes
 
 
+def test_gpu_hf_backend_swaps_only_the_rollout():
+    from fgrpo_verl.compose import compose
+
+    cfg = compose(["backend=gpu_hf"])
+    assert cfg.actor_rollout_ref.rollout.name == "hf"
+    assert cfg.actor_rollout_ref.rollout.tensor_model_parallel_size == 1
+    assert dict(cfg.ray_kwargs.ray_init.runtime_env.env_vars) == {"FGRPO_VERL_BACKEND": "cpu"}  # no VERL_PLATFORM
+    assert cfg.actor_rollout_ref.actor.strategy == compose([]).actor_rollout_ref.actor.strategy
+
+
 def test_cpu_config_passes_verl_validation():
     from fgrpo_verl.compose import compose, validate
 
     validate(compose(["backend=cpu", "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
                       "actor_rollout_ref.rollout.n=4"]))
+
+
+# ---------------------------------------------------------------- the worker-side adapter (no Ray)
+class _FakeRemote:
+    def __init__(self):
+        self.calls = []
+
+    def remote(self, *args, **kwargs):
+        self.calls.append((args, kwargs))
+
+        async def done():
+            return None
+
+        return done()
+
+
+def test_adapter_ships_the_drained_weights_to_its_replica_server(monkeypatch):
+    from omegaconf import OmegaConf
+
+    from fgrpo_verl.backends.cpu import replica
+
+    rollout = OmegaConf.create({"_target_": "verl.workers.config.RolloutConfig", "name": "hf",
+                                "tensor_model_parallel_size": 1})
+    drained = []
+
+    def weights():
+        for name in ("a", "b"):
+            drained.append(name)
+            yield name, torch.full((2,), float(len(drained)))
+
+    monkeypatch.setenv("RANK", "0")
+    sender = replica.HFServerAdapter(rollout, None, None)
+    fake = type("Handle", (), {"update_weights": _FakeRemote()})()
+    sender._server = fake
+    asyncio.run(sender.update_weights(weights(), global_steps=3))
+    (args, kwargs), = fake.update_weights.calls
+    assert sorted(args[0]) == ["a", "b"] and kwargs == {"global_steps": 3}
+    assert torch.equal(args[0]["b"], torch.full((2,), 2.0))
+
+    # each training rank is its own replica (rollout parallel sizes are 1)
+    monkeypatch.setenv("RANK", "1")
+    assert replica.HFServerAdapter(rollout, None, None).replica_rank == 1
+    wide = OmegaConf.merge(rollout, {"tensor_model_parallel_size": 2})
+    with pytest.raises(ValueError, match="parallel size 1"):
+        replica.HFServerAdapter(wide, None, None)
+
+    with pytest.raises(ValueError, match="wire_format"):
+        asyncio.run(sender.update_weights(iter(()), wire_format="delta_flush"))
+    with pytest.raises(ValueError, match="lora.merge=True"):
+        asyncio.run(sender.update_weights(iter(()), peft_config={"r": 8}))

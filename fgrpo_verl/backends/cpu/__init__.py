@@ -12,7 +12,9 @@ verl internal                                          why
 =====================================================  ===============================================================
 ``PlatformRegistry.register("cpu")`` (platform.py)      verl has no CPU platform; ``VERL_PLATFORM=cpu`` selects ours
 ``verl.utils.distributed.initialize_global_process_     verl builds ``"cpu:gloo,cpu:gloo"`` on a cpu device, which
-group{,_ray}`` wrapped (process_group.py)               torch rejects; on the cpu platform we pass ``"gloo"``
+group{,_ray}`` wrapped (verl_patches.py)                torch rejects; on the cpu platform we pass ``"gloo"``
+``verl.utils.fsdp_utils.apply_fsdp2`` wrapped           verl hard-codes a *pinned* CPU offload for forward-only FSDP2
+(verl_patches.py)                                       models (the KL reference); pinning needs an accelerator
 ``RolloutReplicaRegistry.register("hf", ...)``          verl ships vllm/sglang/trtllm replicas only
 ``verl.workers.rollout.base._ROLLOUT_REGISTRY``         the worker-side rollout class is looked up in this private dict
 (private dict, one new key)                             and nowhere else
@@ -38,10 +40,10 @@ def register() -> None:
     from verl.workers.rollout import base as rollout_base
     from verl.workers.rollout.replica import RolloutReplicaRegistry
 
-    from fgrpo_verl.backends.cpu import platform, process_group
+    from fgrpo_verl.backends.cpu import platform, verl_patches
 
     platform.register_platform()
-    process_group.install()
+    verl_patches.install()
     RolloutReplicaRegistry.register(ROLLOUT_NAME, _load_replica)
     # get_rollout_class() reads only this private dict (name, mode) -> "module.Class"; it has no register().
     rollout_base._ROLLOUT_REGISTRY[(ROLLOUT_NAME, "async")] = _ADAPTER_FQN

@@ -5,13 +5,12 @@
   on the node of its first training worker.
 - :class:`HFServerAdapter` (a ``verl.workers.rollout.base.BaseRollout``) lives inside each actor/rollout worker.
   After every actor update verl's naive weight sync calls ``update_weights(<(name, tensor) generator>)`` on it;
-  every rank drains the generator (for FSDP the generator all-gathers shards, a collective), and the first rank
-  of the replica ships the full tensors to the server through Ray's object store.
+  it drains the generator (for FSDP each item is an all-gather, a collective) and ships the full tensors to its
+  replica's server through Ray's object store. A replica is one training rank (rollout parallel sizes are 1).
 """
 
 from __future__ import annotations
 
-import inspect
 import logging
 import os
 
@@ -82,10 +81,10 @@ class HFServerAdapter(BaseRollout):
 
     def __init__(self, config, model_config, device_mesh, replica_rank: int = -1):
         super().__init__(config, model_config, device_mesh)
-        rank = int(os.environ["RANK"])
-        world = _rollout_world_size(self.config)
-        self.replica_rank = rank // world if replica_rank == -1 else replica_rank
-        self.is_sender = rank % world == 0
+        if _rollout_world_size(self.config) != 1:
+            raise ValueError(f"rollout.name={ROLLOUT_NAME} needs tensor/data/pipeline parallel size 1 per replica")
+        # one training rank per replica (HFReplica enforces it), so the replica is this worker's rank
+        self.replica_rank = int(os.environ["RANK"]) if replica_rank == -1 else replica_rank
         self._server = None
 
     def _server_handle(self):
@@ -107,15 +106,13 @@ class HFServerAdapter(BaseRollout):
             raise ValueError(
                 f"rollout.name={ROLLOUT_NAME} takes merged weights only: set actor_rollout_ref.model.lora.merge=True"
             )
+        # Drain the whole generator: for FSDP each item is an all-gather, a collective every rank must join.
         collected: dict[str, torch.Tensor] = {}
-        if inspect.isasyncgen(weights) or hasattr(weights, "__aiter__"):
+        if hasattr(weights, "__aiter__"):
             async for name, tensor in weights:
-                if self.is_sender:
-                    collected[name] = tensor.detach().to("cpu", copy=True)
+                collected[name] = tensor.detach().to("cpu", copy=True)
         else:
             for name, tensor in weights:
-                if self.is_sender:
-                    collected[name] = tensor.detach().to("cpu", copy=True)
-        if self.is_sender:
-            await self._server_handle().update_weights.remote(collected, global_steps=global_steps)
+                collected[name] = tensor.detach().to("cpu", copy=True)
+        await self._server_handle().update_weights.remote(collected, global_steps=global_steps)
 

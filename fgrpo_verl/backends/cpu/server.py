@@ -22,6 +22,11 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
+from transformers import AutoModelForCausalLM
+from verl.utils.config import omega_conf_to_dataclass
+from verl.utils.torch_dtypes import PrecisionType
+from verl.workers.config import HFModelConfig
+from verl.workers.rollout.replica import TokenOutput
 
 from fgrpo_verl.backends.cpu.sampling import SamplingParams, sample_batch
 
@@ -54,11 +59,6 @@ class HFRolloutServer:
     """Serves ``generate`` for one rollout replica (wrapped with ``ray.remote`` by :class:`HFReplica`)."""
 
     def __init__(self, config, model_config, replica_rank: int, device: str):
-        from transformers import AutoModelForCausalLM
-        from verl.utils.config import omega_conf_to_dataclass
-        from verl.utils.torch_dtypes import PrecisionType
-        from verl.workers.config import HFModelConfig
-
         # The replica passes the raw `actor_rollout_ref.model` DictConfig; HFModelConfig loads tokenizer + hf_config.
         config = omega_conf_to_dataclass(config)
         model_config = omega_conf_to_dataclass(model_config, dataclass_type=HFModelConfig)
@@ -123,8 +123,6 @@ class HFRolloutServer:
         mm_processor_kwargs: Optional[dict[str, Any]] = None,
         priority: int = 0,
     ):
-        from verl.workers.rollout.replica import TokenOutput
-
         if image_data is not None or video_data is not None or audio_data is not None:
             raise ValueError("the hf rollout serves text-only models: image/video/audio data is not supported")
         prompt_ids = [int(t) for t in prompt_ids]
