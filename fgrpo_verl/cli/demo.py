@@ -52,10 +52,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("overrides", nargs="*", help="extra Hydra overrides passed to every RL run")
 
 
-# Ray's dashboard costs ~1 GB of RAM and nothing here reads it.
-DEMO_OVERRIDES = ["+ray_kwargs.ray_init.include_dashboard=False"]
-
-
 def _wandb_configured() -> bool:
     if os.environ.get("WANDB_MODE") or os.environ.get("WANDB_API_KEY"):
         return True
@@ -161,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
             t_run = time.time()
             result = train_maze(
                 b, sft_dir, gamma, settings, out / "runs" / name, name,
-                extra_overrides=[*DEMO_OVERRIDES, *args.overrides], backend=args.backend,
+                extra_overrides=list(args.overrides), backend=args.backend,
             )
             rows.append((result, time.time() - t_run))
             if result.returncode != 0:
