@@ -52,6 +52,8 @@ setup(
         "pandas",
         "pyarrow",
         "matplotlib",
+        # fgrpo-verl demo: peak memory of the process tree (already pulled in by accelerate/peft via verl)
+        "psutil",
     ],
     extras_require={
         "gpu": GPU_EXTRAS,
