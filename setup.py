@@ -61,6 +61,8 @@ setup(
         # the paper's verifier for math answers (fgrpo-verl eval --scorer math)
         "math-verify>=0.9",
         "tqdm",
+        # fgrpo-verl demo: peak memory of the process tree (already pulled in by accelerate/peft via verl)
+        "psutil",
     ],
     extras_require={
         "gpu": GPU_EXTRAS,

@@ -308,3 +308,53 @@ def test_run_outputs_are_read_back(tmp_path):
     (tmp_path / "u.jsonl").write_text("".join(json.dumps(d) + "\n" for d in dump[:3]))
     with pytest.raises(ValueError, match="unequal"):
         correct_counts_from_dump(tmp_path / "u.jsonl")
+
+
+def test_rl_overrides_compose_and_validate(tmp_path):
+    """The demo's verl config (maze data, SFT model, fgrpo gamma, maze reward, cpu backend) passes verl's checks."""
+    from fgrpo_verl.compose import compose, validate
+    from fgrpo_verl.tasks.maze import build
+    from fgrpo_verl.tasks.maze.rl import RLSettings, maze_overrides
+
+    b = build(tmp_path / "maze", size=7, n_train=40, n_val=8, model_preset="tiny", seed=0)
+    settings = RLSettings(steps=3, batch_size=4, n=2, val_n=2, micro_batch=8)
+    cfg = compose(maze_overrides(b, b.model_dir, 0.5, settings, str(tmp_path / "run"), "t"))
+    validate(cfg)
+    assert cfg.algorithm.adv_estimator == "fgrpo" and cfg.algorithm.fgrpo.gamma == 0.5
+    assert cfg.actor_rollout_ref.rollout.name == "hf"  # the cpu backend's rollout
+    assert cfg.data.max_response_length == max_possible_path_length(7) + 1
+    assert cfg.actor_rollout_ref.actor.ppo_mini_batch_size == cfg.data.train_batch_size == 4  # on-policy
+    assert cfg.reward.custom_reward_function.path == "pkg://fgrpo_verl.tasks.maze.reward"
+    with pytest.raises(ValueError, match="RLSettings.n"):
+        RLSettings(n=0)
+    with pytest.raises(ValueError, match="micro_batch"):
+        RLSettings(batch_size=4, n=2, micro_batch=64)
+
+
+# ---------------------------------------------------------------- the demo command
+def test_demo_is_registered_and_rejects_bad_gammas(tmp_path):
+    from fgrpo_verl.cli import build_parser
+
+    args = build_parser().parse_args(["demo", "--out-dir", str(tmp_path), "--gammas", "0,half"])
+    assert args.size == 7 and args.model_preset == "small"
+    with pytest.raises(ValueError, match="--gammas"):
+        args._run(args)
+
+
+@pytest.mark.e2e
+@pytest.mark.ray
+def test_demo_end_to_end_tiny(tmp_path, capsys):
+    """The whole demo at toy scale: build, SFT, GRPO and F-GRPO through verl on the CPU backend, table."""
+    from fgrpo_verl.cli import main
+
+    rc = main([
+        "demo", "--out-dir", str(tmp_path), "--size", "7", "--n-train", "64", "--n-val", "4",
+        "--model-preset", "tiny", "--sft-steps", "20", "--rl-steps", "2", "--batch-size", "4", "--n", "2",
+        "--val-n", "2",
+    ])
+    out = capsys.readouterr().out
+    assert rc == 0, out[-4000:]
+    for run in ("grpo", "fgrpo_gamma0.5"):
+        assert (tmp_path / "runs" / run / "validation" / "2.jsonl").is_file()
+        assert any(line.startswith(run + " ") for line in out.splitlines()), out[-2000:]
+    assert "pass@2" in out and (tmp_path / "reward_curves.png").is_file()

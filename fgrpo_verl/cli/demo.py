@@ -14,6 +14,7 @@ the measured numbers). W&B logs offline unless W&B is configured (WANDB_API_KEY 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import threading
 import time
@@ -25,21 +26,27 @@ HELP = "F-GRPO vs GRPO on small mazes, end to end on CPU: build, SFT, two verl r
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("task and model")
     g.add_argument("--out-dir", default="fgrpo_demo", help="where data, models, runs, W&B files and the plot go")
-    g.add_argument("--size", type=int, default=9, help="maze grid side incl. walls, odd >= 5 (paper: 17)")
+    g.add_argument("--size", type=int, default=7, help="maze grid side incl. walls, odd >= 5 (paper: 17)")
     g.add_argument("--n-train", type=int, default=2000, help="training mazes (paper: 1M)")
     g.add_argument("--n-val", type=int, default=64, help="held-out mazes (paper: 256)")
-    g.add_argument("--model-preset", default="tiny", help="model preset: tiny (demo) or paper (~3.9M params)")
+    g.add_argument("--model-preset", default="small", help="model preset: small (demo, ~1M params), tiny (tests) or paper (~3.9M)")
     g.add_argument("--seed", type=int, default=0, help="seed of mazes, model init, SFT batches and RL data order")
     g = parser.add_argument_group("SFT warm start (paper: 1500 steps, batch 32, lr 5e-4)")
-    g.add_argument("--sft-steps", type=int, default=300, help="SFT optimizer steps")
+    g.add_argument("--sft-steps", type=int, default=600, help="SFT optimizer steps")
     g.add_argument("--sft-batch", type=int, default=32, help="SFT batch size")
-    g.add_argument("--sft-lr", type=float, default=1e-3, help="SFT AdamW learning rate")
+    g.add_argument("--sft-lr", type=float, default=2e-3, help="SFT AdamW learning rate")
+    g.add_argument("--sft-warmup", type=int, default=20, help="SFT linear warm-up steps")
+    g.add_argument(
+        "--threads", type=int, default=1,
+        help="torch threads for SFT and evaluation in this process (1: small matrices gain little from a second "
+        "thread, and OpenMP spin-waits waste a shared core)",
+    )
     g = parser.add_argument_group("RL (verl)")
     g.add_argument("--gammas", default="0,0.5", help="comma-separated focal strengths; 0 = GRPO")
     g.add_argument("--rl-steps", type=int, default=30, help="RL steps per run")
     g.add_argument("--batch-size", type=int, default=16, help="mazes per RL step")
     g.add_argument("--n", type=int, default=8, help="rollouts per maze (group size N)")
-    g.add_argument("--lr", type=float, default=1e-3, help="RL actor learning rate")
+    g.add_argument("--lr", type=float, default=1e-4, help="RL actor learning rate (paper: 1e-4)")
     g.add_argument("--val-n", type=int, default=16, help="samples per held-out maze for pass@k (k up to this)")
     g.add_argument("--backend", default="cpu", help="execution backend config group (cpu or gpu)")
     g.add_argument("overrides", nargs="*", help="extra Hydra overrides passed to every RL run")
@@ -53,9 +60,8 @@ def _wandb_configured() -> bool:
 
 
 class PeakMemory:
-    """Samples the summed RSS of this process and all its descendants (Ray included) every 0.5 s.
-
-    A sum of RSS counts shared pages once per process, so it is an upper bound on the real footprint."""
+    """Samples the summed PSS (proportional set size: shared pages split between the processes sharing them) of
+    this process and all its descendants (the verl driver, Ray and its workers) every 0.5 s."""
 
     def __init__(self):
         import psutil
@@ -72,7 +78,7 @@ class PeakMemory:
             total = 0
             for p in [self._proc, *self._proc.children(recursive=True)]:
                 try:
-                    total += p.memory_info().rss
+                    total += p.memory_full_info().pss
                 except psutil.Error:
                     pass
             self.peak = max(self.peak, total)
@@ -96,8 +102,7 @@ def run(args: argparse.Namespace) -> int:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from fgrpo_verl.evaluation import ks_up_to, mean_pass_at_k
-    from fgrpo_verl.tasks.maze import build
-    from fgrpo_verl.tasks.maze.data import make_splits
+    from fgrpo_verl.tasks.maze.build import build_with_splits
     from fgrpo_verl.tasks.maze.evaluate import evaluate
     from fgrpo_verl.tasks.maze.model import save_model_dir
     from fgrpo_verl.tasks.maze.rl import TRAIN_REWARD_KEY, RLSettings, correct_counts_from_dump, read_metrics, train_maze
@@ -107,8 +112,18 @@ def run(args: argparse.Namespace) -> int:
         gammas = [float(g) for g in args.gammas.split(",")]
     except ValueError as err:
         raise ValueError(f"--gammas must be comma-separated floats, got {args.gammas!r}") from err
-    settings = RLSettings(steps=args.rl_steps, batch_size=args.batch_size, n=args.n, lr=args.lr, val_n=args.val_n, seed=args.seed)
-    sft_config = SFTConfig(steps=args.sft_steps, batch_size=args.sft_batch, lr=args.sft_lr, seed=args.seed)
+    # largest micro-batch <= 64 that divides a step's rollouts (a memory knob only)
+    micro_batch = math.gcd(64, args.batch_size * args.n)
+    settings = RLSettings(
+        steps=args.rl_steps, batch_size=args.batch_size, n=args.n, lr=args.lr, val_n=args.val_n, seed=args.seed,
+        micro_batch=micro_batch,
+    )
+    sft_config = SFTConfig(
+        steps=args.sft_steps, batch_size=args.sft_batch, lr=args.sft_lr, warmup_steps=args.sft_warmup, seed=args.seed
+    )
+    if args.threads < 1:
+        raise ValueError(f"--threads must be >= 1, got {args.threads}")
+    torch.set_num_threads(args.threads)
     ks = ks_up_to(args.val_n)
     out = Path(args.out_dir).resolve()
     if not _wandb_configured():
@@ -117,8 +132,10 @@ def run(args: argparse.Namespace) -> int:
     with PeakMemory() as memory:
         print(f"[demo] 1/4 building {args.size}x{args.size} mazes ({args.n_train} train, {args.n_val} held-out) and a "
               f"'{args.model_preset}' Qwen2 in {out}", flush=True)
-        b = build(out / "maze", size=args.size, n_train=args.n_train, n_val=args.n_val, model_preset=args.model_preset, seed=args.seed)
-        splits = make_splits(args.size, args.n_train, args.n_val, args.seed)
+        b, splits = build_with_splits(
+            out / "maze", size=args.size, n_train=args.n_train, n_val=args.n_val, model_preset=args.model_preset,
+            seed=args.seed,
+        )
 
         print(f"[demo] 2/4 SFT warm start: {sft_config.steps} steps, batch {sft_config.batch_size}, lr {sft_config.lr}", flush=True)
         torch.manual_seed(args.seed)
@@ -138,7 +155,10 @@ def run(args: argparse.Namespace) -> int:
         for gamma in gammas:
             name = "grpo" if gamma == 0 else f"fgrpo_gamma{gamma:g}"
             t_run = time.time()
-            result = train_maze(b, sft_dir, gamma, settings, out / "runs" / name, name, extra_overrides=[f"backend={args.backend}", *args.overrides])
+            result = train_maze(
+                b, sft_dir, gamma, settings, out / "runs" / name, name,
+                extra_overrides=list(args.overrides), backend=args.backend,
+            )
             rows.append((result, time.time() - t_run))
             if result.returncode != 0:
                 print(f"[demo] run {name} failed (exit {result.returncode}); log: {result.run_dir}/train.log", flush=True)
@@ -171,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{name:<18}{gamma:>6g}{f'{start:.3f} -> {end:.3f}':>40}" + "".join(f"{passes[k]:>10.3f}" for k in ks))
     print(f"\nheld-out: {args.n_val} mazes x {args.val_n} samples at T=1.0, unbiased pass@k (Chen et al. 2021)")
     print(f"wall time {wall / 60:.1f} min (build+SFT+eval {t_sft:.0f} s, RL {t_rl:.0f} s); "
-          f"peak RAM (summed RSS of all processes) {memory.peak / 2**30:.2f} GiB")
+          f"peak RAM (PSS summed over all processes) {memory.peak / 2**30:.2f} GiB")
     wandb_dirs = sorted(str(p) for p in (out / "runs").glob("*/wandb/*run-*"))
     print(f"W&B ({os.environ.get('WANDB_MODE', 'online')}): " + (", ".join(wandb_dirs) or "no run directories found"))
     if os.environ.get("WANDB_MODE") == "offline" and wandb_dirs:

@@ -28,7 +28,7 @@ class RLSettings:
     steps: int = field(default=30, metadata={"help": "RL steps; one on-policy update per step (paper: 20K)"})
     batch_size: int = field(default=16, metadata={"help": "mazes per step (paper: 256)"})
     n: int = field(default=8, metadata={"help": "rollouts per maze, the group size N (paper: 4..128)"})
-    lr: float = field(default=1e-3, metadata={"help": "actor AdamW learning rate (paper: 1e-4 for the 3M model)"})
+    lr: float = field(default=1e-4, metadata={"help": "actor AdamW learning rate (paper: 1e-4)"})
     temperature: float = field(default=1.0, metadata={"help": "rollout sampling temperature (paper: 1.0)"})
     val_n: int = field(default=16, metadata={"help": "samples per held-out maze at the final validation"})
     micro_batch: int = field(default=64, metadata={"help": "actor / log-prob micro-batch per process (memory knob)"})
@@ -39,6 +39,11 @@ class RLSettings:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"RLSettings.{name} must be an int >= 1, got {value!r}")
+        if (self.batch_size * self.n) % self.micro_batch:
+            raise ValueError(
+                f"RLSettings.micro_batch={self.micro_batch} must divide batch_size * n = {self.batch_size * self.n} "
+                "(verl splits each step's rollouts into micro-batches of that size)"
+            )
         if not self.lr > 0 or not self.temperature > 0:
             raise ValueError(f"RLSettings.lr and .temperature must be > 0, got {self.lr!r}, {self.temperature!r}")
 
@@ -104,7 +109,7 @@ class RunResult:
 
 
 def train_maze(build: MazeBuild, model_dir: str, gamma: float, settings: RLSettings, run_dir: str | Path, name: str,
-               extra_overrides: list[str] = (), env: dict | None = None) -> RunResult:
+               extra_overrides: list[str] = (), env: dict | None = None, backend: str = "cpu") -> RunResult:
     """Run one RL job through verl in a child process; console output goes to ``run_dir/train.log`` and stdout."""
     run_dir = Path(run_dir).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -113,22 +118,28 @@ def train_maze(build: MazeBuild, model_dir: str, gamma: float, settings: RLSetti
     child_env["VERL_FILE_LOGGER_PATH"] = str(metrics_file)
     child_env.setdefault("WANDB_DIR", str(run_dir))
     cmd = [sys.executable, "-m", "fgrpo_verl", "train",
-           *maze_overrides(build, model_dir, gamma, settings, str(run_dir), name), *extra_overrides]
+           *maze_overrides(build, model_dir, gamma, settings, str(run_dir), name, backend=backend), *extra_overrides]
     (run_dir / "command.txt").write_text(" ".join(cmd) + "\n")
     with open(run_dir / "train.log", "w") as log:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=child_env, text=True)
         for line in proc.stdout:
             log.write(line)
             if _worth_echoing(line):
-                sys.stdout.write(f"[{name}] {line}")
+                sys.stdout.write(f"[{name}] {_short_step_line(line)}\n")
                 sys.stdout.flush()
         proc.wait()
     return RunResult(name=name, gamma=gamma, run_dir=str(run_dir), metrics_file=str(metrics_file), returncode=proc.returncode)
 
 
 def _worth_echoing(line: str) -> bool:
-    # verl's console logger prints one "step:N - key:value - ..." line per step; echo those and errors only
-    return line.startswith("step:") or "Error" in line or "Traceback" in line
+    # verl's console logger prints one "step:N - key:value - ..." line per step (behind a Ray actor prefix)
+    return "step:" in line and " - " in line
+
+
+def _short_step_line(line: str) -> str:
+    fields = dict(part.split(":", 1) for part in line[line.index("step:"):].strip().split(" - ") if ":" in part)
+    keep = ["step", TRAIN_REWARD_KEY, "response_length/mean", "actor/pg_loss", "timing_s/step"]
+    return "  ".join(f"{k}={fields[k][:8]}" for k in keep if k in fields)
 
 
 def read_metrics(metrics_file: str | Path) -> dict[int, dict]:
