@@ -54,6 +54,7 @@ setup(
         "omegaconf>=2.3",
         "wandb>=0.17",
         "numpy",
+        # fgrpo-verl demo and the CPU e2e tests: peak memory of the process tree
         "psutil",
         "pandas",
         "pyarrow",
@@ -61,8 +62,6 @@ setup(
         # the paper's verifier for math answers (fgrpo-verl eval --scorer math)
         "math-verify>=0.9",
         "tqdm",
-        # fgrpo-verl demo: peak memory of the process tree (already pulled in by accelerate/peft via verl)
-        "psutil",
     ],
     extras_require={
         "gpu": GPU_EXTRAS,
