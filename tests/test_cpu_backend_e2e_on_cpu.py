@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -116,20 +115,13 @@ def runs(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("cpu_backend_e2e")
     maze = build(root / "maze", size=7, n_train=64, n_val=4, model_preset="tiny", seed=0)
-    # transformers 5 loads a model dir whose config.json says qwen2 with Qwen2Tokenizer, which discards the
-    # maze tokenizer's character splitting ("\n" -> []); a directory with the tokenizer files only keeps it.
-    tokenizer_dir = root / "tokenizer"
-    tokenizer_dir.mkdir()
-    for name in os.listdir(maze.model_dir):
-        if name.startswith("tokenizer") or name.endswith(".jinja"):
-            shutil.copy(Path(maze.model_dir) / name, tokenizer_dir / name)
     ckpt = root / "checkpoints"
     common = [
         "backend=cpu",
         f"data.train_files={maze.train_file}", f"data.val_files={maze.val_file}",
         "data.train_batch_size=4", f"data.max_prompt_length={maze.prompt_length}",
         f"data.max_response_length={maze.max_response_length}", "data.seed=0",
-        f"actor_rollout_ref.model.path={maze.model_dir}", f"actor_rollout_ref.model.tokenizer_path={tokenizer_dir}",
+        f"actor_rollout_ref.model.path={maze.model_dir}",
         f"actor_rollout_ref.rollout.n={GROUP_N}",
         "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16",

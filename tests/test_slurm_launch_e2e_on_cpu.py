@@ -10,9 +10,7 @@ prints one `step:N - key:value ...` line per step), the checkpoint directory, an
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -48,13 +46,6 @@ def workdir(slurm, tmp_path_factory):
 
     root = Path(tmp_path_factory.mktemp("slurm_e2e"))
     maze = build(root / "maze", size=7, n_train=64, n_val=4, model_preset="tiny", seed=0)
-    # the CPU backend's e2e tests load the maze tokenizer from a tokenizer-only directory (transformers 5
-    # would otherwise re-read a qwen2 model dir's tokenizer with Qwen2Tokenizer)
-    tokenizer_dir = root / "tokenizer"
-    tokenizer_dir.mkdir()
-    for name in os.listdir(maze.model_dir):
-        if name.startswith("tokenizer") or name.endswith(".jinja"):
-            shutil.copy(Path(maze.model_dir) / name, tokenizer_dir / name)
     common = [
         "backend=cpu",
         "algo=grpo",
@@ -66,7 +57,6 @@ def workdir(slurm, tmp_path_factory):
         f"data.max_response_length={maze.max_response_length}",
         "data.seed=0",
         f"actor_rollout_ref.model.path={maze.model_dir}",
-        f"actor_rollout_ref.model.tokenizer_path={tokenizer_dir}",
         f"actor_rollout_ref.rollout.n={GROUP_N}",
         "actor_rollout_ref.actor.ppo_mini_batch_size=4",
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",

@@ -68,6 +68,7 @@ def sft(model, tokenizer, mazes: list[Maze], config: SFTConfig) -> list[float]:
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: min(1.0, (step + 1) / config.warmup_steps) if config.warmup_steps else 1.0
     )
+    device = next(model.parameters()).device  # batches follow the model (cpu, or cuda on a GPU node)
     model.train()
     losses: list[float] = []
     for step in range(config.steps):
@@ -75,7 +76,7 @@ def sft(model, tokenizer, mazes: list[Maze], config: SFTConfig) -> list[float]:
         batch_labels = labels[idx]
         # trim the shared right padding of this batch
         used = int((batch_labels != -100).nonzero()[:, 1].max()) + 1
-        out = model(input_ids=input_ids[idx, :used], labels=batch_labels[:, :used])
+        out = model(input_ids=input_ids[idx, :used].to(device), labels=batch_labels[:, :used].to(device))
         optimizer.zero_grad(set_to_none=True)
         out.loss.backward()
         optimizer.step()
