@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fgrpo_verl.evaluation.pass_at_k import pass_at_k
+from fgrpo_verl.evaluation.pass_at_k import pass_at_k_curve
 
 
 @dataclass
@@ -30,9 +30,11 @@ class BenchmarkScores:
 
     def pass_at(self, k: int) -> float:
         """Mean unbiased pass@k over problems, NaN when k exceeds some problem's n."""
-        if k > int(self.n.min()):
-            return math.nan
-        return float(pass_at_k(self.n, self.c, k).mean())
+        return float(pass_at_k_curve(self.n, self.c, [k])[0])
+
+    def curve(self, ks) -> np.ndarray:
+        """``pass_at`` for every k in ``ks`` in one table pass."""
+        return pass_at_k_curve(self.n, self.c, ks)
 
 
 def collect_scores(records) -> dict[tuple[str, str], BenchmarkScores]:
@@ -62,8 +64,8 @@ def table_rows(scores, runs, benchmarks, ks, averages=None) -> list[dict]:
             s = scores.get((run, bench))
             if s is None:
                 continue
-            for k in ks:
-                rows.append(dict(run=run, benchmark=bench, k=k, pass_at_k=s.pass_at(k),
+            for k, value in zip(ks, s.curve(ks)):
+                rows.append(dict(run=run, benchmark=bench, k=k, pass_at_k=float(value),
                                  num_problems=len(s.problem_ids), min_n=int(s.n.min()), max_n=int(s.n.max())))
         for name, members in averages.items():
             missing = [b for b in members if (run, b) not in scores]
