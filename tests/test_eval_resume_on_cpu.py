@@ -31,6 +31,20 @@ def setup(tmp_path_factory):
     return model, fake, bench
 
 
+@pytest.fixture(scope="module")
+def full(setup, tmp_path_factory):
+    """One uninterrupted reference run, shared by the tests (read-only)."""
+    out = tmp_path_factory.mktemp("full") / "out"
+    sys.path.insert(0, str(setup[1]))
+    try:
+        assert main(_args(setup, out)) == 0
+    finally:
+        sys.path.remove(str(setup[1]))
+        for name in ("vllm", "vllm.inputs", "fake_scorers"):
+            sys.modules.pop(name, None)
+    return out
+
+
 def _args(setup, out, *extra):
     model, _, bench = setup
     return ["eval", "--model", f"base={model}", "--model", f"focal={model}", "--bench", f"B={bench}", "--n", "8",
@@ -52,10 +66,7 @@ def _env(setup, **extra):
     return env
 
 
-def test_killed_eval_resumes_to_identical_tables(setup, fake_vllm, tmp_path):
-    full = tmp_path / "full"
-    assert main(_args(setup, full)) == 0
-
+def test_killed_eval_resumes_to_identical_tables(setup, full, fake_vllm, tmp_path):
     # a real process, killed with SIGKILL mid-benchmark (slow stand-in engine: 0.2 s per call of 2 problems)
     killed = tmp_path / "killed"
     code = "import sys; from fgrpo_verl.cli import main; sys.exit(main(sys.argv[1:]))"
@@ -95,9 +106,8 @@ def test_killed_eval_resumes_to_identical_tables(setup, fake_vllm, tmp_path):
     assert gen.stat().st_size == size
 
 
-def test_scorer_errors_are_recorded_per_sample_and_counted(setup, fake_vllm, tmp_path):
-    out = tmp_path / "out"
-    assert main(_args(setup, out)) == 0
+def test_scorer_errors_are_recorded_per_sample_and_counted(full):
+    out = full
     gens = read_generations(out / "generations.jsonl")
     errors = 0
     for g in gens:
@@ -122,10 +132,11 @@ def test_scorer_errors_are_recorded_per_sample_and_counted(setup, fake_vllm, tmp
             assert key in first and first[key] < i
 
 
-def test_resume_refuses_other_settings_and_from_generations(setup, fake_vllm, tmp_path, capsys):
+def test_resume_refuses_other_settings_and_from_generations(setup, full, fake_vllm, tmp_path, capsys):
     out = tmp_path / "out"
-    assert main(_args(setup, out)) == 0
-    capsys.readouterr()
+    out.mkdir()
+    for name in ("generations.jsonl", "eval_manifest.json"):
+        (out / name).write_bytes((full / name).read_bytes())
     assert main(_args(setup, out, "--resume", "--seed", "1")) == 2
     assert "seed: 0 then, 1 now" in capsys.readouterr().err
     assert main(["eval", "--from-generations", str(out / "generations.jsonl"), "--resume", "--out", str(tmp_path / "t")]) == 2
@@ -158,9 +169,9 @@ def test_memory_does_not_grow_with_the_number_of_problems(setup, fake_vllm, tmp_
     assert large < 0.2 * text_large, (small, large)
 
 
-def test_resume_scores_completions_that_reached_the_disk_without_sampling_again(setup, fake_vllm, tmp_path, monkeypatch):
-    full, cut = tmp_path / "full", tmp_path / "cut"
-    assert main(_args(setup, full)) == 0
+def test_resume_scores_completions_that_reached_the_disk_without_sampling_again(setup, full, fake_vllm, tmp_path,
+                                                                                monkeypatch):
+    cut = tmp_path / "cut"
     cut.mkdir()
     (cut / "eval_manifest.json").write_bytes((full / "eval_manifest.json").read_bytes())
     lines = (full / "generations.jsonl").read_text().splitlines(keepends=True)
@@ -176,9 +187,8 @@ def test_resume_scores_completions_that_reached_the_disk_without_sampling_again(
         assert (cut / name).read_text() == (full / name).read_text(), name
 
 
-def test_no_save_completions_keeps_one_correctness_line_per_problem(setup, fake_vllm, tmp_path):
-    full, lean = tmp_path / "full", tmp_path / "lean"
-    assert main(_args(setup, full)) == 0
+def test_no_save_completions_keeps_one_correctness_line_per_problem(setup, full, fake_vllm, tmp_path):
+    lean = tmp_path / "lean"
     assert main(_args(setup, lean, "--no-save-completions")) == 0
     lines = [json.loads(x) for x in (lean / "generations.jsonl").read_text().splitlines()]
     assert len(lines) == 2 * 24 and not any("completions" in line for line in lines)

@@ -175,3 +175,14 @@ def test_curve_and_table_validate_input():
         pass_at_k_curve([4], [5], [1])
     with pytest.raises(ValueError, match="equal-length"):
         pass_at_k_curve([4, 4], [1], [1])
+
+
+def test_huge_n_with_few_correct_builds_only_the_needed_columns():
+    """n = 10^9 would be a 10^9-column table; only c <= max c is built (exact product for c = 3)."""
+    n, c, k = 10**9, 3, 10**6
+    ratio = Fraction(1)
+    for i in range(n - c + 1, n + 1):
+        ratio *= 1 - Fraction(k, i)
+    want = 1 - ratio
+    assert _close(float(pass_at_k(n, c, k)), want)
+    assert _close(float(pass_at_k_curve([n], [c], [k])[0]), want)

@@ -58,18 +58,23 @@ def _check(n_b: np.ndarray, c_b: np.ndarray, k_b: np.ndarray) -> None:
         raise ValueError(f"k must be <= n (the estimator is unbiased only for k <= n), got k={k_b.reshape(-1)[i]} > n={n_b.reshape(-1)[i]}")
 
 
-def _table(n: int, ks: np.ndarray) -> np.ndarray:
-    """Q[i, c] = pass@ks[i] with n samples and c correct, c = 0..n; ``ks`` sorted, unique, 1 <= k <= n."""
-    out = np.empty((ks.size, n + 1))
-    rows = max(1, _TABLE_CELLS // (n + 1))
-    j = np.arange(n, dtype=np.float64)  # j = 0..n-1: the c of the step c -> c + 1
+def _table(n: int, ks: np.ndarray, c_max: int | None = None) -> np.ndarray:
+    """Q[i, c] = pass@ks[i] with n samples and c correct, c = 0..c_max (default n); ``ks`` sorted, unique, in [1, n].
+
+    Only the columns up to the largest c in use are built, so a huge n with few correct samples stays cheap."""
+    c_max = n if c_max is None else c_max
+    out = np.empty((ks.size, c_max + 1))
+    out[:, 0] = 0.0
+    if c_max == 0:
+        return out
+    rows = max(1, _TABLE_CELLS // (c_max + 1))
+    j = np.arange(c_max, dtype=np.float64)  # j = 0..c_max-1: the c of the step c -> c + 1
     for start in range(0, ks.size, rows):
         k = ks[start : start + rows, None]
         a = k / (n - j)                             # a_j = k / (n - j) >= 0
         ratio = np.subtract(1.0, a)                 # 1 - a_j, exactly 0 at n - j = k (a_j is exactly 1 there)
-        np.cumprod(ratio, axis=1, out=ratio)        # R[k, c] for c = 1..n
+        np.cumprod(ratio, axis=1, out=ratio)        # R[k, c] for c = 1..c_max
         block = out[start : start + rows]
-        block[:, 0] = 0.0
         block[:, 1] = a[:, 0]                       # Q[k, 1] = a_0 R[k, 0] with R[k, 0] = 1
         terms = np.multiply(a[:, 1:], ratio[:, :-1], out=a[:, 1:])
         np.cumsum(terms, axis=1, out=block[:, 2:])
@@ -117,7 +122,7 @@ def pass_at_k(n, c, k):
     for n_value in np.unique(n_f):
         at = np.flatnonzero(n_f == n_value)
         ks, k_index = np.unique(k_f[at], return_inverse=True)
-        out[at] = _table(int(n_value), ks)[k_index.reshape(-1), c_f[at]]
+        out[at] = _table(int(n_value), ks, int(c_f[at].max()))[k_index.reshape(-1), c_f[at]]
     result = out.reshape(n_b.shape)
     return np.float64(result) if result.ndim == 0 else result
 
@@ -141,8 +146,8 @@ def pass_at_k_curve(n, c, ks) -> np.ndarray:
     live = k_arr <= n_arr.min()
     uniq_k = np.unique(k_arr[live])
     for n_value in np.unique(n_arr):
-        hist = np.bincount(c_arr[n_arr == n_value], minlength=int(n_value) + 1).astype(np.float64)
-        total[live] += (_table(int(n_value), uniq_k) @ hist)[np.searchsorted(uniq_k, k_arr[live])]
+        hist = np.bincount(c_arr[n_arr == n_value]).astype(np.float64)  # c = 0..max c of this n
+        total[live] += (_table(int(n_value), uniq_k, hist.size - 1) @ hist)[np.searchsorted(uniq_k, k_arr[live])]
     out = total / n_arr.size
     out[~live] = np.nan
     return out

@@ -35,7 +35,7 @@ MANIFEST = "eval_manifest.json"
 # Settings that decide which samples are drawn and how they are scored: a resumed run must match them.
 SAMPLING_KEYS = ("backend", "n", "temperature", "top_p", "max_new_tokens", "seed", "samples_per_request",
                  "prompt_preset", "system_prompt", "chat_template_kwargs", "prompt_style", "bench_group",
-                 "save_completions", "scorer", "bench_scorer", "threshold")
+                 "save_completions", "scorer", "bench_scorer", "threshold", "batch_size")
 
 
 def parse_pairs(option: str, values, allow_empty: bool = False) -> dict[str, str]:
