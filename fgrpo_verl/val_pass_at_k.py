@@ -7,12 +7,14 @@ if prompts of a source have different n, the smallest one bounds k).
 
 A sample is correct when its core variable is ``> success_threshold`` (``algorithm.fgrpo.success_threshold``, the
 rule the focal weight uses). The core variable is verl's: ``acc`` where the reward function reports it for the
-source, else the summed ``reward``. Sessions that verl expected but that failed (``expected_acc_counts``) count as
+source, else the summed ``reward``. A NaN or infinite value raises ``ValueError`` (as training does for rewards)
+instead of counting as incorrect. Sessions that verl expected but that failed (``expected_acc_counts``) count as
 samples that were not correct.
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 
 import numpy as np
@@ -64,6 +66,12 @@ def validation_pass_at_k(
         value = acc[i] if source in sources_with_acc else infos["reward"][i]
         if value is None:  # a sample of an acc source whose reward function did not report acc
             continue
+        if not math.isfinite(float(value)):
+            # training raises on a non-finite reward (fgrpo_verl.focal); counting it as "not correct" would hide it
+            raise ValueError(
+                f"validation {'acc' if source in sources_with_acc else 'reward'} of sample {i} (data_source "
+                f"{source!r}, uid {uid!r}) is {value!r}; expected a finite number (fix the reward function)"
+            )
         key = (source, str(uid))
         seen[key] += 1
         correct[key] += int(float(value) > success_threshold)

@@ -41,3 +41,64 @@ def build_tiny_lm(directory: Path, seed: int = 0, hidden: int = 32, layers: int 
     model = Qwen2ForCausalLM(config)
     model.save_pretrained(directory)
     return directory
+
+
+# ---- a stand-in `vllm` package (no GPU here): records every call, samples deterministically from the request seed --
+FAKE_VLLM = '''
+"""Stand-in for vLLM's offline API, written by tests/evaluation_tiny_lm.py. Appends every call to $FAKE_VLLM_LOG."""
+import json, os, random, time
+from types import SimpleNamespace
+
+
+def _record(obj):
+    path = os.environ.get("FAKE_VLLM_LOG")
+    if path:
+        with open(path, "a") as fh:
+            fh.write(json.dumps(obj) + "\\n")
+
+
+class SamplingParams:
+    def __init__(self, **kwargs):
+        self.kwargs = kwargs
+
+
+class LLM:
+    def __init__(self, **kwargs):
+        _record({"engine": {k: v for k, v in kwargs.items()}})
+
+    def generate(self, prompts, sampling_params, use_tqdm=True):
+        assert isinstance(sampling_params, list) and len(sampling_params) == len(prompts)
+        _record({"generate": [{"prompt": p, "params": q.kwargs} for p, q in zip(prompts, sampling_params)]})
+        time.sleep(float(os.environ.get("FAKE_VLLM_DELAY", "0")))
+        pad = "x" * int(os.environ.get("FAKE_VLLM_CHARS", "0"))
+        out = []
+        for q in sampling_params:
+            rng = random.Random(q.kwargs["seed"])  # the request's own generator: samples depend on its seed only
+            out.append(SimpleNamespace(outputs=[SimpleNamespace(text="\\\\boxed{%d}%s" % (rng.randint(0, 3), pad))
+                                                for _ in range(q.kwargs["n"])]))
+        return out
+'''
+
+FAKE_VLLM_INPUTS = '''
+def TokensPrompt(**kwargs):  # vLLM's is a TypedDict: a plain dict at run time
+    return dict(kwargs)
+'''
+
+FAKE_SCORERS = '''
+def flaky(data_source, solution_str, ground_truth, extra_info=None):
+    """Correct iff the boxed digit equals the answer; raises on a boxed 3 (a scorer that fails on some samples)."""
+    got = solution_str.split("{", 1)[1].split("}", 1)[0]
+    if got == "3":
+        raise ValueError("cannot parse 3")
+    return got == str(ground_truth)
+'''
+
+
+def write_fake_vllm(directory: Path) -> Path:
+    """A directory to put on sys.path / PYTHONPATH: packages ``vllm`` (stand-in) and module ``fake_scorers``."""
+    directory = Path(directory)
+    (directory / "vllm").mkdir(parents=True, exist_ok=True)
+    (directory / "vllm" / "__init__.py").write_text(FAKE_VLLM)
+    (directory / "vllm" / "inputs.py").write_text(FAKE_VLLM_INPUTS)
+    (directory / "fake_scorers.py").write_text(FAKE_SCORERS)
+    return directory

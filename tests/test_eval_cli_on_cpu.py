@@ -229,3 +229,111 @@ def test_parallel_scoring_matches_serial(tmp_path):
     want = np.mean([sum(t == f"so \\boxed{{{line['answer']}}}" for t in line["completions"]) / 6 for line in lines])
     first = next(csv.DictReader(io.StringIO(tables[0])))
     assert float(first["pass_at_k"]) == pytest.approx(want)
+
+
+# ---- issue 11: honest tables and calibrated significance -----------------------------------------------------------
+from fgrpo_verl.evaluation.calibration import null_rejection_rates  # noqa: E402
+from fgrpo_verl.evaluation.significance import combine_draws, interval, subsample_draws, summarise  # noqa: E402
+
+
+def test_null_type_one_error_bands():
+    """H0 (same per-problem rates in both runs), 300 replicates x 2 benchmarks (+ their average), seeded.
+
+    Bands (docs/evaluation.md has the 1,000-replicate numbers at paper scale): rescaled-fpc within [2.5%, 8%] per
+    benchmark and [2%, 9%] for the average; rescaled (sqrt(m/n)) is anti-conservative at m/n = 1/4, [5%, 13%];
+    the paper's raw percentiles almost never reject (<= 1.5%)."""
+    rates = null_rejection_rates(replicates=300, benchmarks=2, problems=40, n=256, m=64, iterations=400, ks=(1,), seed=1)
+    assert 0.025 <= rates["rescaled-fpc"]["k=1"] <= 0.08
+    assert 0.02 <= rates["rescaled-fpc"]["avg k=1"] <= 0.09
+    assert 0.05 <= rates["rescaled"]["k=1"] <= 0.13
+    assert rates["paper"]["k=1"] <= 0.015 and rates["paper"]["avg k=1"] <= 0.015
+    # same draws, nested intervals: sqrt(m/n) < sqrt(m/(n-m)) < 1 (raw), so rejections are nested too
+    assert rates["rescaled"]["k=1"] >= rates["rescaled-fpc"]["k=1"] >= rates["paper"]["k=1"]
+
+
+def test_rescaled_interval_formula():
+    diffs = np.array([0.0, 0.1, 0.2, 0.3, 0.4])
+    low, high, p = interval(diffs, 0.2, 0.5, "rescaled", m=25, n=100)  # s = 1/2; deviations -0.2..0.2 -> quartiles +-0.1
+    assert (low, high) == pytest.approx((0.2 - 0.05, 0.2 + 0.05))
+    low_f, high_f, _ = interval(diffs, 0.2, 0.5, "rescaled-fpc", m=25, n=100)  # s = sqrt(25/75)
+    assert high_f - low_f == pytest.approx(np.sqrt(1 / 3) * 0.2)
+    assert p == pytest.approx(0.0)  # s * dev never reaches the estimate 0.2
+    with pytest.raises(ValueError, match="one number of samples"):
+        interval(diffs, 0.2, 0.5, "rescaled", m=25, n=0)
+    with pytest.raises(ValueError, match="must be one of"):
+        interval(diffs, 0.2, 0.5, "bootstrap", m=25, n=100)
+
+
+def test_average_column_uses_the_same_iteration_of_every_benchmark():
+    rng = np.random.default_rng(2)
+    parts = []
+    for shift in (0.06, 0.06):
+        p = rng.uniform(0.2, 0.6, 40)
+        n = np.full(40, 64)
+        parts.append(subsample_draws(n, rng.binomial(64, p), n, rng.binomial(64, np.clip(p + shift, 0, 1)), ks=[1],
+                                     m=16, iterations=3000, seed=int(rng.integers(1 << 30))))
+    avg = combine_draws(parts)
+    np.testing.assert_array_equal(avg.diffs[1], (parts[0].diffs[1] + parts[1].diffs[1]) / 2)
+    assert avg.focal[1] - avg.baseline[1] == pytest.approx(np.mean([p.focal[1] - p.baseline[1] for p in parts]))
+    # two independent benchmarks: the average's spread is ~1/sqrt(2) of a member's
+    ratio = avg.diffs[1].std() / np.mean([p.diffs[1].std() for p in parts])
+    assert 0.6 < ratio < 0.82
+    rows = summarise(avg, method="rescaled-fpc")
+    assert rows[0].ci_high - rows[0].ci_low < min(r.ci_high - r.ci_low for p in parts for r in summarise(p, method="rescaled-fpc"))
+
+
+def test_cli_tests_average_columns(tmp_path):
+    rng = np.random.default_rng(6)
+    lines = []
+    for bench in ("X", "Y"):
+        for i in range(30):
+            p = rng.uniform(0.05, 0.4)
+            lines.append({"run": "base", "benchmark": bench, "problem_id": i, "correct": rng.binomial(1, p, 64).tolist()})
+            lines.append({"run": "focal", "benchmark": bench, "problem_id": i,
+                          "correct": rng.binomial(1, min(1, p + 0.3), 64).tolist()})
+    gen = _write(tmp_path / "g.jsonl", lines)
+    out = tmp_path / "o"
+    assert main(["eval", "--from-generations", str(gen), "--out", str(out), "--no-plots", "--significance", "base:focal",
+                 "--average", "Avg=X,Y", "--significance-m", "16", "--significance-iterations", "500",
+                 "--significance-method", "rescaled-fpc"]) == 0
+    sig = list(csv.DictReader((out / "significance.csv").open()))
+    assert {r["benchmark"] for r in sig} == {"X", "Y", "Avg"}
+    assert {r["method"] for r in sig} == {"rescaled-fpc"}
+    avg1 = next(r for r in sig if r["benchmark"] == "Avg" and r["k"] == "1")
+    xy1 = [float(r["difference"]) for r in sig if r["benchmark"] in "XY" and r["k"] == "1"]
+    assert float(avg1["difference"]) == pytest.approx(np.mean(xy1)) and avg1["significant"] == "True"
+    row1 = [line for line in (out / "pass_at_k.md").read_text().splitlines() if line.startswith("| 1 |")][0]
+    assert row1.split("|")[4].strip().endswith("*")  # the Avg column's focal cell
+
+
+def test_runs_on_different_problem_sets_are_refused(tmp_path, capsys):
+    lines = [{"run": "A", "benchmark": "X", "problem_id": i, "correct": [1, 0]} for i in range(5)]
+    lines += [{"run": "B", "benchmark": "X", "problem_id": i, "correct": [0, 0]} for i in range(1, 7)]
+    gen = _write(tmp_path / "g.jsonl", lines)
+    assert main(["eval", "--from-generations", str(gen), "--out", str(tmp_path / "o"), "--no-plots"]) == 2
+    err = capsys.readouterr().err
+    assert "not evaluated on the same problems" in err
+    assert "run 'A' lacks 2 of 7 problems, e.g. ['5', '6']" in err and "run 'B' lacks 1 of 7 problems, e.g. ['0']" in err
+
+
+@pytest.mark.parametrize("flags", [["--scorer", "mathh"], ["--bench-scorer", "X=mathh"], ["--bench-scorer", "Z=boxed"]])
+def test_unknown_scorers_are_rejected_with_saved_correctness(tmp_path, capsys, flags):
+    """Even when nothing needs scoring (every line has 'correct'), a bad scorer option is an error."""
+    gen = _write(tmp_path / "g.jsonl", FIXTURE[:6])
+    assert main(["eval", "--from-generations", str(gen), "--out", str(tmp_path / "o"), "--no-plots", *flags]) == 2
+    err = capsys.readouterr().err
+    assert ("neither a built-in" in err) or ("not in the generations: ['Z']" in err)
+
+
+def test_two_line_problems_merge_and_a_third_line_is_a_duplicate(tmp_path, capsys):
+    texts = {"run": "A", "benchmark": "X", "problem_id": 0, "answer": "1", "completions": ["\\boxed{1}", "\\boxed{2}"]}
+    scored = {"run": "A", "benchmark": "X", "problem_id": 0, "correct": [0, 0]}  # deliberately not what scoring gives
+    gen = _write(tmp_path / "g.jsonl", [texts, scored])
+    out = tmp_path / "o"
+    assert main(["eval", "--from-generations", str(gen), "--scorer", "boxed", "--out", str(out), "--no-plots"]) == 0
+    assert float(next(csv.DictReader((out / "pass_at_k_long.csv").open()))["pass_at_k"]) == 0.0  # the saved line wins
+    assert main(["eval", "--from-generations", str(gen), "--scorer", "boxed", "--rescore", "--out", str(out), "--no-plots"]) == 0
+    assert float(next(csv.DictReader((out / "pass_at_k_long.csv").open()))["pass_at_k"]) == 0.5
+    gen = _write(tmp_path / "g3.jsonl", [texts, scored, scored])
+    assert main(["eval", "--from-generations", str(gen), "--out", str(out), "--no-plots"]) == 2
+    assert "duplicate" in capsys.readouterr().err

@@ -6,7 +6,8 @@ import pandas as pd
 import pytest
 
 from fgrpo_verl.evaluation.formats import load_benchmark
-from fgrpo_verl.evaluation.generate import PAPER_SYSTEM_PROMPT, build_prompt, resolve_model_path
+from fgrpo_verl.evaluation.generate import resolve_model_path
+from fgrpo_verl.evaluation.prompts import PAPER_SYSTEM_PROMPT, PromptSetting, encode_prompt
 from fgrpo_verl.evaluation.scorers import last_boxed
 
 
@@ -48,30 +49,49 @@ def test_bad_suffix_and_missing_file(tmp_path):
 
 
 class FakeTokenizer:
+    """Renders messages as JSON and 'tokenizes' to code points, recording whether special tokens were asked for."""
+
     chat_template = "set"
+    bos_token_id = None
+
+    def __init__(self):
+        self.add_special = []
 
     def apply_chat_template(self, messages, tokenize, add_generation_prompt, **kwargs):
         assert tokenize is False and add_generation_prompt is True
         return json.dumps({"messages": messages, **kwargs})
 
+    def __call__(self, text, add_special_tokens):
+        self.add_special.append(add_special_tokens)
+        return {"input_ids": [ord(ch) for ch in text]}
 
-def test_build_prompt_variants():
+
+def test_encode_prompt_variants():
     tok = FakeTokenizer()
     rec = {"id": "1", "problem": "What is 2+2?"}
-    chat = json.loads(build_prompt(rec, tok, PAPER_SYSTEM_PROMPT, "chat", {"enable_thinking": True}))
+
+    def text(record, system, style="chat", kwargs=None):
+        ids, rendered = encode_prompt(record, tok, PromptSetting(system, kwargs or {}), style)
+        assert ids == [ord(ch) for ch in rendered]  # the ids are the tokenization of exactly that text
+        return rendered
+
+    chat = json.loads(text(rec, PAPER_SYSTEM_PROMPT, kwargs={"enable_thinking": True}))
     assert chat == {"messages": [{"role": "system", "content": PAPER_SYSTEM_PROMPT},
                                  {"role": "user", "content": "What is 2+2?"}], "enable_thinking": True}
-    assert json.loads(build_prompt(rec, tok, "", "chat"))["messages"] == [{"role": "user", "content": "What is 2+2?"}]
-    assert build_prompt(rec, tok, "Sys", "raw") == "Sys\n\nWhat is 2+2?"
-    assert build_prompt(rec, tok, "", "raw") == "What is 2+2?"
-    assert build_prompt({**rec, "prompt": "verbatim"}, tok, "Sys", "chat") == "verbatim"
+    assert json.loads(text(rec, None))["messages"] == [{"role": "user", "content": "What is 2+2?"}]
+    assert tok.add_special == [False, False]  # the template writes its own special tokens
+    assert text(rec, "Sys", "raw") == "Sys\n\nWhat is 2+2?"
+    assert text(rec, None, "raw") == "What is 2+2?"
+    assert tok.add_special[-2:] == [True, True]  # plain text gets the tokenizer's BOS (if it has one), once
+    assert text({**rec, "prompt": "verbatim"}, "Sys") == "verbatim"
+    assert tok.add_special[-1] is False
     msgs = [{"role": "user", "content": "own"}]
-    assert json.loads(build_prompt({**rec, "prompt": msgs}, tok, "Sys", "chat"))["messages"] == msgs
+    assert json.loads(text({**rec, "prompt": msgs}, "Sys"))["messages"] == msgs
     tok.chat_template = None
     with pytest.raises(ValueError, match="--prompt-style raw"):
-        build_prompt(rec, tok, "Sys", "chat")
+        encode_prompt(rec, tok, PromptSetting("Sys"), "chat")
     with pytest.raises(ValueError, match="prompt style"):
-        build_prompt(rec, tok, "Sys", "fancy")
+        encode_prompt(rec, tok, PromptSetting("Sys"), "fancy")
 
 
 def test_resolve_model_path(tmp_path):

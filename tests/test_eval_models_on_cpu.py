@@ -7,8 +7,14 @@ import sys
 import numpy as np
 import pytest
 
-from evaluation_tiny_lm import build_tiny_lm
+from transformers import AutoTokenizer
+
+from evaluation_tiny_lm import build_tiny_lm, write_fake_vllm
 from fgrpo_verl.cli import main
+from fgrpo_verl.evaluation.formats import read_generations
+from fgrpo_verl.evaluation.generate import Request, TransformersSampler
+from fgrpo_verl.evaluation.prompts import encode_prompt, prompt_setting
+from fgrpo_verl.evaluation.seeds import request_seed
 from fgrpo_verl.evaluation.rare_nll import length_normalised_nll, load_model, select_rare, tokenize_pairs
 
 
@@ -121,57 +127,66 @@ def test_eval_generates_with_transformers_on_cpu_without_vllm(tiny, tmp_path):
     bench = tmp_path / "b.jsonl"
     bench.write_text("".join(json.dumps({"id": i, "problem": f"What is {i} + 1?", "answer": str(i + 1)}) + "\n"
                              for i in range(3)))
+
+    out = tmp_path / "out"
     try:
-        out = tmp_path / "out"
-        rc = main(["eval", "--model", f"tiny={tiny[0]}", "--bench", f"toy={bench}", "--backend", "transformers",
-                   "--n", "4", "--max-new-tokens", "6", "--scorer", "tiny_eval_scorer:score", "--out", str(out),
-                   "--no-plots", "--batch-size", "2"])
-        assert rc == 0
+        assert main(["eval", "--model", f"tiny={tiny[0]}", "--bench", f"toy={bench}", "--backend", "transformers",
+                     "--n", "4", "--max-new-tokens", "6", "--scorer", "tiny_eval_scorer:score", "--out", str(out),
+                     "--no-plots", "--batch-size", "2", "--problems-per-call", "2"]) == 0
     finally:
         del sys.modules["tiny_eval_scorer"]
     assert "vllm" not in sys.modules
-    gens = [json.loads(x) for x in (out / "generations.jsonl").read_text().splitlines()]
-    assert [g["problem_id"] for g in gens] == ["0", "1", "2"]
+    gens = read_generations(out / "generations.jsonl")
+    assert [g.problem_id for g in gens] == ["0", "1", "2"]
     for g in gens:
-        assert len(g["completions"]) == 4 and g["prompt"].endswith("<|im_start|>assistant\n")
-        assert "Please reason step by step" in g["prompt"]
-        assert g["correct"] == [int(len(t) % 2 == 0) for t in g["completions"]]
-    c = np.array([sum(g["correct"]) for g in gens])
+        assert len(g.completions) == 4 and g.prompt.endswith("<|im_start|>assistant\n")
+        assert "Please reason step by step" in g.prompt
+        assert list(g.correct) == [int(len(t) % 2 == 0) for t in g.completions]
+    c = np.array([int(g.correct.sum()) for g in gens])
     rows = list(csv.DictReader((out / "pass_at_k_long.csv").open()))
     assert float(rows[0]["pass_at_k"]) == pytest.approx(c.mean() / 4)
 
+    # seeds: each problem's samples are those of its own request seed, whatever else is in the engine call
+    sampler = TransformersSampler(tiny[0], batch_size=2)  # --batch-size is part of a CPU sample stream
+    setting = prompt_setting("qwen2.5-7b", "math")
+    requests = [Request(encode_prompt({"id": g.problem_id, "problem": f"What is {i} + 1?"}, sampler.tokenizer, setting)[0],
+                        4, request_seed(0, "tiny", "toy", g.problem_id, 0)) for i, g in enumerate(gens)]
+    params = dict(temperature=1.0, top_p=1.0, max_new_tokens=6)
+    assert sampler.sample(requests[1::-1], **params)[::-1] == [g.completions for g in gens[:2]]
+    other = Request(requests[0].prompt_ids, 4, request_seed(1, "tiny", "toy", "0", 0))  # --seed 1
+    assert sampler.sample([other], **params)[0] != gens[0].completions
 
-def test_vllm_backend_glue_with_a_stand_in_module(tiny, tmp_path, monkeypatch):
-    """No GPU/vLLM here: a stand-in `vllm` module records what our sampler asks of vLLM's offline API."""
-    import types
 
-    calls = {}
-
-    class SamplingParams:
-        def __init__(self, **kwargs):
-            calls["sampling"] = kwargs
-
-    class LLM:
-        def __init__(self, **kwargs):
-            calls["engine"] = kwargs
-
-        def generate(self, prompts, params):
-            calls["prompts"] = prompts
-            n = calls["sampling"]["n"]
-            return [types.SimpleNamespace(outputs=[types.SimpleNamespace(text=f"\\boxed{{{i + j % 2}}}") for j in range(n)])
-                    for i in range(len(prompts))]
-
-    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=LLM, SamplingParams=SamplingParams))
+def test_vllm_gets_token_ids_and_one_seeded_request_per_sample_block(tiny, tmp_path, monkeypatch):
+    """No GPU/vLLM here: a stand-in `vllm` package records what our sampler asks of vLLM's offline API."""
+    fake = write_fake_vllm(tmp_path / "fake")
+    monkeypatch.syspath_prepend(str(fake))
+    monkeypatch.setenv("FAKE_VLLM_LOG", str(tmp_path / "calls.jsonl"))
+    for name in ("vllm", "vllm.inputs"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
     bench = tmp_path / "b.jsonl"
-    bench.write_text("".join(json.dumps({"id": i, "problem": f"q{i}", "answer": str(i)}) + "\n" for i in range(2)))
+    bench.write_text("".join(json.dumps({"id": i, "problem": f"q{i}", "answer": str(i)}) + "\n" for i in range(3)))
     out = tmp_path / "out"
-    rc = main(["eval", "--model", f"m={tiny[0]}", "--bench", f"B={bench}", "--n", "4", "--max-new-tokens", "16",
-               "--seed", "7", "--tensor-parallel-size", "1", "--vllm-engine-args", '{"enforce_eager": true}',
-               "--out", str(out), "--no-plots"])
+    rc = main(["eval", "--model", f"m={tiny[0]}", "--bench", f"B={bench}", "--n", "6", "--samples-per-request", "4",
+               "--max-new-tokens", "16", "--seed", "7", "--vllm-engine-args", '{"enforce_eager": true}',
+               "--problems-per-call", "2", "--scorer", "boxed", "--out", str(out), "--no-plots"])
+    for name in ("vllm", "vllm.inputs"):
+        sys.modules.pop(name, None)
     assert rc == 0
-    assert calls["sampling"] == dict(n=4, temperature=1.0, top_p=1.0, max_tokens=16, seed=7, skip_special_tokens=True)
-    assert calls["engine"]["model"] == str(tiny[0]) and calls["engine"]["enforce_eager"] is True
-    assert len(calls["prompts"]) == 2 and calls["prompts"][0].endswith("<|im_start|>assistant\n")
-    rows = list(csv.DictReader((out / "pass_at_k_long.csv").open()))
-    # completions alternate \boxed{i}, \boxed{i+1}: half are correct for every problem -> pass@1 = 0.5
-    assert float(rows[0]["pass_at_k"]) == pytest.approx(0.5)
+    calls = [json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines()]
+    assert calls[0]["engine"]["model"] == str(tiny[0]) and calls[0]["engine"]["enforce_eager"] is True
+    generate_calls = [c["generate"] for c in calls[1:]]
+    assert [len(g) for g in generate_calls] == [4, 2]  # 2 problems x 2 blocks (4 + 2 samples), then 1 problem
+    tok = AutoTokenizer.from_pretrained(str(tiny[0]))
+    setting = prompt_setting("qwen2.5-7b", "math")
+    requests = [r for g in generate_calls for r in g]
+    for i, pid in enumerate(["0", "0", "1", "1", "2", "2"]):
+        ids, _ = encode_prompt({"id": pid, "problem": f"q{pid}"}, tok, setting)
+        assert requests[i]["prompt"] == {"prompt_token_ids": ids}  # token ids, never text
+        block = i % 2
+        assert requests[i]["params"] == dict(n=4 if block == 0 else 2, temperature=1.0, top_p=1.0, max_tokens=16,
+                                             seed=request_seed(7, "m", "B", pid, block), skip_special_tokens=True)
+    seeds = [r["params"]["seed"] for r in requests]
+    assert len(set(seeds)) == len(seeds)  # no two requests share a random stream
+    gens = read_generations(out / "generations.jsonl")
+    assert [len(g.completions) for g in gens] == [6, 6, 6]

@@ -108,3 +108,81 @@ def test_large_batch_is_chunked_and_consistent():
     uniq = np.unique(c)
     ref = {int(u): exact(1024, int(u), 256) for u in uniq}
     np.testing.assert_allclose(got, [ref[int(x)] for x in c], rtol=1e-12, atol=0)
+
+
+# ---- table-based implementation (issue 11): exact against Fraction arithmetic, property-tested -------------------
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from fgrpo_verl.evaluation.pass_at_k import pass_at_k_curve, pass_at_k_table  # noqa: E402
+
+
+def _exact_fraction(n: int, c: int, k: int) -> Fraction:
+    return 1 - Fraction(comb(n - c, k), comb(n, k))
+
+
+def _close(got: float, want: Fraction) -> bool:
+    """Relative 1e-12 against the exact rational; exact zeros and ones must come out exactly."""
+    if want == 0 or want == 1:
+        return got == float(want)
+    return abs(Fraction(got) - want) <= Fraction(1, 10**12) * want
+
+
+@st.composite
+def triples(draw, n_max=2048):
+    n = draw(st.integers(1, n_max))
+    return n, draw(st.integers(0, n)), draw(st.integers(1, n))
+
+
+@settings(max_examples=300, deadline=None)
+@given(triples())
+def test_property_pass_at_k_is_exact_to_1e12(t):
+    n, c, k = t
+    assert _close(float(pass_at_k(n, c, k)), _exact_fraction(n, c, k))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 300), st.lists(st.integers(1, 300), min_size=1, max_size=6))
+def test_property_table_rows_are_exact(n, ks):
+    ks = [min(k, n) for k in ks]
+    table = pass_at_k_table(n, ks)
+    assert table.shape == (len(ks), n + 1)
+    for row, k in zip(table, ks):
+        for c in range(n + 1):
+            assert _close(float(row[c]), _exact_fraction(n, c, k)), (n, c, k)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([4, 16, 37, 1024]), st.floats(0, 1)), min_size=1, max_size=30))
+def test_property_curve_is_the_exact_mean_over_mixed_n(problems):
+    n = np.array([p[0] for p in problems])
+    c = np.array([int(round(p[1] * p[0])) for p in problems])
+    ks = [1, 2, 3, 4, 16, 37, 1024]
+    curve = pass_at_k_curve(n, c, ks)
+    for k, got in zip(ks, curve):
+        if k > n.min():
+            assert np.isnan(got)  # undefined for some problem: shown as "-"
+        else:
+            want = sum(_exact_fraction(int(a), int(b), k) for a, b in zip(n, c)) / len(n)
+            assert _close(float(got), want), k
+
+
+def test_curve_and_table_validate_input():
+    with pytest.raises(ValueError, match="k must be <= n"):
+        pass_at_k_table(4, [5])
+    with pytest.raises(ValueError, match="k must be >= 1"):
+        pass_at_k_curve([4], [1], [0])
+    with pytest.raises(ValueError, match="c must be <= n"):
+        pass_at_k_curve([4], [5], [1])
+    with pytest.raises(ValueError, match="equal-length"):
+        pass_at_k_curve([4, 4], [1], [1])
+
+
+def test_huge_n_with_few_correct_builds_only_the_needed_columns():
+    """n = 10^9 would be a 10^9-column table; only c <= max c is built (exact product for c = 3)."""
+    n, c, k = 10**9, 3, 10**6
+    ratio = Fraction(1)
+    for i in range(n - c + 1, n + 1):
+        ratio *= 1 - Fraction(k, i)
+    want = 1 - ratio
+    assert _close(float(pass_at_k(n, c, k)), want)
+    assert _close(float(pass_at_k_curve([n], [c], [k])[0]), want)

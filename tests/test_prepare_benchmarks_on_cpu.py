@@ -123,3 +123,14 @@ def test_script_writes_loadable_benchmark_files(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert f"--bench GPQA={tmp_path / 'GPQA.jsonl'} --bench-scorer GPQA=boxed" in out
     assert json.loads((tmp_path / "MATH500.jsonl").read_text())["answer"] == "\\frac{1}{2}"
+
+
+def test_every_prepared_benchmark_has_a_table9_prompt_group():
+    """The names prepare_benchmarks.py writes select the paper's prompt group without --bench-group."""
+    from fgrpo_verl.evaluation.prepare import BENCHMARKS
+    from fgrpo_verl.evaluation.prompts import benchmark_group
+
+    groups = {name: benchmark_group(name) for name in BENCHMARKS}
+    assert all(known for _, known in groups.values()), groups
+    assert groups["IFEval"][0] == "ifeval" and groups["SynLogic"][0] == "synlogic" and groups["GPQA"][0] == "gpqa"
+    assert {groups[n][0] for n in ("MATH500", "AIME24", "AIME25", "AMC23", "Minerva", "Olympiad")} == {"math"}

@@ -2,6 +2,7 @@
 
 from math import comb
 
+import numpy as np
 import pytest
 
 from fgrpo_verl.val_pass_at_k import budgets, validation_pass_at_k
@@ -50,3 +51,21 @@ def test_bad_input_names_the_problem():
         validation_pass_at_k(["s"], ["a"], {"acc": [1]}, 0.0)
     with pytest.raises(ValueError, match="differ in length"):
         validation_pass_at_k(["s", "s"], ["a"], {"reward": [1.0]}, 0.0)
+
+
+@pytest.mark.parametrize("key", ["reward", "acc"])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_non_finite_rewards_raise_like_training(key, bad):
+    """Training refuses a NaN/inf reward (fgrpo_verl.focal); validation pass@k must not count it as incorrect."""
+    import torch
+
+    from fgrpo_verl.focal import FocalSettings, compute_focal_advantage
+
+    values = [1.0, bad, 0.0]
+    infos = {"reward": [1.0, 0.0, 0.0], key: values}
+    with pytest.raises(ValueError, match=r"sample 1 \(data_source 's', uid 'a'\).*finite"):
+        validation_pass_at_k(["s"] * 3, ["a"] * 3, infos, 0.5)
+    rewards = torch.zeros(3, 2)
+    rewards[:, -1] = torch.tensor(values)
+    with pytest.raises(ValueError, match="NaN or inf"):
+        compute_focal_advantage(rewards, torch.ones(3, 2), np.array(["a"] * 3), FocalSettings(gamma=0.5, success_threshold=0.5, smoothing_alpha=0.0, base="grpo"))

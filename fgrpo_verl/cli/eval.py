@@ -41,14 +41,32 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     gen.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (paper: 1.0)")
     gen.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling p (paper: 1.0)")
     gen.add_argument("--max-new-tokens", type=int, default=8192, help="response length cap (paper: 8192; 4096 for Qwen3-4B)")
+    gen.add_argument("--prompt-preset", default="qwen2.5-7b",
+                     choices=("qwen2.5-7b", "qwen3-4b-base", "llama-3.2-3b-instruct", "none"),
+                     help="the paper's Table 9 prompts for this model, per benchmark group (system prompt, Qwen3 "
+                          "thinking on/off); default qwen2.5-7b (math/GPQA: 'Please reason step by step, and put your "
+                          "final answer within \\boxed{}.', IFEval/SynLogic: 'You are a helpful assistant.')")
+    gen.add_argument("--bench-group", action="append", metavar="NAME=GROUP",
+                     help="prompt group (math, gpqa, ifeval, synlogic) of a benchmark whose name is not one of the "
+                          "paper's (default for those: math); repeat")
     gen.add_argument("--system-prompt", default=None,
-                     help="system prompt for records without 'prompt' (default: the paper's 'Please reason step by "
-                          "step, and put your final answer within \\boxed{}.'; '' for none)")
+                     help="system prompt for every benchmark, replacing the preset's ('' for none)")
     gen.add_argument("--prompt-style", choices=("chat", "raw"), default="chat",
                      help="chat: apply the tokenizer's chat template; raw: system prompt + problem as plain text")
     gen.add_argument("--chat-template-kwargs", default=None, metavar="JSON",
-                     help='extra chat-template variables, e.g. \'{"enable_thinking": true}\' for Qwen3 (paper Table 9)')
-    gen.add_argument("--seed", type=int, default=0, help="sampling seed (also seeds the significance test)")
+                     help='chat-template variables for every benchmark, replacing the preset\'s, e.g. '
+                          '\'{"enable_thinking": false}\'')
+    gen.add_argument("--seed", type=int, default=0,
+                     help="root seed: each (run, benchmark, problem, sample block) request gets its own seed derived "
+                          "from it (docs/evaluation.md); also seeds the significance test")
+    gen.add_argument("--samples-per-request", type=int, default=None,
+                     help="samples per seeded request (a sample block; default: --n, i.e. one request per problem)")
+    gen.add_argument("--problems-per-call", type=int, default=32,
+                     help="problems sampled per engine call; their completions are written, then scored, before the "
+                          "next call (bounds memory)")
+    gen.add_argument("--resume", action="store_true",
+                     help="continue an interrupted run in --out: keep what is on disk, score what is unscored, "
+                          "generate the rest (same settings required)")
     gen.add_argument("--save-completions", action=argparse.BooleanOptionalAction, default=True,
                      help="keep completion texts in generations.jsonl (large at n=1024)")
     gen.add_argument("--device", default="cpu", help="transformers backend: torch device")
@@ -69,12 +87,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      help="paired m-out-of-n subsampling test (paper App. Q) of FOCAL - BASELINE per benchmark and k (repeat)")
     rep.add_argument("--significance-m", type=int, default=256, help="subsample size m per problem (paper: 256 of n=1024)")
     rep.add_argument("--significance-iterations", type=int, default=50_000, help="subsampling iterations (paper: 50,000)")
+    rep.add_argument("--significance-method", choices=("paper", "rescaled", "rescaled-fpc"), default="paper",
+                     help="interval: paper (raw percentiles, App. Q), rescaled (Politis-Romano sqrt(m/n)) or "
+                          "rescaled-fpc (sqrt(m/(n-m))); measured type-I errors in docs/evaluation.md")
     rep.add_argument("--alpha", type=float, default=0.05, help="two-sided level of the significance test")
 
 
 def _validate(args) -> None:
+    if args.samples_per_request is None:
+        args.samples_per_request = args.n
     for name in ("n", "max_new_tokens", "k_max", "significance_m", "significance_iterations", "batch_size",
-                 "tensor_parallel_size", "score_workers"):
+                 "tensor_parallel_size", "score_workers", "samples_per_request", "problems_per_call"):
         value = getattr(args, name)
         if value < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
@@ -87,13 +110,10 @@ def _validate(args) -> None:
 
 
 def run(args) -> int:
-    from fgrpo_verl.evaluation.generate import PAPER_SYSTEM_PROMPT
     from fgrpo_verl.evaluation.pipeline import run_eval
 
     try:
         _validate(args)
-        if args.system_prompt is None:
-            args.system_prompt = PAPER_SYSTEM_PROMPT
         return run_eval(args)
     except ValueError as err:
         print(f"fgrpo-verl eval: error: {err}", file=sys.stderr)

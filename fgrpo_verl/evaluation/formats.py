@@ -23,6 +23,13 @@ per (run, benchmark, problem):
     completions  the sampled texts (list of str); scored on load when ``correct`` is absent (or ``--rescore``),
                  which needs ``answer`` on the line or the benchmark file (``--bench``) to look it up by id.
     answer, data_source, prompt   optional; as in the benchmark file (``prompt`` is the exact model input).
+    score_errors {"<sample index>": "<error>"} for samples whose scorer raised; they count as incorrect in
+                 ``correct`` and are counted in the tables.
+
+A problem may take two lines instead of one (what ``eval`` writes, so no sample waits in memory for its scorer):
+first its ``completions`` (without ``correct``), later a line with only its ``correct`` (and ``score_errors``).
+Readers merge the pair; any other repetition of a (run, benchmark, problem_id) is an error, so a file read twice
+cannot silently double the samples.
 """
 
 from __future__ import annotations
@@ -139,6 +146,7 @@ class GenerationRecord:
     data_source: str | None = None
     prompt: object = None
     extra: dict = field(default_factory=dict)
+    score_errors: dict[int, str] | None = None  # sample index -> scorer exception (scored as incorrect)
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -154,6 +162,16 @@ class GenerationRecord:
             value = getattr(self, key)
             if value is not None:
                 out[key] = value
+        if self.score_errors:
+            out["score_errors"] = {str(i): msg for i, msg in sorted(self.score_errors.items())}
+        return out
+
+    def score_line(self) -> dict:
+        """The second line of a two-line problem: its correctness only."""
+        out = {"run": self.run, "benchmark": self.benchmark, "problem_id": self.problem_id,
+               "correct": [int(x) for x in self.correct]}
+        if self.score_errors:
+            out["score_errors"] = {str(i): msg for i, msg in sorted(self.score_errors.items())}
         return out
 
 
@@ -166,58 +184,165 @@ def _parse_correct(where: str, value) -> np.ndarray:
     return np.asarray([int(v) for v in value], dtype=np.int8)
 
 
-def read_generations(path: str | Path) -> list[GenerationRecord]:
-    """Read and validate a generation JSONL file (format in the module docstring)."""
+def _parse_score_errors(where: str, value, size: int | None) -> dict[int, str] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not all(isinstance(k, str) and k.isdigit() and isinstance(v, str)
+                                              for k, v in value.items()):
+        raise ValueError(f"{where}: 'score_errors' must map sample indices (strings of digits) to messages, got {value!r:.80}")
+    errors = {int(k): v for k, v in value.items()}
+    if size is not None and errors and max(errors) >= size:
+        raise ValueError(f"{where}: 'score_errors' names sample {max(errors)} of {size}")
+    return errors
+
+
+KNOWN_KEYS = {"run", "benchmark", "problem_id", "correct", "completions", "answer", "data_source", "prompt", "score_errors"}
+
+
+def parse_generation_line(line: str, where: str) -> GenerationRecord:
+    """One validated line of a generation file (format in the module docstring)."""
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{where}: not valid JSON ({err.msg})") from err
+    if not isinstance(obj, dict):
+        raise ValueError(f"{where}: each line must be a JSON object")
+    for key in ("run", "benchmark"):
+        if not isinstance(obj.get(key), str) or not obj[key]:
+            raise ValueError(f"{where}: required key {key!r} must be a non-empty string, got {obj.get(key)!r}")
+    pid = obj.get("problem_id")
+    if not isinstance(pid, (str, int)) or isinstance(pid, bool):
+        raise ValueError(f"{where}: required key 'problem_id' must be a string or int, got {pid!r}")
+    correct = _parse_correct(where, obj["correct"]) if "correct" in obj else None
+    completions = obj.get("completions")
+    if completions is not None and (
+        not isinstance(completions, list) or not completions or not all(isinstance(t, str) for t in completions)
+    ):
+        raise ValueError(f"{where}: 'completions' must be a non-empty list of strings")
+    if correct is None and completions is None:
+        raise ValueError(f"{where}: needs 'correct' (per-sample 0/1) or 'completions' (texts to score)")
+    if correct is not None and completions is not None and len(correct) != len(completions):
+        raise ValueError(f"{where}: 'correct' has {len(correct)} entries but 'completions' has {len(completions)}")
+    if "prompt" in obj and obj["prompt"] is not None:
+        _check_prompt(where, obj["prompt"])
+    return GenerationRecord(
+        run=obj["run"], benchmark=obj["benchmark"], problem_id=str(pid), correct=correct,
+        completions=completions, answer=obj.get("answer"), data_source=obj.get("data_source"),
+        prompt=obj.get("prompt"), extra={k: v for k, v in obj.items() if k not in KNOWN_KEYS},
+        score_errors=_parse_score_errors(where, obj.get("score_errors"), None if correct is None else correct.size),
+    )
+
+
+def iter_generation_lines(path: str | Path):
+    """(where, record) per non-empty line, streaming (one line in memory at a time)."""
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"generation file {str(path)!r} does not exist")
-    records: list[GenerationRecord] = []
-    seen: set[tuple[str, str, str]] = set()
     with path.open(encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{where}: not valid JSON ({err.msg})") from err
-            if not isinstance(obj, dict):
-                raise ValueError(f"{where}: each line must be a JSON object")
-            for key in ("run", "benchmark"):
-                if not isinstance(obj.get(key), str) or not obj[key]:
-                    raise ValueError(f"{where}: required key {key!r} must be a non-empty string, got {obj.get(key)!r}")
-            pid = obj.get("problem_id")
-            if not isinstance(pid, (str, int)) or isinstance(pid, bool):
-                raise ValueError(f"{where}: required key 'problem_id' must be a string or int, got {pid!r}")
-            correct = _parse_correct(where, obj["correct"]) if "correct" in obj else None
-            completions = obj.get("completions")
-            if completions is not None and (
-                not isinstance(completions, list) or not completions or not all(isinstance(t, str) for t in completions)
-            ):
-                raise ValueError(f"{where}: 'completions' must be a non-empty list of strings")
-            if correct is None and completions is None:
-                raise ValueError(f"{where}: needs 'correct' (per-sample 0/1) or 'completions' (texts to score)")
-            if correct is not None and completions is not None and len(correct) != len(completions):
-                raise ValueError(f"{where}: 'correct' has {len(correct)} entries but 'completions' has {len(completions)}")
-            if "prompt" in obj and obj["prompt"] is not None:
-                _check_prompt(where, obj["prompt"])
-            known = {"run", "benchmark", "problem_id", "correct", "completions", "answer", "data_source", "prompt"}
-            rec = GenerationRecord(
-                run=obj["run"], benchmark=obj["benchmark"], problem_id=str(pid), correct=correct,
-                completions=completions, answer=obj.get("answer"), data_source=obj.get("data_source"),
-                prompt=obj.get("prompt"), extra={k: v for k, v in obj.items() if k not in known},
-            )
-            if rec.key in seen:
-                raise ValueError(f"{where}: duplicate (run, benchmark, problem_id) = {rec.key}; put all samples of a problem on one line")
-            seen.add(rec.key)
-            records.append(rec)
-    if not records:
+            if line.strip():
+                yield f"{path}:{lineno}", parse_generation_line(line, f"{path}:{lineno}")
+
+
+class LineIndex:
+    """Which (run, benchmark, problem_id) have a completions line and which a correctness line, across files.
+
+    Enforces the pairing rule: at most one line of each kind per key (one line may be both)."""
+
+    def __init__(self):
+        self.texts: dict[tuple, str] = {}
+        self.scored: dict[tuple, str] = {}
+        self.sizes: dict[tuple, int] = {}
+
+    def add(self, where: str, rec: GenerationRecord) -> None:
+        size = rec.correct.size if rec.correct is not None else len(rec.completions)
+        if self.sizes.setdefault(rec.key, size) != size:
+            raise ValueError(f"{where}: {rec.key} has {size} samples but an earlier line has {self.sizes[rec.key]}")
+        for kind, present in (("texts", rec.completions is not None), ("scored", rec.correct is not None)):
+            seen = getattr(self, kind)
+            if present:
+                if rec.key in seen:
+                    raise ValueError(f"{where}: duplicate (run, benchmark, problem_id) = {rec.key} (first at "
+                                     f"{seen[rec.key]}); put all samples of a problem on one line")
+                seen[rec.key] = where
+
+    @classmethod
+    def of(cls, paths) -> "LineIndex":
+        index = cls()
+        for path in paths:
+            for where, rec in iter_generation_lines(path):
+                index.add(where, rec)
+        if not index.sizes:
+            raise ValueError(f"generation files {[str(p) for p in paths]} have no records")
+        return index
+
+
+def read_generations(path: str | Path) -> list[GenerationRecord]:
+    """Read a generation file into one record per problem (a completions line and its correctness line merged)."""
+    index = LineIndex()
+    merged: dict[tuple, GenerationRecord] = {}
+    for where, rec in iter_generation_lines(path):
+        index.add(where, rec)
+        first = merged.get(rec.key)
+        if first is None:
+            merged[rec.key] = rec
+        elif rec.correct is not None and first.correct is None:
+            first.correct, first.score_errors = rec.correct, rec.score_errors
+        else:
+            first.completions = rec.completions
+    if not merged:
         raise ValueError(f"generation file {str(path)!r} has no records")
-    return records
+    return list(merged.values())
 
 
-def write_generations(path: str | Path, records, with_completions: bool = True, append: bool = False) -> None:
-    with Path(path).open("a" if append else "w", encoding="utf-8") as fh:
-        for rec in records:
-            fh.write(json.dumps(rec.to_json(with_completions), ensure_ascii=False) + "\n")
+def drop_torn_tail(path: Path) -> int:
+    """Cut a last line without its newline (a write killed half-way) off ``path``; returns the bytes dropped.
+
+    Every line is written whole and then flushed, so only the final one can be torn."""
+    if not path.is_file():
+        return 0
+    size = path.stat().st_size
+    if size == 0:
+        return 0
+    with path.open("rb+") as fh:
+        fh.seek(size - 1)
+        if fh.read(1) == b"\n":
+            return 0
+        keep, pos = 0, size
+        while pos > 0:  # search back for the last newline, 1 MiB at a time
+            start = max(0, pos - (1 << 20))
+            fh.seek(start)
+            cut = fh.read(pos - start).rfind(b"\n")
+            if cut >= 0:
+                keep = start + cut + 1
+                break
+            pos = start
+        fh.truncate(keep)
+    return size - keep
+
+
+class GenerationWriter:
+    """Append-only JSONL writer: every line is written whole, then flushed (a kill loses at most the line in flight)."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self._fh = self.path.open("a", encoding="utf-8")
+
+    def write(self, obj: dict) -> None:
+        self._fh.write(json.dumps(obj, ensure_ascii=False) + "\n")
+        self._fh.flush()
+
+    def sync(self) -> None:
+        import os
+
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+
+    def close(self) -> None:
+        self._fh.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

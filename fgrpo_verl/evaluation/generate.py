@@ -1,19 +1,28 @@
-"""Sampling n completions per problem: vLLM on GPU, plain ``transformers`` for tiny models on CPU.
+"""Sampling completions: vLLM on GPU, plain ``transformers`` for tiny models on CPU.
 
-vLLM is imported only inside ``VLLMSampler`` (never on the CPU path). Both back-ends take the same prompts (built
-once by ``build_prompt`` with the model's tokenizer) and return ``list[list[str]]``: n completion texts per prompt,
-special tokens stripped. Sampling follows the paper's evaluation: temperature 1.0, top-p 1.0, no top-k.
+Both back-ends take the same requests, ``Request(prompt_ids, n, seed)``: token ids built once by
+``prompts.encode_prompt`` (never re-tokenized), a block of n samples, and that block's own seed
+(``seeds.request_seed``). They return ``list[list[str]]``, n completion texts per request, special tokens stripped.
+vLLM gets all requests of a chunk in one ``generate`` call with one ``SamplingParams(n=..., seed=...)`` per request:
+vLLM samples the n sequences of a request together (parallel sampling, one shared prompt prefill) with one seeded
+generator per request. vLLM is imported only inside ``VLLMSampler`` (never on the CPU path). Sampling follows the
+paper's evaluation: temperature 1.0, top-p 1.0, no top-k.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
-# The paper's math/GPQA evaluation prompt (Table 9), used as the system prompt by default.
-PAPER_SYSTEM_PROMPT = "Please reason step by step, and put your final answer within \\boxed{}."
 BACKENDS = ("vllm", "transformers")
-PROMPT_STYLES = ("chat", "raw")
+
+
+@dataclass(frozen=True)
+class Request:
+    prompt_ids: list[int]
+    n: int
+    seed: int
 
 
 def resolve_model_path(path: str | Path) -> Path:
@@ -43,36 +52,6 @@ def resolve_model_path(path: str | Path) -> Path:
     raise ValueError(f"{str(path)!r} holds no HF model (config.json + *.safetensors / pytorch_model*.bin)")
 
 
-def build_prompt(record: dict, tokenizer, system_prompt: str | None, style: str,
-                 template_kwargs: dict | None = None) -> str:
-    """The exact text fed to the model for one benchmark record.
-
-    ``record["prompt"]`` wins: a string is used verbatim, a message list is rendered with the chat template.
-    Otherwise ``style="chat"`` renders [system_prompt (if any), user: problem] with the chat template and
-    ``style="raw"`` uses ``system_prompt + "\\n\\n" + problem`` (or the problem alone) without any template.
-    ``template_kwargs`` go to the chat template (e.g. ``{"enable_thinking": true}`` for Qwen3, paper Table 9).
-    """
-    if style not in PROMPT_STYLES:
-        raise ValueError(f"prompt style must be one of {PROMPT_STYLES}, got {style!r}")
-    prompt = record.get("prompt")
-    if isinstance(prompt, str):
-        return prompt
-    if prompt is None:
-        if style == "raw":
-            return f"{system_prompt}\n\n{record['problem']}" if system_prompt else record["problem"]
-        messages = ([{"role": "system", "content": system_prompt}] if system_prompt else []) + [
-            {"role": "user", "content": record["problem"]}
-        ]
-    else:
-        messages = prompt
-    if getattr(tokenizer, "chat_template", None) is None:
-        raise ValueError(
-            f"problem {record.get('id')!r} needs a chat template but the tokenizer has none; "
-            "use --prompt-style raw (or give a string 'prompt')"
-        )
-    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **(template_kwargs or {}))
-
-
 class TransformersSampler:
     """Plain HF ``generate`` sampling; meant for tiny models on CPU (tests, the maze demo)."""
 
@@ -88,18 +67,17 @@ class TransformersSampler:
         self.device = device
         self.batch_size = batch_size
 
-    def sample(self, prompts: list[str], n: int, temperature: float, top_p: float, max_new_tokens: int, seed: int):
+    def sample(self, requests: list[Request], temperature: float, top_p: float, max_new_tokens: int):
         torch = self.torch
         tok = self.tokenizer
         pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
         outputs = []
-        for index, prompt in enumerate(prompts):
-            # Seed per prompt so a prompt's samples do not depend on which other prompts are in the run.
-            torch.manual_seed(seed + index)
-            ids = tok(prompt, return_tensors="pt", add_special_tokens=False).input_ids.to(self.device)
+        for req in requests:
+            torch.manual_seed(req.seed)  # the request's own stream: independent of the other requests
+            ids = torch.tensor([req.prompt_ids], dtype=torch.long, device=self.device)
             texts: list[str] = []
-            while len(texts) < n:
-                batch = min(self.batch_size, n - len(texts))
+            while len(texts) < req.n:
+                batch = min(self.batch_size, req.n - len(texts))
                 with torch.no_grad():
                     out = self.model.generate(
                         ids.expand(batch, -1), attention_mask=torch.ones(batch, ids.shape[1], dtype=torch.long, device=self.device),
@@ -131,12 +109,16 @@ class VLLMSampler:
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_path))
         self.llm = LLM(**kwargs)
 
-    def sample(self, prompts: list[str], n: int, temperature: float, top_p: float, max_new_tokens: int, seed: int):
+    def sample(self, requests: list[Request], temperature: float, top_p: float, max_new_tokens: int):
         from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
 
-        params = SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=max_new_tokens, seed=seed,
-                                skip_special_tokens=True)
-        results = self.llm.generate(prompts, params)
+        prompts = [TokensPrompt(prompt_token_ids=list(req.prompt_ids)) for req in requests]
+        params = [SamplingParams(n=req.n, temperature=temperature, top_p=top_p, max_tokens=max_new_tokens, seed=req.seed,
+                                 skip_special_tokens=True) for req in requests]
+        results = self.llm.generate(prompts, params, use_tqdm=False)
+        if len(results) != len(requests):
+            raise RuntimeError(f"vLLM returned {len(results)} results for {len(requests)} requests")
         return [[choice.text for choice in result.outputs] for result in results]
 
 

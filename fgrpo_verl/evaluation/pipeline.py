@@ -1,25 +1,41 @@
 """``fgrpo-verl eval`` end to end: generate (or load) -> score -> pass@k tables, plots, significance.
 
-    1. generations: for every --model and --bench, sample n completions per problem (generate.py) and append
-       them to ``<out>/generations.jsonl``; or read ``--from-generations`` files.
-    2. scoring: lines without per-sample ``correct`` (or all, with --rescore) are scored with the benchmark's
-       scorer (scorers.py).
-    3. report: per (run, benchmark) mean unbiased pass@k for k = 1, 2, 4, ... (report.py), written as the paper's
-       Tables 12-14 layout and pass@k curves; optional paired subsampling tests (significance.py).
+    1. generations (``--model``): per run, benchmark and chunk of ``--problems-per-call`` problems, sample n
+       completions per problem (generate.py; one seeded request per sample block, seeds.py), append each problem's
+       completions to ``<out>/generations.jsonl`` (flushed per problem), then score them and append a correctness
+       line per problem. ``--resume`` continues a killed run: a torn last line is cut off, problems with
+       completions but no correctness line are scored, the rest are generated. Without ``--resume`` an existing
+       ``generations.jsonl`` is never touched: the run refuses.
+    2. counting: the generation files are read line by line into per-problem (n, c, scorer errors)
+       (scoring.count_correct); the same code reads a fresh run, a resumed one and ``--from-generations``.
+    3. report: per (run, benchmark) mean unbiased pass@k for k = 1, 2, 4, ... (report.py), runs checked to cover the
+       same problems, written as the paper's Tables 12-14 layout and curves; optional paired subsampling tests of
+       benchmarks and ``--average`` columns (significance.py).
 """
 
 from __future__ import annotations
 
 import csv
-import functools
 import json
+import os
 from pathlib import Path
 
-from fgrpo_verl.evaluation.formats import GenerationRecord, load_benchmark, read_generations, write_generations
+from fgrpo_verl.evaluation.formats import GenerationRecord, GenerationWriter, LineIndex, drop_torn_tail, iter_generation_lines, load_benchmark
 from fgrpo_verl.evaluation.pass_at_k import ks_up_to
-from fgrpo_verl.evaluation.report import collect_scores, markdown_table, plot_curves, table_rows, write_tables
-from fgrpo_verl.evaluation.scorers import is_correct, resolve_scorer
-from fgrpo_verl.evaluation.significance import paired_subsampling_test
+from fgrpo_verl.evaluation.report import (
+    check_same_problems, collect_scores, markdown_table, plot_curves, table_rows, write_tables,
+)
+from fgrpo_verl.evaluation.scorers import resolve_scorer
+from fgrpo_verl.evaluation.scoring import Scorer, count_correct
+from fgrpo_verl.evaluation.seeds import request_seed
+from fgrpo_verl.evaluation.significance import combine_draws, subsample_draws, summarise
+
+GENERATIONS = "generations.jsonl"
+MANIFEST = "eval_manifest.json"
+# Settings that decide which samples are drawn and how they are scored: a resumed run must match them.
+SAMPLING_KEYS = ("backend", "n", "temperature", "top_p", "max_new_tokens", "seed", "samples_per_request",
+                 "prompt_preset", "system_prompt", "chat_template_kwargs", "prompt_style", "bench_group",
+                 "save_completions", "scorer", "bench_scorer", "threshold", "batch_size")
 
 
 def parse_pairs(option: str, values, allow_empty: bool = False) -> dict[str, str]:
@@ -36,124 +52,153 @@ def parse_pairs(option: str, values, allow_empty: bool = False) -> dict[str, str
     return out
 
 
-@functools.lru_cache(maxsize=None)
-def _scorer(spec: str):
-    return resolve_scorer(spec)
+def _manifest(args, models: dict, bench_files: dict) -> dict:
+    settings = {key: getattr(args, key) for key in SAMPLING_KEYS}
+    return {"settings": settings, "models": {k: str(Path(v).resolve()) for k, v in models.items()},
+            "benchmarks": {k: str(Path(v).resolve()) for k, v in bench_files.items()}}
 
 
-def _score_texts(job: tuple[str, float, dict, list[str]]) -> list[int]:
-    """Score one problem's completions (module-level so worker processes can run it)."""
-    spec, threshold, ref, texts = job
-    fn = _scorer(spec)
-    return [int(is_correct(fn, text, ref, threshold)) for text in texts]
+def prepare_out(out_dir: Path, args, models: dict, bench_files: dict, log) -> None:
+    """Refuse to overwrite earlier samples; on ``--resume`` check the settings match and cut a torn last line."""
+    gen_path, man_path = out_dir / GENERATIONS, out_dir / MANIFEST
+    current = _manifest(args, models, bench_files)
+    existing = gen_path.is_file() and gen_path.stat().st_size > 0
+    if not args.resume:
+        if existing or man_path.is_file():
+            raise ValueError(f"{out_dir} already holds an evaluation ({GENERATIONS} / {MANIFEST}); pass --resume to "
+                             "continue it, or choose a new --out (nothing was overwritten)")
+    elif man_path.is_file():
+        before = json.loads(man_path.read_text(encoding="utf-8"))
+        diffs = [f"{key}: {before['settings'].get(key)!r} then, {value!r} now"
+                 for key, value in current["settings"].items() if before["settings"].get(key) != value]
+        for kind in ("models", "benchmarks"):
+            diffs += [f"--{kind[:-1] if kind == 'models' else 'bench'} {name}: {before[kind][name]} then, {path} now"
+                      for name, path in current[kind].items() if name in before[kind] and before[kind][name] != path]
+        if diffs:
+            raise ValueError("--resume: the settings differ from the run being resumed, so samples would mix:\n  "
+                             + "\n  ".join(diffs))
+        current["models"] = {**before["models"], **current["models"]}
+        current["benchmarks"] = {**before["benchmarks"], **current["benchmarks"]}
+    elif existing:
+        raise ValueError(f"--resume: {gen_path} exists but {MANIFEST} does not; it was not written by `eval --model`")
+    dropped = drop_torn_tail(gen_path)
+    if dropped:
+        log(f"[eval] --resume: dropped a torn last line ({dropped} bytes) from {gen_path}; that problem is redone")
+    tmp = man_path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(current, indent=2), encoding="utf-8")
+    os.replace(tmp, man_path)
 
 
-def score_records(records: list[GenerationRecord], benchmarks: dict[str, list[dict]], scorer_spec_for,
-                  threshold: float, rescore: bool = False, workers: int = 1) -> None:
-    """Fill ``rec.correct`` from ``rec.completions`` where missing (or always with ``rescore``), in place.
+def _chunks(items: list, size: int):
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
 
-    ``scorer_spec_for(benchmark)`` names the scorer (built-in or ``module:function``). With ``workers > 1`` the
-    problems are scored in that many forked processes (math-verify costs milliseconds per completion, i.e.
-    minutes per run at n = 1024); the scorer is resolved inside each worker."""
-    import numpy as np
 
-    _scorer.cache_clear()  # a module:function may have been replaced since the last call
-    by_id = {name: {r["id"]: r for r in recs} for name, recs in benchmarks.items()}
-    todo, jobs = [], []
+def _score_unscored(gen_path: Path, index: LineIndex, scorer: Scorer, writer: GenerationWriter, log) -> None:
+    """Resume: problems whose completions reached the disk but whose correctness line did not."""
+    todo = set(index.texts) - set(index.scored)
+    if not todo:
+        return
+    log(f"[eval] --resume: scoring {len(todo)} problems whose completions are on disk")
+    pending: list[GenerationRecord] = []
+    for _, rec in iter_generation_lines(gen_path):
+        if rec.key in todo and rec.completions is not None:
+            pending.append(rec)
+        if len(pending) >= 64:
+            _score_and_write(pending, scorer, writer)
+    _score_and_write(pending, scorer, writer)
+
+
+def _score_and_write(records: list[GenerationRecord], scorer: Scorer, writer: GenerationWriter) -> None:
+    if not records:
+        return
+    scorer.score(records)
     for rec in records:
-        if rec.correct is not None and not rescore:
-            continue
-        if rec.completions is None:
-            raise ValueError(f"{rec.key}: --rescore needs 'completions' but the line only has 'correct'")
-        if rec.answer is not None:
-            ref = {"answer": rec.answer, "data_source": rec.data_source or rec.benchmark, **rec.extra}
-        else:
-            bench = by_id.get(rec.benchmark)
-            if bench is None or rec.problem_id not in bench:
-                raise ValueError(
-                    f"{rec.key}: the line has completions but no 'answer'; pass the benchmark file with "
-                    f"--bench {rec.benchmark}=FILE holding id {rec.problem_id!r}"
-                )
-            ref = bench[rec.problem_id]
-        spec = scorer_spec_for(rec.benchmark)
-        _scorer(spec)  # resolve once here so a bad spec fails before any worker starts
-        todo.append(rec)
-        jobs.append((spec, threshold, ref, rec.completions))
-    if workers < 1:
-        raise ValueError(f"workers must be >= 1, got {workers}")
-    if workers == 1 or len(jobs) < 2:
-        results = [_score_texts(job) for job in jobs]
-    else:
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor
-
-        # fork: workers inherit already-imported scorer modules; they never touch CUDA
-        with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("fork")) as pool:
-            results = list(pool.map(_score_texts, jobs, chunksize=max(1, len(jobs) // (4 * workers))))
-    for rec, result in zip(todo, results):
-        rec.correct = np.array(result, dtype=np.int8)
+        writer.write(rec.score_line())
+    writer.sync()
+    records.clear()
 
 
-def generate_records(models: dict[str, str], benchmarks: dict[str, list[dict]], args, out_path: Path, scorer_spec_for,
-                     log=print) -> list[GenerationRecord]:
-    """Sample ``args.n`` completions per problem for every model x benchmark, score, append to ``out_path``."""
-    from fgrpo_verl.evaluation.generate import build_prompt, make_sampler, resolve_model_path
+def generate(models: dict[str, str], benchmarks: dict[str, list[dict]], settings: dict, args, out_dir: Path,
+             scorer: Scorer, log=print) -> None:
+    """Sample every (run, benchmark, problem) not yet on disk; completions are written before they are scored."""
+    from fgrpo_verl.evaluation.generate import Request, make_sampler, resolve_model_path
+    from fgrpo_verl.evaluation.prompts import encode_prompt
+    from fgrpo_verl.evaluation.seeds import blocks
 
-    template_kwargs = json.loads(args.chat_template_kwargs) if args.chat_template_kwargs else None
-    if template_kwargs is not None and not isinstance(template_kwargs, dict):
-        raise ValueError(f"--chat-template-kwargs must be a JSON object, got {args.chat_template_kwargs!r}")
-    records: list[GenerationRecord] = []
-    out_path.write_text("", encoding="utf-8")
-    for run, model_path in models.items():
-        sampler = make_sampler(args.backend, resolve_model_path(model_path), args)
-        for bench, problems in benchmarks.items():
-            prompts = [build_prompt(p, sampler.tokenizer, args.system_prompt, args.prompt_style, template_kwargs) for p in problems]
-            log(f"[eval] {run} on {bench}: {len(prompts)} problems x n={args.n} ({args.backend})")
-            texts = sampler.sample(prompts, n=args.n, temperature=args.temperature, top_p=args.top_p,
-                                   max_new_tokens=args.max_new_tokens, seed=args.seed)
-            batch = [
-                GenerationRecord(run=run, benchmark=bench, problem_id=p["id"], completions=t, answer=p["answer"],
-                                 data_source=p["data_source"], prompt=prompt)
-                for p, prompt, t in zip(problems, prompts, texts)
-            ]
-            score_records(batch, benchmarks, scorer_spec_for, args.threshold, workers=args.score_workers)
-            write_generations(out_path, batch, with_completions=args.save_completions, append=True)
-            records.extend(batch)
-        del sampler
-    return records
+    gen_path = out_dir / GENERATIONS
+    index = LineIndex.of([gen_path]) if gen_path.is_file() and gen_path.stat().st_size else LineIndex()
+    with GenerationWriter(gen_path) as writer:
+        _score_unscored(gen_path, index, scorer, writer, log)
+        for run, model_path in models.items():
+            sampler = None  # loaded only when this run has work left
+            for bench, problems in benchmarks.items():
+                todo = [p for p in problems if (run, bench, p["id"]) not in index.scored
+                        and (run, bench, p["id"]) not in index.texts]
+                if not todo:
+                    continue
+                log(f"[eval] {run} on {bench}: {len(todo)} of {len(problems)} problems x n={args.n} ({args.backend})")
+                for chunk in _chunks(todo, args.problems_per_call):
+                    if sampler is None:
+                        sampler = make_sampler(args.backend, resolve_model_path(model_path), args)
+                    encoded = [encode_prompt(p, sampler.tokenizer, settings[bench], args.prompt_style) for p in chunk]
+                    plan = [(i, Request(ids, size, request_seed(args.seed, run, bench, p["id"], b)))
+                            for i, (p, (ids, _)) in enumerate(zip(chunk, encoded))
+                            for b, size in blocks(args.n, args.samples_per_request)]
+                    outputs = sampler.sample([req for _, req in plan], temperature=args.temperature, top_p=args.top_p,
+                                             max_new_tokens=args.max_new_tokens)
+                    texts: list[list[str]] = [[] for _ in chunk]
+                    for (i, req), out in zip(plan, outputs):
+                        if len(out) != req.n:
+                            raise RuntimeError(f"the sampler returned {len(out)} completions for a request of n={req.n}")
+                        texts[i].extend(out)
+                    records = [GenerationRecord(run=run, benchmark=bench, problem_id=p["id"], completions=t,
+                                                answer=p["answer"], data_source=p["data_source"], prompt=text)
+                               for p, (_, text), t in zip(chunk, encoded, texts)]
+                    if args.save_completions:
+                        for rec in records:  # on disk before any scorer runs
+                            writer.write(rec.to_json(with_completions=True))
+                        writer.sync()
+                        _score_and_write(records, scorer, writer)
+                    else:
+                        scorer.score(records)
+                        for rec in records:
+                            writer.write(rec.to_json(with_completions=False))
+                        writer.sync()
+            del sampler
 
 
-def significance_report(scores, pairs: list[tuple[str, str]], benchmarks: list[str], args, out_dir: Path):
-    """Run the paired subsampling test per (baseline, focal) pair and benchmark; write CSV + markdown.
+def significance_report(scores, pairs: list[tuple[str, str]], benchmarks: list[str], averages: dict, args,
+                        out_dir: Path):
+    """Paired subsampling test per (baseline, focal) pair, benchmark and average column; write CSV + markdown.
 
     Returns marks for the main table: a "*" after the focal cell where the difference is significant."""
     marks: dict[tuple[str, str, int], str] = {}
     rows = []
+    ks = ks_up_to(args.significance_m, args.k_max)
     for baseline, focal in pairs:
+        draws = {}
         for bench in benchmarks:
-            a, b = scores.get((baseline, bench)), scores.get((focal, bench))
-            if a is None or b is None:
-                raise ValueError(f"--significance {baseline}:{focal}: no scores for benchmark {bench!r} in both runs")
-            if a.problem_ids != b.problem_ids:
-                raise ValueError(
-                    f"--significance {baseline}:{focal} on {bench!r}: the runs cover different problems "
-                    f"({len(a.problem_ids)} vs {len(b.problem_ids)} ids); the paired test needs the same problem set"
-                )
-            ks = [k for k in ks_up_to(args.significance_m, args.k_max)]
-            for r in paired_subsampling_test(a.n, a.c, b.n, b.c, ks=ks, m=args.significance_m,
-                                             iterations=args.significance_iterations, alpha=args.alpha,
-                                             seed=args.seed):
-                rows.append(dict(baseline=baseline, focal=focal, benchmark=bench, m=args.significance_m,
+            a, b = scores[(baseline, bench)], scores[(focal, bench)]
+            seed = request_seed(args.seed, f"significance {baseline}:{focal}", bench, "", 0)
+            draws[bench] = subsample_draws(a.n, a.c, b.n, b.c, ks=ks, m=args.significance_m,
+                                           iterations=args.significance_iterations, seed=seed)
+        for name, members in averages.items():
+            draws[name] = combine_draws([draws[m] for m in members])  # same iteration t across members
+        for column, d in draws.items():
+            for r in summarise(d, alpha=args.alpha, method=args.significance_method):
+                rows.append(dict(baseline=baseline, focal=focal, benchmark=column, m=args.significance_m,
                                  iterations=args.significance_iterations, **r.as_dict()))
                 if r.significant:
-                    marks[(focal, bench, r.k)] = "*"
+                    marks[(focal, column, r.k)] = "*"
     path = out_dir / "significance.csv"
     with path.open("w", newline="", encoding="utf-8") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
     lines = [f"Paired m-out-of-n subsampling (m={args.significance_m}, {args.significance_iterations} iterations, "
-             f"two-sided alpha={args.alpha}); difference = focal - baseline, pass@k in points (%).", "",
+             f"two-sided alpha={args.alpha}, interval: {args.significance_method}); difference = focal - baseline, "
+             "pass@k in points (%). Average columns use the mean of their benchmarks' draws of the same iteration.", "",
              "| baseline | focal | benchmark | k | baseline | focal | diff | CI low | CI high | p | significant |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -165,9 +210,30 @@ def significance_report(scores, pairs: list[tuple[str, str]], benchmarks: list[s
     return marks, rows
 
 
+def _prompt_settings(args, bench_names, log) -> dict:
+    from fgrpo_verl.evaluation.prompts import benchmark_group, prompt_setting
+
+    groups = parse_pairs("--bench-group", args.bench_group)
+    unknown = sorted(set(groups) - set(bench_names))
+    if unknown:
+        raise ValueError(f"--bench-group names benchmarks not given with --bench: {unknown}")
+    kwargs = json.loads(args.chat_template_kwargs) if args.chat_template_kwargs else None
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise ValueError(f"--chat-template-kwargs must be a JSON object, got {args.chat_template_kwargs!r}")
+    out = {}
+    for bench in bench_names:
+        group, known = benchmark_group(bench, groups)
+        if not known:
+            log(f"[eval] benchmark {bench!r} is not one of Table 9's; prompt group 'math' "
+                f"(set --bench-group {bench}=GROUP)")
+        out[bench] = prompt_setting(args.prompt_preset, group, args.system_prompt, kwargs)
+        log(f"[eval] {bench}: preset {args.prompt_preset}, group {group}: system prompt "
+            f"{out[bench].system_prompt!r}, template variables {out[bench].template_kwargs}")
+    return out
+
+
 def run_eval(args, log=print) -> int:
     out_dir = Path(args.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
     models = parse_pairs("--model", args.model)
     bench_files = parse_pairs("--bench", args.bench)
     bench_scorers = parse_pairs("--bench-scorer", args.bench_scorer)
@@ -179,34 +245,44 @@ def run_eval(args, log=print) -> int:
         raise ValueError("nothing to evaluate: give --model NAME=PATH with --bench NAME=FILE, or --from-generations FILE")
     if models and not bench_files:
         raise ValueError("--model needs at least one --bench NAME=FILE")
-    unknown = sorted(set(bench_scorers) - set(bench_files)) if not args.from_generations else []
-    if unknown:
-        raise ValueError(f"--bench-scorer names benchmarks not given with --bench: {unknown}")
+    if args.resume and not models:
+        raise ValueError("--resume continues a generation run: it needs --model (--from-generations never writes samples)")
+    for spec in [args.scorer, *bench_scorers.values()]:
+        resolve_scorer(spec)  # an unknown name fails now, in every mode, not after hours of sampling
 
     benchmarks = {name: load_benchmark(path, name) for name, path in bench_files.items()}
+    references = {name: {r["id"]: r for r in recs} for name, recs in benchmarks.items()}
 
     def scorer_spec_for(bench: str) -> str:
         return bench_scorers.get(bench, args.scorer)
 
-    if models:
-        records = generate_records(models, benchmarks, args, out_dir / "generations.jsonl", scorer_spec_for, log)
-    else:
-        records = [rec for path in args.from_generations for rec in read_generations(path)]
-        keys = [r.key for r in records]
-        if len(set(keys)) != len(keys):
-            raise ValueError("the --from-generations files repeat a (run, benchmark, problem_id); merge samples of a problem into one line")
-        score_records(records, benchmarks, scorer_spec_for, args.threshold, rescore=args.rescore,
-                      workers=args.score_workers)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with Scorer(scorer_spec_for, args.threshold, references, workers=args.score_workers) as scorer:
+        if models:
+            unknown = sorted(set(bench_scorers) - set(bench_files))
+            if unknown:
+                raise ValueError(f"--bench-scorer names benchmarks not given with --bench: {unknown}")
+            settings = _prompt_settings(args, list(benchmarks), log)
+            prepare_out(out_dir, args, models, bench_files, log)
+            generate(models, benchmarks, settings, args, out_dir, scorer, log)
+            paths = [out_dir / GENERATIONS]
+        else:
+            paths = [Path(p) for p in args.from_generations]
+        counts = count_correct(paths, scorer, rescore=args.rescore)
 
-    scores = collect_scores(records)
-    runs = list(dict.fromkeys(r.run for r in records))
-    columns = list(dict.fromkeys(r.benchmark for r in records))
+    scores = collect_scores(counts)
+    runs = list(dict.fromkeys(run for run, _ in counts))
+    columns = list(dict.fromkeys(bench for _, bench in counts))
+    unknown = sorted(set(bench_scorers) - set(columns))
+    if unknown:
+        raise ValueError(f"--bench-scorer names benchmarks that are not in the generations: {unknown}; there: {columns}")
     if args.runs:
         order = [r.strip() for r in args.runs.split(",") if r.strip()]
         missing = sorted(set(order) - set(runs))
         if missing:
             raise ValueError(f"--runs names runs that are not in the generations: {missing}; available: {runs}")
         runs = order
+    check_same_problems(scores, runs, columns)
     for name, members in averages.items():
         missing = sorted(set(members) - set(columns))
         if missing or not members:
@@ -224,7 +300,7 @@ def run_eval(args, log=print) -> int:
             if not sep or base not in runs or focal not in runs or base == focal:
                 raise ValueError(f"--significance expects BASELINE:FOCAL with two different runs among {runs}, got {spec!r}")
             pairs.append((base, focal))
-        marks, _ = significance_report(scores, pairs, columns, args, out_dir)
+        marks, _ = significance_report(scores, pairs, columns, averages, args, out_dir)
 
     paths = write_tables(out_dir, rows, runs, all_columns, ks, marks)
     if not args.no_plots:

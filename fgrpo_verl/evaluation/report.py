@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fgrpo_verl.evaluation.pass_at_k import pass_at_k
+from fgrpo_verl.evaluation.pass_at_k import pass_at_k_curve
 
 
 @dataclass
@@ -27,30 +27,47 @@ class BenchmarkScores:
     problem_ids: list[str]
     n: np.ndarray
     c: np.ndarray
+    errors: int = 0  # samples whose scorer raised (counted as incorrect)
 
     def pass_at(self, k: int) -> float:
         """Mean unbiased pass@k over problems, NaN when k exceeds some problem's n."""
-        if k > int(self.n.min()):
-            return math.nan
-        return float(pass_at_k(self.n, self.c, k).mean())
+        return float(pass_at_k_curve(self.n, self.c, [k])[0])
+
+    def curve(self, ks) -> np.ndarray:
+        """``pass_at`` for every k in ``ks`` in one table pass."""
+        return pass_at_k_curve(self.n, self.c, ks)
 
 
-def collect_scores(records) -> dict[tuple[str, str], BenchmarkScores]:
-    """Group scored ``GenerationRecord``s into ``{(run, benchmark): BenchmarkScores}``."""
-    grouped: dict[tuple[str, str], dict[str, np.ndarray]] = {}
-    for rec in records:
-        if rec.correct is None:
-            raise ValueError(f"record {rec.key} has no per-sample correctness; score it first")
-        grouped.setdefault((rec.run, rec.benchmark), {})[rec.problem_id] = rec.correct
+def collect_scores(counts) -> dict[tuple[str, str], BenchmarkScores]:
+    """``{(run, benchmark): {problem_id: ProblemCount}}`` (scoring.count_correct) -> ``{(run, benchmark): BenchmarkScores}``."""
     out = {}
-    for (run, bench), by_id in grouped.items():
+    for (run, bench), by_id in counts.items():
         ids = sorted(by_id)
         out[(run, bench)] = BenchmarkScores(
             run=run, benchmark=bench, problem_ids=ids,
-            n=np.array([by_id[i].size for i in ids], dtype=np.int64),
-            c=np.array([int(by_id[i].sum()) for i in ids], dtype=np.int64),
+            n=np.array([by_id[i].n for i in ids], dtype=np.int64),
+            c=np.array([by_id[i].c for i in ids], dtype=np.int64),
+            errors=sum(by_id[i].errors for i in ids),
         )
     return out
+
+
+def check_same_problems(scores, runs, benchmarks) -> None:
+    """Every run must cover the same problem ids on a benchmark, else its table cells are not comparable."""
+    problems = []
+    for bench in benchmarks:
+        have = {run: set(scores[(run, bench)].problem_ids) for run in runs if (run, bench) in scores}
+        absent = [run for run in runs if (run, bench) not in scores]
+        union = set().union(*have.values()) if have else set()
+        for run in absent:
+            problems.append(f"{bench}: run {run!r} has no generations")
+        for run, ids in have.items():
+            lack = sorted(union - ids)
+            if lack:
+                problems.append(f"{bench}: run {run!r} lacks {len(lack)} of {len(union)} problems, e.g. {lack[:5]}")
+    if problems:
+        raise ValueError("the runs are not evaluated on the same problems, so their pass@k are not comparable:\n  "
+                         + "\n  ".join(problems))
 
 
 def table_rows(scores, runs, benchmarks, ks, averages=None) -> list[dict]:
@@ -62,19 +79,21 @@ def table_rows(scores, runs, benchmarks, ks, averages=None) -> list[dict]:
             s = scores.get((run, bench))
             if s is None:
                 continue
-            for k in ks:
-                rows.append(dict(run=run, benchmark=bench, k=k, pass_at_k=s.pass_at(k),
-                                 num_problems=len(s.problem_ids), min_n=int(s.n.min()), max_n=int(s.n.max())))
+            for k, value in zip(ks, s.curve(ks)):
+                rows.append(dict(run=run, benchmark=bench, k=k, pass_at_k=float(value),
+                                 num_problems=len(s.problem_ids), min_n=int(s.n.min()), max_n=int(s.n.max()),
+                                 score_errors=s.errors))
         for name, members in averages.items():
             missing = [b for b in members if (run, b) not in scores]
             if missing:
                 raise ValueError(f"average {name!r}: run {run!r} has no scores for {missing}")
-            for k in ks:
-                vals = [scores[(run, b)].pass_at(k) for b in members]
-                rows.append(dict(run=run, benchmark=name, k=k, pass_at_k=float(np.mean(vals)),
+            curves = np.mean([scores[(run, b)].curve(ks) for b in members], axis=0)
+            for k, value in zip(ks, curves):
+                rows.append(dict(run=run, benchmark=name, k=k, pass_at_k=float(value),
                                  num_problems=sum(len(scores[(run, b)].problem_ids) for b in members),
                                  min_n=min(int(scores[(run, b)].n.min()) for b in members),
-                                 max_n=max(int(scores[(run, b)].n.max()) for b in members)))
+                                 max_n=max(int(scores[(run, b)].n.max()) for b in members),
+                                 score_errors=sum(scores[(run, b)].errors for b in members), average=True))
     return rows
 
 
@@ -94,6 +113,10 @@ def markdown_table(rows, runs, columns, ks, marks=None) -> str:
             parts = [_fmt(value.get((run, col, k), math.nan)) + marks.get((run, col, k), "") for run in runs]
             cells.append("/".join(parts))
         lines.append(f"| {k} | " + " | ".join(cells) + " |")
+    errors = {(r["run"], r["benchmark"]): r["score_errors"] for r in rows if r.get("score_errors") and not r.get("average")}
+    if errors:
+        lines += ["", "**Scorer errors** (samples whose scorer raised, counted as incorrect; messages in generations.jsonl "
+                  "'score_errors'): " + ", ".join(f"{run} on {bench}: {count}" for (run, bench), count in errors.items())]
     return "\n".join(lines) + "\n"
 
 
@@ -115,8 +138,8 @@ def write_tables(out_dir: Path, rows, runs, columns, ks, marks=None) -> dict[str
 
     long = out_dir / "pass_at_k_long.csv"
     with long.open("w", newline="", encoding="utf-8") as fh:
-        fields = ["run", "benchmark", "k", "pass_at_k", "num_problems", "min_n", "max_n"]
-        writer = csv.DictWriter(fh, fieldnames=fields)
+        fields = ["run", "benchmark", "k", "pass_at_k", "num_problems", "min_n", "max_n", "score_errors"]
+        writer = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
         writer.writeheader()
         for r in rows:
             writer.writerow({**r, "pass_at_k": "" if math.isnan(r["pass_at_k"]) else repr(r["pass_at_k"])})

@@ -15,6 +15,22 @@ number of correct items among m drawn without replacement from n items of which 
 Hypergeometric(c, n - c, m). So each (iteration, problem) needs one hypergeometric draw, and pass@k is a table
 lookup ``table_k[c*]`` with ``table_k = pass_at_k(m, 0..m, k)``. Iterations are processed in chunks to bound memory.
 The reported point estimate is the difference of the full-n pass@k values.
+
+Calibration (``method``). The paper's interval (``"paper"``, the default, kept for comparability) takes raw
+percentiles of d*. But d* is a difference of *m*-sample estimates, whose spread is about sqrt(n/m - 1) = 1.7x (m =
+n/4) that of the n-sample difference being tested, so under H0 the test almost never rejects (measured type-I error
+in docs/evaluation.md). Politis & Romano's subsampling interval rescales the deviations of the subsample statistic
+from the full-sample one by tau_m / tau_n = sqrt(m / n) (``"rescaled"``):
+
+    CI = [d_hat - s q_{1-alpha/2}(d* - d_hat),  d_hat - s q_{alpha/2}(d* - d_hat)],   s = sqrt(m / n),
+
+(E[d*] = d_hat exactly for k <= m: the unbiased estimator averaged over all m-subsets is the n-sample one). That
+scaling is right as m / n -> 0; at m / n = 1/4 drawing *without* replacement also shrinks the subsample variance by
+the finite-population factor (n - m) / (n - 1), which ``"rescaled-fpc"`` undoes with s = sqrt(m / (n - m)). p-values
+are those of the same distribution: p = 2 min(P*(s (d* - d_hat) >= d_hat), P*(s (d* - d_hat) <= d_hat)).
+
+Averages (the paper's Math Avg / OOD Avg): the average column's d*_t is the mean over its benchmarks of their
+d*_t from the same iteration t (``combine_draws``), so its interval accounts for all member benchmarks at once.
 """
 
 from __future__ import annotations
@@ -23,10 +39,13 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from fgrpo_verl.evaluation.pass_at_k import ks_up_to, pass_at_k
+from fgrpo_verl.evaluation.pass_at_k import ks_up_to, pass_at_k, pass_at_k_curve, pass_at_k_table
 
 # (iterations x problems) cells per chunk of hypergeometric draws; ~16 MiB of int64 per run.
-_CHUNK_CELLS = 1 << 21
+_CHUNK_CELLS = 1 << 20
+
+
+METHODS = ("paper", "rescaled", "rescaled-fpc")
 
 
 @dataclass
@@ -35,13 +54,26 @@ class SignificanceRow:
     baseline_pass_at_k: float  # full-n pass@k of A
     focal_pass_at_k: float     # full-n pass@k of B
     difference: float      # focal - baseline
-    ci_low: float          # percentile CI of the subsampled paired difference
+    ci_low: float          # CI of the paired difference (method-dependent, see the module docstring)
     ci_high: float
-    p_value: float         # two-sided: 2 * min(P*(d <= 0), P*(d >= 0)), capped at 1
+    p_value: float         # two-sided, capped at 1
     significant: bool      # CI excludes 0
+    method: str = "paper"
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+@dataclass
+class SubsampleDraws:
+    """Per k: full-n pass@k of both runs and the T subsampled paired differences d*_t (one benchmark or an average)."""
+
+    ks: list[int]
+    baseline: dict[int, float]
+    focal: dict[int, float]
+    diffs: dict[int, np.ndarray]
+    m: int
+    n: int  # samples per problem (one value: the rescaled intervals need it)
 
 
 def _check_counts(name: str, n, c) -> tuple[np.ndarray, np.ndarray]:
@@ -53,21 +85,11 @@ def _check_counts(name: str, n, c) -> tuple[np.ndarray, np.ndarray]:
     return n.astype(np.int64), c.astype(np.int64)
 
 
-def paired_subsampling_test(
-    n_baseline, c_baseline, n_focal, c_focal, ks=None, m: int = 256, iterations: int = 50_000,
-    alpha: float = 0.05, seed: int = 0,
-) -> list[SignificanceRow]:
-    """Paired m-out-of-n subsampling test of pass@k(focal) - pass@k(baseline), per k.
+def subsample_draws(n_baseline, c_baseline, n_focal, c_focal, ks=None, m: int = 256, iterations: int = 50_000,
+                    seed=0) -> SubsampleDraws:
+    """The T paired m-out-of-n subsample differences per k (the loop in the module docstring).
 
-    Args:
-        n_baseline, c_baseline: per-problem sample and correct counts of the baseline run (aligned by problem).
-        n_focal, c_focal: the same for the focal run, same problem order.
-        ks: budgets to test (each 1 <= k <= m); default 1, 2, 4, ..., m.
-        m: subsample size per problem, 1 <= m < every n (paper: 256 of 1024).
-        iterations: number of subsampling iterations T (paper: 50,000).
-        alpha: two-sided level; the CI is the [alpha/2, 1 - alpha/2] percentile interval.
-        seed: seed of the numpy Generator (results are reproducible for a given seed and chunking).
-    """
+    ``seed``: anything ``numpy.random.default_rng`` takes (an int, or a ``SeedSequence`` child per benchmark)."""
     nb, cb = _check_counts("baseline", n_baseline, c_baseline)
     nf, cf = _check_counts("focal", n_focal, c_focal)
     if nb.shape != nf.shape:
@@ -79,34 +101,104 @@ def paired_subsampling_test(
     if m >= n_min:
         # m = n draws every generation: all iterations agree and the CI collapses onto the point estimate.
         raise ValueError(f"m must be < the number of generations of every problem (smallest n = {n_min}), got m={m}")
-    if not (isinstance(alpha, float) and 0.0 < alpha < 1.0):
-        raise ValueError(f"alpha must be a float in (0, 1), got {alpha!r}")
-    ks = ks_up_to(m, k_max=m) if ks is None else list(ks)
+    ks = ks_up_to(m, k_max=m) if ks is None else [int(k) if isinstance(k, np.integer) else k for k in ks]
     for k in ks:
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= m:
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= m:
             raise ValueError(f"every k must be an int in [1, m={m}], got {k!r}")
 
-    tables = {k: pass_at_k(m, np.arange(m + 1), k) for k in ks}  # pass@k of a subsample with c* correct
-    diffs = {k: np.empty(iterations) for k in ks}
+    tables = pass_at_k_table(m, ks)  # row i: pass@ks[i] of a subsample with c* = 0..m correct
+    diffs = np.empty((len(ks), iterations))
     rng = np.random.default_rng(seed)
     problems = nb.size
-    chunk = max(1, _CHUNK_CELLS // problems)
+    chunk = max(1, min(_CHUNK_CELLS // problems, _CHUNK_CELLS // (m + 1)))
     for start in range(0, iterations, chunk):
         t = min(chunk, iterations - start)
-        draw_b = rng.hypergeometric(cb, nb - cb, m, size=(t, problems))
-        draw_f = rng.hypergeometric(cf, nf - cf, m, size=(t, problems))
-        for k in ks:
-            diffs[k][start : start + t] = tables[k][draw_f].mean(axis=1) - tables[k][draw_b].mean(axis=1)
+        hist_b = _histograms(rng.hypergeometric(cb, nb - cb, m, size=(t, problems)), m)
+        hist_f = _histograms(rng.hypergeometric(cf, nf - cf, m, size=(t, problems)), m)
+        diffs[:, start : start + t] = tables @ (hist_f - hist_b).T / problems
+    same_n = int(nb[0]) if (nb == nb[0]).all() and (nf == nb[0]).all() else 0
+    return SubsampleDraws(
+        ks=list(ks), m=m, n=same_n,
+        baseline={k: float(v) for k, v in zip(ks, pass_at_k_curve(nb, cb, ks))},
+        focal={k: float(v) for k, v in zip(ks, pass_at_k_curve(nf, cf, ks))},
+        diffs={k: diffs[i] for i, k in enumerate(ks)},
+    )
 
+
+def _histograms(draws: np.ndarray, m: int) -> np.ndarray:
+    """Row-wise counts of c* = 0..m: (t, problems) draws -> (t, m + 1), so pass@k of an iteration is one dot product."""
+    t = draws.shape[0]
+    flat = draws + (m + 1) * np.arange(t)[:, None]
+    return np.bincount(flat.reshape(-1), minlength=t * (m + 1)).reshape(t, m + 1).astype(np.float64)
+
+
+def combine_draws(parts: list[SubsampleDraws]) -> SubsampleDraws:
+    """The average column: per k and iteration, the mean of the member benchmarks' values (same iteration t)."""
+    if not parts:
+        raise ValueError("an average needs at least one benchmark")
+    ks = [k for k in parts[0].ks if all(k in p.diffs for p in parts)]
+    sizes = {p.diffs[ks[0]].size for p in parts}
+    if len(sizes) != 1:
+        raise ValueError(f"benchmarks of an average must use the same number of iterations, got {sorted(sizes)}")
+    ns = {p.n for p in parts}
+    return SubsampleDraws(
+        ks=ks, m=parts[0].m, n=ns.pop() if len(ns) == 1 else 0,
+        baseline={k: float(np.mean([p.baseline[k] for p in parts])) for k in ks},
+        focal={k: float(np.mean([p.focal[k] for p in parts])) for k in ks},
+        diffs={k: np.mean([p.diffs[k] for p in parts], axis=0) for k in ks},
+    )
+
+
+def interval(diffs: np.ndarray, estimate: float, alpha: float, method: str, m: int, n: int) -> tuple[float, float, float]:
+    """(CI low, CI high, two-sided p) of the paired difference from its subsample draws; see the module docstring."""
+    if method not in METHODS:
+        raise ValueError(f"significance method must be one of {METHODS}, got {method!r}")
+    if not (isinstance(alpha, float) and 0.0 < alpha < 1.0):
+        raise ValueError(f"alpha must be a float in (0, 1), got {alpha!r}")
+    if method == "paper":
+        low, high = np.quantile(diffs, [alpha / 2, 1 - alpha / 2])
+        p = 2.0 * min(np.mean(diffs <= 0), np.mean(diffs >= 0))
+        return float(low), float(high), float(min(1.0, p))
+    if n <= m:
+        raise ValueError(
+            f"the {method!r} interval needs one number of samples n > m for every problem of both runs, got n={n or 'mixed'}"
+        )
+    scale = np.sqrt(m / n) if method == "rescaled" else np.sqrt(m / (n - m))
+    dev = scale * (diffs - estimate)
+    q_low, q_high = np.quantile(dev, [alpha / 2, 1 - alpha / 2])
+    p = 2.0 * min(np.mean(dev >= estimate), np.mean(dev <= estimate))
+    return float(estimate - q_high), float(estimate - q_low), float(min(1.0, p))
+
+
+def summarise(draws: SubsampleDraws, alpha: float = 0.05, method: str = "paper") -> list[SignificanceRow]:
     rows = []
-    for k in ks:
-        d = diffs[k]
-        low, high = np.quantile(d, [alpha / 2, 1 - alpha / 2])
-        p = min(1.0, 2.0 * min(np.mean(d <= 0), np.mean(d >= 0)))
-        base = float(pass_at_k(nb, cb, k).mean())
-        focal = float(pass_at_k(nf, cf, k).mean())
+    for k in draws.ks:
+        estimate = draws.focal[k] - draws.baseline[k]
+        low, high, p = interval(draws.diffs[k], estimate, alpha, method, draws.m, draws.n)
         rows.append(SignificanceRow(
-            k=int(k), baseline_pass_at_k=base, focal_pass_at_k=focal, difference=focal - base, ci_low=float(low), ci_high=float(high),
-            p_value=float(p), significant=bool(low > 0 or high < 0),
+            k=int(k), baseline_pass_at_k=draws.baseline[k], focal_pass_at_k=draws.focal[k], difference=estimate,
+            ci_low=low, ci_high=high, p_value=p, significant=bool(low > 0 or high < 0), method=method,
         ))
     return rows
+
+
+def paired_subsampling_test(
+    n_baseline, c_baseline, n_focal, c_focal, ks=None, m: int = 256, iterations: int = 50_000,
+    alpha: float = 0.05, seed: int = 0, method: str = "paper",
+) -> list[SignificanceRow]:
+    """Paired m-out-of-n subsampling test of pass@k(focal) - pass@k(baseline), per k.
+
+    Args:
+        n_baseline, c_baseline: per-problem sample and correct counts of the baseline run (aligned by problem).
+        n_focal, c_focal: the same for the focal run, same problem order.
+        ks: budgets to test (each 1 <= k <= m); default 1, 2, 4, ..., m.
+        m: subsample size per problem, 1 <= m < every n (paper: 256 of 1024).
+        iterations: number of subsampling iterations T (paper: 50,000).
+        alpha: two-sided level.
+        seed: seed of the numpy Generator (results are reproducible for a given seed and chunking).
+        method: "paper" (raw percentiles, App. Q), "rescaled" or "rescaled-fpc" (module docstring).
+    """
+    if method not in METHODS:
+        raise ValueError(f"significance method must be one of {METHODS}, got {method!r}")
+    draws = subsample_draws(n_baseline, c_baseline, n_focal, c_focal, ks=ks, m=m, iterations=iterations, seed=seed)
+    return summarise(draws, alpha=alpha, method=method)

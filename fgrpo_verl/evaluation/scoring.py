@@ -1,0 +1,143 @@
+"""Scoring completions and reducing generation files to per-problem (n, c) counts, streaming.
+
+A scorer exception never aborts an evaluation: the sample counts as incorrect, its message is kept in the
+problem's ``score_errors`` and the tables count such samples per (run, benchmark). ``count_correct`` reads
+generation files line by line and keeps only (n, c, errors) per problem, plus at most one chunk of completions
+waiting for their scorer, so its memory does not grow with the samples' texts.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+
+from fgrpo_verl.evaluation.formats import GenerationRecord, LineIndex, iter_generation_lines
+from fgrpo_verl.evaluation.scorers import is_correct, resolve_scorer
+
+# Problems scored per batch when reading files (bounds the completions held in memory).
+SCORE_CHUNK = 64
+_MESSAGE_CHARS = 300
+
+
+@functools.lru_cache(maxsize=None)
+def _scorer(spec: str):
+    return resolve_scorer(spec)
+
+
+def _score_texts(job: tuple[str, float, dict, list[str]]) -> tuple[list[int], dict[int, str]]:
+    """Score one problem's completions (module-level so worker processes can run it)."""
+    spec, threshold, ref, texts = job
+    fn = _scorer(spec)
+    correct, errors = [], {}
+    for i, text in enumerate(texts):
+        try:
+            ok = is_correct(fn, text, ref, threshold)
+        except Exception as err:  # noqa: BLE001 - any scorer failure is recorded, never fatal (see module doc)
+            errors[i] = f"{type(err).__name__}: {err}"[:_MESSAGE_CHARS]
+            ok = False
+        correct.append(int(ok))
+    return correct, errors
+
+
+class Scorer:
+    """Scores ``GenerationRecord``s in place; ``workers > 1`` forks a process pool once and reuses it.
+
+    ``scorer_spec_for(benchmark)`` names the scorer; ``references[benchmark][problem_id]`` is the benchmark record
+    used when a line carries no ``answer``."""
+
+    def __init__(self, scorer_spec_for, threshold: float, references: dict[str, dict[str, dict]], workers: int = 1):
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
+        _scorer.cache_clear()  # a module:function may have been replaced since the last run
+        self.spec_for, self.threshold, self.references, self.workers = scorer_spec_for, threshold, references, workers
+        self._pool = None
+
+    def _reference(self, rec: GenerationRecord) -> dict:
+        if rec.answer is not None:
+            return {"answer": rec.answer, "data_source": rec.data_source or rec.benchmark, **rec.extra}
+        bench = self.references.get(rec.benchmark)
+        if bench is None or rec.problem_id not in bench:
+            raise ValueError(
+                f"{rec.key}: the line has completions but no 'answer'; pass the benchmark file with "
+                f"--bench {rec.benchmark}=FILE holding id {rec.problem_id!r}"
+            )
+        return bench[rec.problem_id]
+
+    def score(self, records: list[GenerationRecord]) -> None:
+        jobs = []
+        for rec in records:
+            if rec.completions is None:
+                raise ValueError(f"{rec.key}: scoring needs 'completions' but the line only has 'correct'")
+            spec = self.spec_for(rec.benchmark)
+            _scorer(spec)  # a bad spec fails here, before any worker starts
+            jobs.append((spec, self.threshold, self._reference(rec), rec.completions))
+        if self.workers == 1 or len(jobs) < 2:
+            results = [_score_texts(job) for job in jobs]
+        else:
+            if self._pool is None:
+                import multiprocessing as mp
+                from concurrent.futures import ProcessPoolExecutor
+
+                # fork: workers inherit already-imported scorer modules; they never touch CUDA
+                self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=mp.get_context("fork"))
+            results = list(self._pool.map(_score_texts, jobs, chunksize=max(1, len(jobs) // (4 * self.workers))))
+        for rec, (correct, errors) in zip(records, results):
+            rec.correct = np.array(correct, dtype=np.int8)
+            rec.score_errors = errors or None
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+@dataclass
+class ProblemCount:
+    n: int
+    c: int
+    errors: int
+
+
+def count_correct(paths, scorer: Scorer, rescore: bool = False) -> dict[tuple[str, str], dict[str, ProblemCount]]:
+    """``{(run, benchmark): {problem_id: ProblemCount}}`` from generation files, streaming.
+
+    A problem's correctness comes from its ``correct`` line; a problem with completions but no ``correct`` anywhere
+    (or every problem, with ``rescore``) is scored here, ``SCORE_CHUNK`` problems at a time."""
+    index = LineIndex.of(paths)
+    if rescore:
+        missing = sorted(set(index.scored) - set(index.texts))
+        if missing:
+            raise ValueError(f"--rescore needs 'completions' but {len(missing)} problems only have 'correct', e.g. {missing[0]}")
+    counts: dict[tuple[str, str], dict[str, ProblemCount]] = {}
+
+    def add(rec: GenerationRecord) -> None:
+        counts.setdefault((rec.run, rec.benchmark), {})[rec.problem_id] = ProblemCount(
+            n=int(rec.correct.size), c=int(rec.correct.sum()), errors=len(rec.score_errors or {}))
+
+    pending: list[GenerationRecord] = []
+
+    def flush() -> None:
+        scorer.score(pending)
+        for rec in pending:
+            add(rec)
+        pending.clear()
+
+    for path in paths:
+        for _, rec in iter_generation_lines(path):
+            if rec.completions is not None and (rescore or rec.key not in index.scored):
+                rec.correct = None
+                pending.append(rec)
+                if len(pending) >= SCORE_CHUNK:
+                    flush()
+            elif rec.correct is not None and not rescore:
+                add(rec)
+    flush()
+    return counts

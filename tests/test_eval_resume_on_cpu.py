@@ -1,0 +1,196 @@
+"""Never lose a sample: streaming writes, scoring after writing, scorer errors, --resume after a SIGKILL, refusals.
+
+The generation engine is the stand-in vLLM package of tests/evaluation_tiny_lm.py (samples depend only on each
+request's seed, like vLLM's seeded requests); the tokenizer is the tiny locally built one.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import tracemalloc
+
+import pytest
+
+from evaluation_tiny_lm import build_tiny_lm, write_fake_vllm
+from fgrpo_verl.cli import main
+from fgrpo_verl.evaluation.formats import read_generations
+
+TABLES = ("pass_at_k.md", "pass_at_k_long.csv", "pass_at_k_table.csv", "significance.csv")
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("resume")
+    model = build_tiny_lm(root / "model")
+    fake = write_fake_vllm(root / "fake")
+    bench = root / "B.jsonl"
+    bench.write_text("".join(json.dumps({"id": i, "problem": f"q{i}", "answer": str(i % 3)}) + "\n" for i in range(24)))
+    return model, fake, bench
+
+
+@pytest.fixture(scope="module")
+def full(setup, tmp_path_factory):
+    """One uninterrupted reference run, shared by the tests (read-only)."""
+    out = tmp_path_factory.mktemp("full") / "out"
+    sys.path.insert(0, str(setup[1]))
+    try:
+        assert main(_args(setup, out)) == 0
+    finally:
+        sys.path.remove(str(setup[1]))
+        for name in ("vllm", "vllm.inputs", "fake_scorers"):
+            sys.modules.pop(name, None)
+    return out
+
+
+def _args(setup, out, *extra):
+    model, _, bench = setup
+    return ["eval", "--model", f"base={model}", "--model", f"focal={model}", "--bench", f"B={bench}", "--n", "8",
+            "--samples-per-request", "4", "--problems-per-call", "2", "--scorer", "fake_scorers:flaky", "--out", str(out),
+            "--no-plots", "--significance", "base:focal", "--significance-m", "4", "--significance-iterations", "200",
+            *extra]
+
+
+@pytest.fixture
+def fake_vllm(setup, monkeypatch):
+    monkeypatch.syspath_prepend(str(setup[1]))
+    yield
+    for name in ("vllm", "vllm.inputs", "fake_scorers"):
+        sys.modules.pop(name, None)
+
+
+def _env(setup, **extra):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(setup[1]), os.environ.get("PYTHONPATH", "")]), **extra)
+    return env
+
+
+def test_killed_eval_resumes_to_identical_tables(setup, full, fake_vllm, tmp_path):
+    # a real process, killed with SIGKILL mid-benchmark (slow stand-in engine: 0.2 s per call of 2 problems)
+    killed = tmp_path / "killed"
+    code = "import sys; from fgrpo_verl.cli import main; sys.exit(main(sys.argv[1:]))"
+    proc = subprocess.Popen([sys.executable, "-c", code, *_args(setup, killed)], env=_env(setup, FAKE_VLLM_DELAY="0.2"),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    gen = killed / "generations.jsonl"
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline and (not gen.is_file() or gen.read_text().count("\n") < 12):
+            time.sleep(0.02)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    lines_at_kill = gen.read_text().count("\n")
+    total = (full / "generations.jsonl").read_text().count("\n")
+    assert 12 <= lines_at_kill < total, "the kill must land mid-run"
+    # and the worst moment: a write torn half-way (a kill inside write(); the last line has no newline)
+    with gen.open("a") as fh:
+        fh.write('{"run": "focal", "benchmark": "B", "problem_id": "23", "completions": ["\\\\box')
+
+    # a rerun into the same --out without --resume refuses and leaves the file alone
+    before = gen.read_bytes()
+    assert main(_args(setup, killed)) == 2
+    assert gen.read_bytes() == before
+
+    assert main(_args(setup, killed, "--resume")) == 0
+    for name in TABLES:
+        assert (killed / name).read_text() == (full / name).read_text(), name
+    want = {g.key: (g.completions, list(g.correct), g.score_errors) for g in read_generations(full / "generations.jsonl")}
+    got = {g.key: (g.completions, list(g.correct), g.score_errors) for g in read_generations(gen)}
+    assert got == want
+
+    # a second --resume of a finished run generates nothing and changes nothing
+    size = gen.stat().st_size
+    assert main(_args(setup, killed, "--resume")) == 0
+    assert gen.stat().st_size == size
+
+
+def test_scorer_errors_are_recorded_per_sample_and_counted(full):
+    out = full
+    gens = read_generations(out / "generations.jsonl")
+    errors = 0
+    for g in gens:
+        boxed = [t.split("{")[1].split("}")[0] for t in g.completions]
+        raised = {i for i, b in enumerate(boxed) if b == "3"}
+        assert set(g.score_errors or {}) == raised  # exactly the samples whose scorer raised
+        assert all("ValueError: cannot parse 3" == msg for msg in (g.score_errors or {}).values())
+        assert all(g.correct[i] == 0 for i in raised)
+        errors += len(raised)
+    assert errors > 0
+    table = (out / "pass_at_k.md").read_text()
+    per_run = {run: sum(len(g.score_errors or {}) for g in gens if g.run == run) for run in ("base", "focal")}
+    assert f"base on B: {per_run['base']}" in table and f"focal on B: {per_run['focal']}" in table
+    # completions lines come before their correctness lines: nothing was scored before it was on disk
+    lines = [json.loads(x) for x in (out / "generations.jsonl").read_text().splitlines()]
+    first = {}
+    for i, line in enumerate(lines):
+        key = (line["run"], line["benchmark"], line["problem_id"])
+        if "completions" in line:
+            first[key] = i
+        else:
+            assert key in first and first[key] < i
+
+
+def test_resume_refuses_other_settings_and_from_generations(setup, full, fake_vllm, tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    for name in ("generations.jsonl", "eval_manifest.json"):
+        (out / name).write_bytes((full / name).read_bytes())
+    assert main(_args(setup, out, "--resume", "--seed", "1")) == 2
+    assert "seed: 0 then, 1 now" in capsys.readouterr().err
+    assert main(["eval", "--from-generations", str(out / "generations.jsonl"), "--resume", "--out", str(tmp_path / "t")]) == 2
+    assert "--resume continues a generation run" in capsys.readouterr().err
+
+
+def _peak_bytes(setup, out, problems, tmp_path):
+    bench = tmp_path / f"b{problems}.jsonl"
+    bench.write_text("".join(json.dumps({"id": i, "problem": "q", "answer": "1"}) + "\n" for i in range(problems)))
+    tracemalloc.start()
+    rc = main(["eval", "--model", f"m={setup[0]}", "--bench", f"B={bench}", "--n", "8", "--problems-per-call", "4",
+               "--scorer", "boxed", "--out", str(out), "--no-plots"])
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert rc == 0
+    return peak
+
+
+def test_memory_does_not_grow_with_the_number_of_problems(setup, fake_vllm, tmp_path, monkeypatch):
+    """Each completion carries 4 kB; 200 problems hold 6.4 MB of text, 20 problems 0.64 MB. Only a chunk of
+    4 problems (128 kB) may be in memory at once, in generation and in the table's streaming read."""
+    monkeypatch.setenv("FAKE_VLLM_CHARS", "4000")
+    _peak_bytes(setup, tmp_path / "warm", 4, tmp_path)  # one-time costs (lazy imports, caches) out of the way
+    small = _peak_bytes(setup, tmp_path / "small", 20, tmp_path)
+    large = _peak_bytes(setup, tmp_path / "large", 200, tmp_path)
+    text_large = 200 * 8 * 4000
+    assert (tmp_path / "large" / "generations.jsonl").stat().st_size > text_large
+    print(f"peak bytes: 20 problems {small}, 200 problems {large}")
+    assert large - small < 0.1 * text_large, (small, large)
+    assert large < 0.2 * text_large, (small, large)
+
+
+def test_resume_scores_completions_that_reached_the_disk_without_sampling_again(setup, full, fake_vllm, tmp_path,
+                                                                                monkeypatch):
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    (cut / "eval_manifest.json").write_bytes((full / "eval_manifest.json").read_bytes())
+    lines = (full / "generations.jsonl").read_text().splitlines(keepends=True)
+    # killed between writing the last chunk's completions and their correctness lines
+    kept = lines[:-2]
+    assert all("completions" in line for line in lines[-4:-2]) and all("completions" not in line for line in lines[-2:])
+    (cut / "generations.jsonl").write_text("".join(kept))
+    log = tmp_path / "calls.jsonl"
+    monkeypatch.setenv("FAKE_VLLM_LOG", str(log))
+    assert main(_args(setup, cut, "--resume")) == 0
+    assert not log.exists()  # no engine was even built: nothing had to be sampled
+    for name in TABLES:
+        assert (cut / name).read_text() == (full / name).read_text(), name
+
+
+def test_no_save_completions_keeps_one_correctness_line_per_problem(setup, full, fake_vllm, tmp_path):
+    lean = tmp_path / "lean"
+    assert main(_args(setup, lean, "--no-save-completions")) == 0
+    lines = [json.loads(x) for x in (lean / "generations.jsonl").read_text().splitlines()]
+    assert len(lines) == 2 * 24 and not any("completions" in line for line in lines)
+    for name in TABLES:
+        assert (lean / name).read_text() == (full / name).read_text(), name
