@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from omegaconf import OmegaConf
 from conftest import algo_config, make_batch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -142,9 +143,11 @@ def test_bad_settings_name_key_value_and_valid_range(key, value, message):
 def test_missing_unknown_and_absent_blocks():
     rewards, mask, index = make_batch([2, 2])
     cfg = algo_config()
-    del cfg.fgrpo["base"]
-    with pytest.raises(ValueError, match="algorithm.fgrpo lacks key"):
+    del cfg.fgrpo["gamma"]
+    with pytest.raises(ValueError, match=r"algorithm.fgrpo.gamma is missing: add \+algorithm.fgrpo.gamma=0.5"):
         compute_fgrpo_outcome_advantage(rewards, mask, index=index, config=cfg)
+    with pytest.raises(ValueError, match=r"algorithm.fgrpo=0.5 is invalid: expected a block of keys"):
+        compute_fgrpo_outcome_advantage(rewards, mask, index=index, config=OmegaConf.create({"fgrpo": 0.5}))
     cfg = algo_config()
     cfg.fgrpo["gama"] = 1.0
     with pytest.raises(ValueError, match="unknown key.*gama"):
