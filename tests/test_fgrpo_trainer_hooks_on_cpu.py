@@ -143,3 +143,28 @@ def test_trainer_requires_the_fgrpo_block():
     cfg = OmegaConf.create({"algorithm": {"adv_estimator": "grpo"}})
     with pytest.raises(ValueError, match="algorithm.fgrpo"):
         _Trainer(cfg)
+
+
+@pytest.mark.parametrize("mode, verl_mode", [(cls.name, cls.verl_mode) for cls in TRAINERS])
+def test_trainer_v1_blocks_are_aliased_for_code_that_reads_them_by_mode_name(mode, verl_mode):
+    # verl's rollout skip reads trainer.v1.<trainer_mode>.parameter_sync_step by the configured name.
+    cfg = compose([f"trainer.v1.trainer_mode={mode}", f"++trainer.v1.{verl_mode}.parameter_sync_step=7"])
+    assert OmegaConf.select(cfg, f"trainer.v1.{cfg.trainer.v1.trainer_mode}.parameter_sync_step", default=1) == 7
+    OmegaConf.resolve(cfg)  # as verl's TaskRunner does
+    assert cfg.trainer.v1[mode] == cfg.trainer.v1[verl_mode]
+
+
+def test_trainer_hooks_are_checked_against_verls_signatures():
+    from fgrpo_verl.trainer import check_hooks
+
+    check_hooks()
+
+    class Drifted:
+        def _compute_advantage(self, batch, metrics):
+            pass
+
+        def _update_actor(self, batch, metrics, extra):
+            pass
+
+    with pytest.raises(RuntimeError, match=r"_update_actor\(batch, metrics, extra\) instead of \(batch, metrics\).*no _val_metrics_update"):
+        check_hooks(Drifted)
