@@ -150,11 +150,35 @@ def _check_inputs(token_level_rewards, response_mask, index):
 
 
 def _group_index(index, device):
-    # verl's own label -> id mapping (uuid strings -> 0..G-1; integer labels are kept as they are), so groups
-    # match its estimators exactly.
+    """(B,) group ids 0..G-1 with exactly verl's partition of the labels (``as_torch_index``).
+
+    verl's uid labels are uuid strings, which ``as_torch_index`` maps with ``np.unique`` on Python objects: a sort
+    with Python string comparisons, the largest fixed cost of the estimator at 4096 rollouts (~1 ms of ~2). A hash
+    factorisation gives the same partition in O(B) (ids in order of first appearance instead of sorted order; no
+    per-row value depends on that order). Any other label type, and strings verl would coerce to integers, go
+    through verl's function.
+    """
     from verl.utils.groupwise import as_torch_index
 
-    return as_torch_index(index if not isinstance(index, list) else np.asarray(index, dtype=object), device=device)
+    if isinstance(index, list):
+        index = np.asarray(index, dtype=object)
+    if isinstance(index, np.ndarray) and index.dtype == object and index.ndim == 1 and _non_numeric_strings(index):
+        import pandas as pd
+
+        return torch.from_numpy(pd.factorize(index, sort=False)[0].astype(np.int64, copy=False)).to(device)
+    return as_torch_index(index, device=device)
+
+
+def _non_numeric_strings(labels: np.ndarray) -> bool:
+    from pandas.api.types import infer_dtype
+
+    if infer_dtype(labels, skipna=False) != "string":
+        return False
+    try:  # verl's as_torch_index turns all-numeric strings into integers ("05" == "5"); leave those to it
+        labels.astype(np.int64)
+    except (ValueError, TypeError, OverflowError):
+        return True
+    return False
 
 
 def _group_sums(scores32, gidx, threshold):
