@@ -150,7 +150,8 @@ def _check_inputs(token_level_rewards, response_mask, index):
 
 
 def _group_index(index, device):
-    """(B,) group ids 0..G-1 with exactly verl's partition of the labels (``as_torch_index``).
+    """``(gidx, G)``: (B,) group ids with exactly verl's partition of the labels (``as_torch_index``), and the
+    number of groups when the ids are known to be 0..G-1 without gaps (None: integer labels may leave gaps).
 
     verl's uid labels are uuid strings, which ``as_torch_index`` maps with ``np.unique`` on Python objects: a sort
     with Python string comparisons, the largest fixed cost of the estimator at 4096 rollouts (~1 ms of ~2). A hash
@@ -165,8 +166,9 @@ def _group_index(index, device):
     if isinstance(index, np.ndarray) and index.dtype == object and index.ndim == 1 and _non_numeric_strings(index):
         import pandas as pd
 
-        return torch.from_numpy(pd.factorize(index, sort=False)[0].astype(np.int64, copy=False)).to(device)
-    return as_torch_index(index, device=device)
+        codes, uniques = pd.factorize(index, sort=False)
+        return torch.from_numpy(codes.astype(np.int64, copy=False)).to(device), len(uniques)
+    return as_torch_index(index, device=device), None
 
 
 def _non_numeric_strings(labels: np.ndarray) -> bool:
@@ -181,13 +183,14 @@ def _non_numeric_strings(labels: np.ndarray) -> bool:
     return False
 
 
-def _group_sums(scores32, gidx, threshold):
+def _group_sums(scores32, gidx, num_groups, threshold):
     """(count, sum, successes) per group in one scatter-add over the batch: (G, 3) float32.
 
     Column-wise the accumulation order is the row order, as in verl's separate ``index_add_`` calls, so the
     sums are bit-identical to ``verl.utils.groupwise.group_mean_std``'s.
     """
-    num_groups = int(gidx.max()) + 1 if gidx.numel() else 0
+    if num_groups is None:
+        num_groups = int(gidx.max()) + 1 if gidx.numel() else 0
     cols = torch.stack((torch.ones_like(scores32), scores32, (scores32 > threshold).to(torch.float32)), dim=1)
     return torch.zeros(num_groups, 3, dtype=torch.float32, device=scores32.device).index_add_(0, gidx, cols)
 
@@ -236,8 +239,8 @@ def compute_focal_advantage(
     _check_inputs(token_level_rewards, response_mask, index)
     scores = token_level_rewards.sum(dim=-1)
     scores32 = scores.to(torch.float32)
-    gidx = _group_index(index, scores.device)
-    sums = _group_sums(scores32, gidx, settings.success_threshold)
+    gidx, num_groups = _group_index(index, scores.device)
+    sums = _group_sums(scores32, gidx, num_groups, settings.success_threshold)
     # A NaN/inf reward makes its group's sum non-finite: one check over G groups instead of B rollouts. (Finite
     # rewards can still overflow a group sum, so count per rollout before blaming the rewards.)
     if not bool(torch.isfinite(sums[:, 1]).all()):
@@ -247,7 +250,8 @@ def compute_focal_advantage(
                 f"token_level_rewards holds NaN or inf in {int(bad.sum())} of {scores.numel()} rollouts "
                 "(summed over tokens); fix the reward function: fgrpo does not drop or clamp rewards"
             )
-    gidx, sums = _compact(gidx, sums)
+    if num_groups is None:
+        gidx, sums = _compact(gidx, sums)
     count, total, x = sums.unbind(1)
 
     if settings.base == "grpo":
