@@ -70,13 +70,18 @@ def test_hydra_flags_are_split_and_multirun_points_to_launch():
 
 
 def test_train_without_an_algo_preset_warns(caplog):
+    from fgrpo_verl.compose import compose
+
+    bare = ["algorithm.fgrpo.gamma=1"]
     with caplog.at_level(logging.WARNING, logger="fgrpo_verl"):
-        train.warn_without_algo_preset(["algorithm.fgrpo.gamma=1"])
-    assert "no algo= preset selected" in caplog.text and "rollout.n=1" in caplog.text
-    caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="fgrpo_verl"):
-        train.warn_without_algo_preset(["algo=dapo", "algorithm.fgrpo.gamma=1"])
-    assert caplog.text == ""
+        train.warn_without_algo_preset(bare, compose(bare))
+    assert "no algo= preset selected" in caplog.text and "actor_rollout_ref.rollout.n=1" in caplog.text
+    for overrides in (["algo=dapo", "algorithm.fgrpo.gamma=1"],
+                      ["actor_rollout_ref.rollout.n=8", "data.train_batch_size=64"]):  # set by hand (the maze)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="fgrpo_verl"):
+            train.warn_without_algo_preset(overrides, compose(overrides))
+        assert caplog.text == ""
 
 
 def test_train_backend_cpu_cfg_job_says_cpu_and_the_driver_platform_is_cpu():

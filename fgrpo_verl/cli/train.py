@@ -117,12 +117,25 @@ def check_driver_platform(exported: dict[str, str]) -> str | None:
     return platform.device_name
 
 
-def warn_without_algo_preset(overrides: list[str]) -> None:
-    if not any(re.match(r"^[+~]*algo(=|$)", o) for o in overrides):
+# Keys an algo= preset sets whose verl default makes a poor run: (key, verl's default, why).
+PRESET_KEYS = (
+    ("actor_rollout_ref.rollout.n", 1, "one rollout per prompt: every group advantage is 0"),
+    ("data.train_batch_size", 1024, "verl's default prompts per step"),
+)
+
+
+def warn_without_algo_preset(overrides: list[str], config) -> None:
+    """WARNING when no ``algo=`` preset is selected and a key it would set is still at verl's default."""
+    from omegaconf import OmegaConf
+
+    if any(re.match(r"^[+~]*algo(=|$)", o) for o in overrides):
+        return
+    left = [f"{key}={default} ({why})" for key, default, why in PRESET_KEYS
+            if OmegaConf.select(config, key, default=None) == default]
+    if left:
         logger.warning(
-            "fgrpo-verl train: no algo= preset selected, so verl's own defaults apply (actor_rollout_ref.rollout.n=1: "
-            "every advantage is 0; data.train_batch_size=1024). Add algo=grpo (or dapo, cispo) for the paper's "
-            "settings, or set those keys yourself."
+            "fgrpo-verl train: no algo= preset selected, so verl's defaults apply: %s. Add algo=grpo (or dapo, "
+            "cispo) for the paper's settings, or set these keys yourself.", "; ".join(left)
         )
 
 
@@ -139,7 +152,7 @@ def prepare(overrides: list[str], inspect_only: bool = False):
     register_all(strict=True)
     check_driver_platform(exported)
     if not inspect_only:
-        warn_without_algo_preset(overrides)
+        warn_without_algo_preset(overrides, config)
         validate(config)
     return config
 
