@@ -34,6 +34,7 @@ doctor: venv
 
 bench: venv
 	$(PY) benchmarks/bench_estimator.py
+	$(PY) benchmarks/bench_import.py
 	$(PY) benchmarks/bench_pass_at_k.py
 
 # Real Slurm for the Slurm tests (scripts/slurm_cluster.sh): Debian's packages, installed only as root when

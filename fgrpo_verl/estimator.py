@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import sys
+import weakref
 
 import torch
 
+from fgrpo_verl import registration
 from fgrpo_verl.focal import FocalSettings, compute_focal_advantage
 
 ESTIMATOR_NAME = "fgrpo"
+REGISTRY_MODULE = "verl.trainer.ppo.core_algos"
 
 
 def compute_fgrpo_outcome_advantage(
@@ -33,18 +37,13 @@ def compute_fgrpo_outcome_advantage(
         response_mask: (B, T) 1 for response tokens.
         index: (B,) group labels (verl's ``uid``); rollouts of one prompt share one.
         config: verl's ``algorithm`` config; reads ``fgrpo.{gamma, success_threshold, smoothing_alpha, base}``
-            and ``norm_adv_by_std_in_grpo`` (verl's own key, default True as in verl).
+            and ``norm_adv_by_std_in_grpo`` (verl's own key, default True as in verl), once per config object.
         epsilon: added to the group std, 1e-6 as in verl's GRPO.
 
     Returns:
         (advantages, returns), both (B, T) and equal, as for every outcome-only estimator in verl.
     """
-    if config is None:
-        raise ValueError("fgrpo needs the `algorithm` config (with its `fgrpo` block); got config=None")
-    settings = FocalSettings.from_config(config.get("fgrpo") if hasattr(config, "get") else getattr(config, "fgrpo", None))
-    norm = config.get("norm_adv_by_std_in_grpo", True) if hasattr(config, "get") else True
-    if not isinstance(norm, bool):
-        raise ValueError(f"algorithm.norm_adv_by_std_in_grpo={norm!r} is invalid: expected true or false")
+    settings, norm = settings_of(config)
     result = compute_focal_advantage(
         token_level_rewards, response_mask, index, settings, norm_adv_by_std_in_grpo=norm, epsilon=epsilon
     )
@@ -54,31 +53,70 @@ def compute_fgrpo_outcome_advantage(
     return result.advantages, result.advantages
 
 
+registration.mark(compute_fgrpo_outcome_advantage, f"adv_estimator:{ESTIMATOR_NAME}")
+
+# id(config) -> (weak reference to it, settings, norm). verl passes the same `algorithm` node every step, and
+# reading it costs ~0.1 ms (OmegaConf node access), several percent of the estimator at 4096 x 1024: parse once.
+# A config object is therefore read on first use; to change gamma mid-run, pass a new config object.
+_PARSED: dict[int, tuple] = {}
+
+
+def settings_of(config) -> tuple[FocalSettings, bool]:
+    """``(FocalSettings, norm_adv_by_std_in_grpo)`` of verl's ``algorithm`` config, validated on first use."""
+    if config is None:
+        raise ValueError("fgrpo needs the `algorithm` config (with its `fgrpo` block); got config=None")
+    entry = _PARSED.get(id(config))
+    if entry is not None and entry[0]() is config:
+        return entry[1], entry[2]
+    block = config.get("fgrpo") if hasattr(config, "get") else getattr(config, "fgrpo", None)
+    settings = FocalSettings.from_config(block)
+    norm = config.get("norm_adv_by_std_in_grpo", True) if hasattr(config, "get") else True
+    if not isinstance(norm, bool):
+        raise ValueError(f"algorithm.norm_adv_by_std_in_grpo={norm!r} is invalid: expected true or false")
+    try:
+        key = id(config)
+        ref = weakref.ref(config, lambda _, key=key: _PARSED.pop(key, None))
+    except TypeError:  # a plain dict cannot be weakly referenced: parse it every call
+        return settings, norm
+    _PARSED[key] = (ref, settings, norm)
+    return settings, norm
+
+
 # verl drops everything but (advantages, returns), so a caller that wants the per-group numbers (the focal
 # metrics in fgrpo_verl/trainer.py) opens a capture around verl's advantage call and reads them afterwards.
 _RESULT_SINK: contextvars.ContextVar[list | None] = contextvars.ContextVar("fgrpo_result_sink", default=None)
+
+
+def _registered_sink() -> contextvars.ContextVar:
+    # With two copies of this module loaded, verl calls the registered one (registration keeps the first): the
+    # capture must open that copy's sink, whichever copy the trainer imported.
+    core_algos = sys.modules.get(REGISTRY_MODULE)
+    fn = core_algos.ADV_ESTIMATOR_REGISTRY.get(ESTIMATOR_NAME) if core_algos is not None else None
+    if fn is not None and registration.ident_of(fn) == registration.ident_of(compute_fgrpo_outcome_advantage):
+        return fn.__globals__["_RESULT_SINK"]
+    return _RESULT_SINK
 
 
 @contextlib.contextmanager
 def capture_results():
     """Collect ``(FocalSettings, FocalResult)`` of every ``fgrpo`` estimator call made inside the block."""
     sink: list = []
-    token = _RESULT_SINK.set(sink)
+    var = _registered_sink()
+    token = var.set(sink)
     try:
         yield sink
     finally:
-        _RESULT_SINK.reset(token)
+        var.reset(token)
 
 
 def register() -> None:
-    """Put ``fgrpo`` in verl's registry; idempotent even if this module is imported under two names."""
+    """Put ``fgrpo`` in verl's registry (``fgrpo_verl.registration``'s duplicate policy)."""
     from verl.trainer.ppo import core_algos
 
-    current = core_algos.ADV_ESTIMATOR_REGISTRY.get(ESTIMATOR_NAME)
-    if current is compute_fgrpo_outcome_advantage:
-        return
-    if current is not None and getattr(current, "__qualname__", None) == compute_fgrpo_outcome_advantage.__qualname__:
-        # Same function from a second import of this module (e.g. a checkout on sys.path next to the wheel).
-        core_algos.ADV_ESTIMATOR_REGISTRY[ESTIMATOR_NAME] = compute_fgrpo_outcome_advantage
-        return
-    core_algos.register_adv_est(ESTIMATOR_NAME)(compute_fgrpo_outcome_advantage)
+    registration.register(
+        core_algos.ADV_ESTIMATOR_REGISTRY,
+        ESTIMATOR_NAME,
+        compute_fgrpo_outcome_advantage,
+        "advantage estimator",
+        add=lambda name, fn: core_algos.register_adv_est(name)(fn),
+    )

@@ -29,6 +29,8 @@ from typing import Any
 import torch
 from verl.workers.config import PolicyLossConfig
 
+from fgrpo_verl import registration
+
 LOSS_MODE = "fgrpo"
 METRIC_PREFIX = "actor/fgrpo/"
 BASE_KEY = "actor_rollout_ref.actor.policy_loss.base_loss_mode"
@@ -139,11 +141,18 @@ def compute_policy_loss_fgrpo(
     return loss, metrics
 
 
+registration.mark(compute_policy_loss_fgrpo, f"policy_loss:{LOSS_MODE}")
+
+
 def register() -> None:
-    """Register ``fgrpo`` in verl's policy-loss registry (which silently overwrites: never use a built-in name)."""
+    """Register ``fgrpo`` in verl's policy-loss registry (which silently overwrites, so the duplicate policy of
+    ``fgrpo_verl.registration`` is what keeps us from replacing another plugin's loss, or it ours)."""
     from verl.trainer.ppo import core_algos
 
-    current = core_algos.POLICY_LOSS_REGISTRY.get(LOSS_MODE)
-    if current is not None and getattr(current, "__qualname__", None) != compute_policy_loss_fgrpo.__qualname__:
-        raise ValueError(f"policy loss name {LOSS_MODE!r} is already registered to {current!r}; refusing to replace it")
-    core_algos.register_policy_loss(LOSS_MODE)(compute_policy_loss_fgrpo)
+    registration.register(
+        core_algos.POLICY_LOSS_REGISTRY,
+        LOSS_MODE,
+        compute_policy_loss_fgrpo,
+        "policy loss",
+        add=lambda name, fn: core_algos.register_policy_loss(name)(fn),
+    )

@@ -13,7 +13,14 @@ Selected with ``trainer.v1.trainer_mode=fgrpo_sync`` (fgrpo-verl's default; ``fg
 
 verl's base trainer branches on the literal ``self.trainer_mode == "sync"`` (replay-buffer class, checkpoint and
 prompt-refill paths). ``trainer_mode`` is therefore a property that reports the wrapped verl mode, so every such
-branch, and the ``trainer.v1.<mode>`` settings lookup, behaves exactly as under the wrapped mode.
+branch, and the ``trainer.v1.<mode>`` settings lookup, behaves exactly as under the wrapped mode. verl code that
+reads ``config.trainer.v1.<config's trainer_mode>`` itself (rollout skip) finds ``trainer.v1.fgrpo_*``, which
+``hydra_configs/fgrpo_trainer.yaml`` declares as aliases of the wrapped mode's block.
+
+This module imports verl's v1 trainer stack, so nothing imports it up front: ``fgrpo_verl.plugin`` runs
+:func:`register` when verl's ``verl.trainer.ppo.v1`` is imported (every process that can build a trainer does),
+and the hooks above must still exist on verl's classes (a renamed private method would make the metrics vanish
+silently), which :func:`register` checks first.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
 from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
+from fgrpo_verl import registration, sessions
 from fgrpo_verl.estimator import capture_results
 from fgrpo_verl.focal import FocalSettings
 from fgrpo_verl.focal_metrics import focal_step_metrics, real_groups
@@ -58,13 +66,15 @@ class FocalMetricsMixin:
     def _compute_advantage(self, batch, metrics: dict):
         # verl reads the batch rows in batch.keys order, so these tags line up with the estimator's rows.
         real_rows = torch.tensor([not tag.get("is_padding", False) for tag in batch.tags], dtype=torch.bool)
-        with capture_results() as captured:
+        with capture_results() as captured, sessions.capture_final_rows() as final_rows:
             out = super()._compute_advantage(batch, metrics)
         if not captured:  # another estimator: nothing focal to report
             return out
         if len(captured) != 1:
             raise RuntimeError(f"expected one fgrpo estimator call per advantage computation, saw {len(captured)}")
         settings, result = captured[0]
+        if final_rows and final_rows[0] is not None:  # multi-output sessions: the estimator saw final outputs only
+            real_rows = real_rows[torch.as_tensor(final_rows[0], dtype=torch.long)]
         metrics.update(focal_step_metrics(result, settings.gamma, real_rows))
         keep = real_groups(result, real_rows)
         if bool(keep.any()):
@@ -138,13 +148,43 @@ class FocalSeparateAsyncTrainer(FocalMetricsMixin, PPOTrainerSeparateAsync):
 
 
 TRAINERS = (FocalSyncTrainer, FocalColocateAsyncTrainer, FocalSeparateAsyncTrainer)
+for _cls in TRAINERS:
+    registration.mark(_cls, f"trainer:{_cls.name}")
+
+# verl methods the mixin overrides -> the parameters it passes on: all must exist on verl's base class.
+HOOKED = {
+    "_compute_advantage": ("batch", "metrics"),
+    "_update_actor": ("batch", "metrics"),
+    "_val_metrics_update": ("data_sources", "sample_uids", "reward_extra_infos_dict", "sample_turns", "expected_acc_counts"),
+    "_compute_metrics": ("batch", "metrics", "timing_raw", "global_steps", "epoch"),
+}
+
+
+def check_hooks(base=PPOTrainerSync) -> None:
+    """Raise when verl's trainer lacks a method the mixin hooks, or its parameters changed (the metrics would
+    vanish silently, or the hook would crash mid-run)."""
+    import inspect
+
+    problems = []
+    for name, params in HOOKED.items():
+        method = getattr(base, name, None)
+        if not callable(method):
+            problems.append(f"no {name}")
+            continue
+        have = list(inspect.signature(method).parameters)[1:]
+        if have != list(params):
+            problems.append(f"{name}({', '.join(have)}) instead of ({', '.join(params)})")
+    if problems:
+        raise RuntimeError(
+            f"verl's {base.__name__} has {'; '.join(problems)}: fgrpo-verl's trainer hooks do not fit this verl "
+            f"(supported: verl=={registration.SUPPORTED_VERL}); use trainer.v1.trainer_mode=sync (no fgrpo/* metrics)"
+        )
 
 
 def register() -> None:
-    """Register the trainers in verl's ``TRAINER_REGISTRY``; idempotent, also across a second import of this module."""
+    """Register the trainers in verl's ``TRAINER_REGISTRY`` (``fgrpo_verl.registration``'s duplicate policy)."""
+    check_hooks()
     for cls in TRAINERS:
-        current = TRAINER_REGISTRY.get(cls.name)
-        if current is not None and current is not cls and current.__qualname__ == cls.__qualname__:
-            TRAINER_REGISTRY[cls.name] = cls  # same class from a second copy of this module
-            continue
-        register_trainer(cls.name)(cls)
+        registration.register(
+            TRAINER_REGISTRY, cls.name, cls, "trainer mode", add=lambda name, c: register_trainer(name)(c)
+        )

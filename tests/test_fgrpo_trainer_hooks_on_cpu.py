@@ -143,3 +143,68 @@ def test_trainer_requires_the_fgrpo_block():
     cfg = OmegaConf.create({"algorithm": {"adv_estimator": "grpo"}})
     with pytest.raises(ValueError, match="algorithm.fgrpo"):
         _Trainer(cfg)
+
+
+@pytest.mark.parametrize("mode, verl_mode", [(cls.name, cls.verl_mode) for cls in TRAINERS])
+def test_trainer_v1_blocks_are_aliased_for_code_that_reads_them_by_mode_name(mode, verl_mode):
+    # verl's rollout skip reads trainer.v1.<trainer_mode>.parameter_sync_step by the configured name.
+    cfg = compose([f"trainer.v1.trainer_mode={mode}", f"++trainer.v1.{verl_mode}.parameter_sync_step=7"])
+    assert OmegaConf.select(cfg, f"trainer.v1.{cfg.trainer.v1.trainer_mode}.parameter_sync_step", default=1) == 7
+    OmegaConf.resolve(cfg)  # as verl's TaskRunner does
+    assert cfg.trainer.v1[mode] == cfg.trainer.v1[verl_mode]
+
+
+def test_trainer_hooks_are_checked_against_verls_signatures():
+    from fgrpo_verl.trainer import check_hooks
+
+    check_hooks()
+
+    class Drifted:
+        def _compute_advantage(self, batch, metrics):
+            pass
+
+        def _update_actor(self, batch, metrics, extra):
+            pass
+
+    with pytest.raises(RuntimeError, match=r"_update_actor\(batch, metrics, extra\) instead of \(batch, metrics\).*no _val_metrics_update"):
+        check_hooks(Drifted)
+
+
+class _FakeMultiOutputTrainer(_FakeVerlTrainer):
+    """verl's v1 call, with batch keys: the multi-output session rule applies."""
+
+    def _compute_advantage(self, batch, metrics):
+        from verl import DataProto
+        from verl.trainer.ppo.v1 import trainer_base
+
+        data = DataProto.from_dict(
+            tensors={"token_level_rewards": batch.rewards, "response_mask": batch.mask},
+            non_tensors={"uid": batch.uids},
+        )
+        batch.out = trainer_base.compute_advantage_for_multi_trajectories(
+            data, batch_keys=batch.keys, adv_estimator=self.config.algorithm.adv_estimator, config=self.config.algorithm
+        )
+        return batch
+
+
+class _MultiOutputTrainer(FocalMetricsMixin, _FakeMultiOutputTrainer):
+    verl_mode, name = "sync", "fgrpo_test_multi"
+
+
+def test_step_metrics_count_sessions_for_multi_output_agent_loops():
+    register_all()
+    trainer = _MultiOutputTrainer(compose(["algorithm.fgrpo.gamma=1.0"]))
+    # prompt a: 2 sessions of 3 outputs (final outputs: 1 correct, 1 wrong); prompt b: 2 single-output sessions,
+    # both correct; then 2 padding rows. Non-final outputs carry rewards that must not count.
+    keys = ["a_0_0", "a_0_1", "a_0_2", "a_1_0", "a_1_1", "a_1_2", "b_0_0", "b_1_0", "pad_0_0", "pad_1_0"]
+    final_reward = [1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 0.0, 0.0]
+    rewards = torch.zeros(10, 2)
+    rewards[:, -1] = torch.tensor(final_reward)
+    uids = np.array(["a"] * 6 + ["b"] * 2 + ["pad"] * 2, dtype=object)
+    tags = [{}] * 8 + [{"is_padding": True}] * 2
+    batch = SimpleNamespace(rewards=rewards, mask=torch.ones(10, 2), uids=uids, tags=tags, keys=keys)
+    metrics = {}
+    trainer._compute_advantage(batch, metrics)
+    assert metrics["fgrpo/num_groups"] == 2  # a and b; the padding group is left out
+    assert metrics["fgrpo/mu_hat_mean"] == pytest.approx((0.5 + 1.0) / 2)  # sessions, not outputs (a: 1 of 2)
+    assert metrics["fgrpo/frac_all_correct"] == 0.5

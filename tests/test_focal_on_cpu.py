@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from omegaconf import OmegaConf
 from conftest import algo_config, make_batch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -142,9 +143,11 @@ def test_bad_settings_name_key_value_and_valid_range(key, value, message):
 def test_missing_unknown_and_absent_blocks():
     rewards, mask, index = make_batch([2, 2])
     cfg = algo_config()
-    del cfg.fgrpo["base"]
-    with pytest.raises(ValueError, match="algorithm.fgrpo lacks key"):
+    del cfg.fgrpo["gamma"]
+    with pytest.raises(ValueError, match=r"algorithm.fgrpo.gamma is missing: add \+algorithm.fgrpo.gamma=0.5"):
         compute_fgrpo_outcome_advantage(rewards, mask, index=index, config=cfg)
+    with pytest.raises(ValueError, match=r"algorithm.fgrpo=0.5 is invalid: expected a block of keys"):
+        compute_fgrpo_outcome_advantage(rewards, mask, index=index, config=OmegaConf.create({"fgrpo": 0.5}))
     cfg = algo_config()
     cfg.fgrpo["gama"] = 1.0
     with pytest.raises(ValueError, match="unknown key.*gama"):
@@ -205,3 +208,26 @@ def test_properties_over_random_layouts(sizes, seed, gamma, kind, base, norm):
     zero = compute_focal_advantage(rewards, mask, index, _settings(gamma=0.0, base=base), norm_adv_by_std_in_grpo=norm)
     assert torch.equal(zero.advantages, zero.base_scalars.unsqueeze(-1) * mask)
     assert torch.all(zero.focal_weight == 1)
+
+
+@pytest.mark.parametrize(
+    "labels, sizes",
+    [
+        # uuid-like strings: the hash factorisation
+        (np.array(["u-a", "u-b", "u-a", "u-c", "u-b", "u-a", "u-c", "u-c"], dtype=object), [2, 3, 3]),
+        # numeric strings: verl merges "05" and "5"
+        (np.array(["05", "5", "7", "07", "5", "9", "9", "05"], dtype=object), [2, 2, 4]),
+        # mixed objects: verl's fallback (str) merges 1 and "1"
+        (np.array([1, "1", 2, "2", 1, 2, "1", "2"], dtype=object), [4, 4]),
+        # integers with gaps
+        (np.array([9, 9, 0, 5, 5, 0, 9, 0]), [2, 3, 3]),
+    ],
+)
+def test_groups_are_verls_partition_for_any_label_kind(labels, sizes):
+    from verl.trainer.ppo.core_algos import compute_grpo_vectorized_outcome_advantage
+
+    rewards, mask, _ = make_batch([8], seed=11, shuffle=False)
+    ours = compute_focal_advantage(rewards, mask, labels, _settings(gamma=0.0))
+    theirs, _ = compute_grpo_vectorized_outcome_advantage(rewards, mask, labels)
+    assert torch.equal(ours.advantages, theirs)
+    assert sorted(ours.group_size.tolist()) == [float(n) for n in sizes]

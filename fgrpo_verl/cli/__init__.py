@@ -39,8 +39,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    # A sub-command with PASS_THROUGH = True (train) takes every later argument verbatim, Hydra's own flags
+    # (`--cfg job`, `--info`) included, which argparse would reject or split from their values.
+    if argv and argv[0] in COMMANDS and not set(argv[1:2]) & {"-h", "--help"}:
+        module = importlib.import_module(f"fgrpo_verl.cli.{COMMANDS[argv[0]]}")
+        if getattr(module, "PASS_THROUGH", False):
+            return int(module.run(argparse.Namespace(command=argv[0], overrides=argv[1:])) or 0)
+    args = parser.parse_args(argv)
     return int(args._run(args) or 0)
 
 

@@ -9,9 +9,6 @@ from collections.abc import Callable
 
 HELP = "Check versions, the plugin registration (driver and a Ray actor) and that the config composes and validates."
 
-REQUIRED_VERL = "0.9.1"
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-ray", action="store_true", help="skip the Ray-actor check (it starts a local Ray)")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides to compose and validate with")
@@ -25,8 +22,9 @@ def _versions() -> str:
     py = sys.version_info
     if not ((3, 10) <= py[:2] < (3, 13)):
         raise RuntimeError(f"python {py.major}.{py.minor} is unsupported: need >=3.10,<3.13")
-    if verl.__version__ != REQUIRED_VERL:
-        raise RuntimeError(f"verl {verl.__version__} is installed; fgrpo-verl needs exactly verl=={REQUIRED_VERL}")
+    from fgrpo_verl.registration import require_supported_verl
+
+    require_supported_verl()
     return f"python {py.major}.{py.minor}.{py.micro}, verl {verl.__version__}, torch {torch.__version__}, ray {ray.__version__}"
 
 

@@ -1,0 +1,99 @@
+"""Run a callback right after a named module has been imported, without importing it ourselves.
+
+The plugin must not import verl's heavy modules (``verl.trainer.ppo.core_algos``, the v1 trainer stack) just to
+put names in their registries: any process that imports them imports the registries with them, so registering at
+that moment is as good as registering up front, and a process that never imports them pays nothing.
+
+:func:`when_imported` therefore runs ``callback(module)`` at once when the module is already in ``sys.modules``,
+and otherwise puts one small finder at the front of ``sys.meta_path``. That finder answers only for the watched
+names: it asks the remaining finders for the real spec and wraps the spec's loader so that ``exec_module``
+runs the module, restores the original loader on it (``module.__loader__``, ``__spec__.loader``), then runs the
+callbacks. A callback that raises is logged at WARNING and never breaks the import of verl's module.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import logging
+import sys
+import threading
+from collections.abc import Callable
+
+logger = logging.getLogger("fgrpo_verl")
+
+_lock = threading.RLock()
+_pending: dict[str, list[Callable]] = {}
+
+
+def _run(callbacks: list[Callable], module) -> None:
+    for callback in callbacks:
+        try:
+            callback(module)
+        except Exception as exc:  # the import of verl's module must go on; say what is missing
+            logger.warning("fgrpo-verl: %s after importing %s failed: %s: %s",
+                           getattr(callback, "__qualname__", callback), module.__name__, type(exc).__name__, exc)
+
+
+class _RunAfterExec(importlib.abc.Loader):
+    def __init__(self, loader, name: str):
+        self._loader, self._name = loader, name
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        self._loader.exec_module(module)
+        module.__loader__ = self._loader
+        if getattr(module, "__spec__", None) is not None:
+            module.__spec__.loader = self._loader
+        with _lock:
+            callbacks = _pending.pop(self._name, [])
+        _run(callbacks, module)
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname, path, target=None):
+        if fullname not in _pending:
+            return None
+        # The real spec, from the finders after this one (PathFinder for an installed verl).
+        for finder in sys.meta_path:
+            if finder is self or isinstance(finder, _Finder):
+                continue
+            find = getattr(finder, "find_spec", None)
+            spec = find(fullname, path, target) if find else None
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        spec.loader = _RunAfterExec(spec.loader, fullname)
+        return spec
+
+
+_finder = _Finder()
+
+
+def when_imported(name: str, callback: Callable) -> None:
+    """Call ``callback(module)`` once module ``name`` has been executed: now if it already has been."""
+    module = sys.modules.get(name)
+    if module is not None:
+        _run([callback], module)
+        return
+    with _lock:
+        _pending.setdefault(name, []).append(callback)
+        if _finder not in sys.meta_path:
+            sys.meta_path.insert(0, _finder)
+
+
+def pending() -> dict[str, int]:
+    """Watched module names that have not been imported yet -> number of callbacks waiting (for tests, doctor)."""
+    with _lock:
+        return {name: len(cbs) for name, cbs in _pending.items()}
+
+
+def discard(name: str) -> None:
+    """Forget the callbacks waiting for ``name`` (their work is being done now by the caller)."""
+    with _lock:
+        _pending.pop(name, None)

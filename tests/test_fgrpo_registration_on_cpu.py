@@ -1,0 +1,148 @@
+"""One registration helper, one duplicate policy; version-gated, independently failing steps; import hooks."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+import sys
+
+import pytest
+import torch
+from conftest import algo_config, make_batch
+
+import verl  # noqa: F401  (loads the plugin)
+from verl.trainer.ppo import core_algos
+
+from fgrpo_verl import estimator, import_hooks, plugin, registration
+
+
+def _load_copy(module, name):
+    spec = importlib.util.spec_from_file_location(name, module.__file__)
+    copy = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(copy)
+    return copy
+
+
+def test_a_second_copy_of_the_estimator_module_keeps_the_first_and_the_metrics():
+    plugin.register_all()
+    first = core_algos.ADV_ESTIMATOR_REGISTRY["fgrpo"]
+    copy = _load_copy(estimator, "fgrpo_estimator_second_copy")
+    copy.register()  # no "already registered" error, and nothing replaced
+    assert core_algos.ADV_ESTIMATOR_REGISTRY["fgrpo"] is first
+    rewards, mask, index = make_batch([4, 4])
+    fn = core_algos.get_adv_estimator_fn("fgrpo")
+    # The trainer may have imported either copy: both captures see the call verl makes.
+    for capture in (estimator.capture_results, copy.capture_results):
+        with capture() as captured:
+            fn(token_level_rewards=rewards, response_mask=mask, index=index, config=algo_config())
+        assert len(captured) == 1 and captured[0][1].mu_hat.numel() == 2
+
+
+def test_reloading_the_estimator_module_keeps_the_metrics():
+    plugin.register_all()
+    reloaded = importlib.reload(estimator)
+    rewards, mask, index = make_batch([3, 5])
+    with reloaded.capture_results() as captured:
+        core_algos.get_adv_estimator_fn("fgrpo")(token_level_rewards=rewards, response_mask=mask, index=index,
+                                                  config=algo_config())
+    assert len(captured) == 1
+
+
+def test_a_foreign_object_under_our_name_is_refused_naming_it():
+    registry = {"fgrpo": len}
+    with pytest.raises(ValueError, match=r"advantage estimator name 'fgrpo' is already registered to builtins.len"):
+        registration.register(registry, "fgrpo", estimator.compute_fgrpo_outcome_advantage, "advantage estimator")
+    assert registry["fgrpo"] is len
+    with pytest.raises(TypeError, match="carries no fgrpo-verl mark"):
+        registration.register({}, "x", lambda: None, "thing")
+
+
+def test_each_step_fails_on_its_own_with_a_warning(monkeypatch, caplog):
+    calls = []
+
+    def broken():
+        raise RuntimeError("registry moved")
+
+    monkeypatch.setattr(plugin, "STEPS", (
+        ("advantage estimator `fgrpo`", broken, None, False),
+        ("policy loss `fgrpo`", lambda: calls.append("loss"), None, False),
+    ))
+    with caplog.at_level(logging.WARNING, logger="fgrpo_verl"):
+        plugin.register_all(strict=False)
+    assert calls == ["loss"]
+    assert "fgrpo-verl: advantage estimator `fgrpo` not registered: RuntimeError: registry moved" in caplog.text
+    with pytest.raises(RuntimeError, match="registry moved"):
+        plugin.register_all(strict=True)
+
+
+def test_unsupported_verl_warns_naming_the_supported_one_and_registers_partially(monkeypatch, caplog):
+    # What `import verl` runs, on a verl that claims another release: which steps are scheduled or run.
+    monkeypatch.setattr(verl, "__version__", "0.10.0")
+    scheduled = []
+    monkeypatch.setattr(import_hooks, "when_imported", lambda module, callback: scheduled.append(module))
+    ran = []
+    monkeypatch.setattr(plugin, "STEPS", tuple(
+        (what, (lambda what=what: ran.append(what)), module, needs) for what, _, module, needs in plugin.STEPS
+    ))
+    with caplog.at_level(logging.WARNING, logger="fgrpo_verl"):
+        plugin.install()
+    assert "fgrpo-verl supports verl==0.9.1, found verl 0.10.0" in caplog.text
+    assert "not registered: trainer modes fgrpo_sync" in caplog.text
+    # estimator, loss (core_algos) and the validate_config check are scheduled; trainers, sessions, backend are not
+    assert scheduled == [plugin.CORE_ALGOS, plugin.CORE_ALGOS, plugin.VERL_CONFIG]
+    assert ran == []
+    monkeypatch.setattr(verl, "__version__", "0.9.1")
+    scheduled.clear()
+    plugin.install()
+    assert scheduled == [plugin.CORE_ALGOS, plugin.CORE_ALGOS, plugin.VERL_CONFIG, plugin.V1, plugin.V1]
+    assert ran == ["execution backend named by $FGRPO_VERL_BACKEND"]
+
+
+def test_strict_registration_refuses_an_unsupported_verl(monkeypatch):
+    monkeypatch.setattr(verl, "__version__", "0.10.0")
+    with pytest.raises(RuntimeError, match=r"verl 0.10.0 is installed; fgrpo-verl supports exactly verl==0.9.1"):
+        plugin.register_all(strict=True)
+
+
+def test_import_hook_runs_after_the_module_and_leaves_its_loader(tmp_path, monkeypatch, caplog):
+    (tmp_path / "fgrpo_hook_target.py").write_text("VALUE = 41\nVALUE += 1\n")
+    (tmp_path / "fgrpo_hook_broken_cb.py").write_text("X = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    seen = []
+    import_hooks.when_imported("fgrpo_hook_target", lambda m: seen.append(m.VALUE))
+    assert "fgrpo_hook_target" in import_hooks.pending()
+
+    def broken(_module):
+        raise KeyError("boom")
+
+    import_hooks.when_imported("fgrpo_hook_broken_cb", broken)
+    module = importlib.import_module("fgrpo_hook_target")
+    assert seen == [42]  # after the whole module ran
+    assert type(module.__loader__).__name__ == "SourceFileLoader" and module.__spec__.loader is module.__loader__
+    with caplog.at_level(logging.WARNING, logger="fgrpo_verl"):
+        broken_mod = importlib.import_module("fgrpo_hook_broken_cb")  # a failing callback never breaks the import
+    assert broken_mod.X == 1 and "KeyError: 'boom'" in caplog.text
+    import_hooks.when_imported("fgrpo_hook_target", lambda m: seen.append("now"))  # already imported: runs at once
+    assert seen == [42, "now"] and "fgrpo_hook_target" not in import_hooks.pending()
+    for name in ("fgrpo_hook_target", "fgrpo_hook_broken_cb"):
+        sys.modules.pop(name, None)
+
+
+def test_settings_are_parsed_once_per_config_object(monkeypatch):
+    from fgrpo_verl import focal
+
+    parses = []
+    original = focal.FocalSettings.from_config.__func__
+    monkeypatch.setattr(focal.FocalSettings, "from_config",
+                        classmethod(lambda cls, block, **kw: parses.append(1) or original(cls, block, **kw)))
+    rewards, mask, index = make_batch([4, 4])
+    cfg = algo_config(gamma=1.0)
+    for _ in range(3):
+        estimator.compute_fgrpo_outcome_advantage(rewards, mask, index=index, config=cfg)
+    assert len(parses) == 1
+    a, _ = estimator.compute_fgrpo_outcome_advantage(rewards, mask, index=index, config=algo_config(gamma=0.0))
+    assert len(parses) == 2  # a new config object is read again
+    b, _ = core_algos.get_adv_estimator_fn("grpo_vectorized")(token_level_rewards=rewards, response_mask=mask,
+                                                              index=index)
+    assert torch.equal(a, b)
