@@ -7,6 +7,7 @@
       time: "7-00:00:00"
       cpus_per_task: 64
     env: {}                         # extra environment exported by every job (never secrets)
+    save_per_epoch: true            # trainer.save_freq = steps per epoch, from the prepared data's row count
     common: [dataset=deepscaler, cluster=2x8]    # overrides every run gets first
     runs:
       - name: qwen25_7b-grpo-g0p5
@@ -29,12 +30,11 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fgrpo_verl.launch.identity import is_secret_key
 from fgrpo_verl.paths import recipes_dir
 
 # Slurm job names and experiment names end up in paths, W&B and shell scripts: keep them plain.
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-# Secrets belong in the user's environment or ~/.netrc, never in a recipe or a rendered job script.
-_SECRET = re.compile(r"(API_?KEY|TOKEN|SECRET|PASSWORD)", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -111,6 +111,7 @@ class Recipe:
     common: tuple[str, ...]
     env: dict[str, str]
     runs: tuple[Run, ...] = field(default=())
+    save_per_epoch: bool = False
 
     def job_name(self, run: Run) -> str:
         """The Slurm job name of ``run``: ``<recipe>-<run name>``."""
@@ -166,7 +167,7 @@ def load_recipe(recipe: str) -> Recipe:
     data = yaml.safe_load(path.read_text(encoding="utf-8"))
     if not isinstance(data, dict):
         raise ValueError(f"{path}: a recipe is a mapping with keys name, project, runs, ...; got {type(data).__name__}")
-    allowed = {"name", "project", "reproduces", "resources", "env", "common", "runs"}
+    allowed = {"name", "project", "reproduces", "resources", "env", "common", "runs", "save_per_epoch"}
     unknown = sorted(set(data) - allowed)
     if unknown:
         raise ValueError(f"{path}: unknown recipe key(s) {unknown}; valid keys: {sorted(allowed)}")
@@ -176,12 +177,16 @@ def load_recipe(recipe: str) -> Recipe:
     if not isinstance(env, dict):
         raise ValueError(f"{path}: env must be a mapping NAME: value, got {env!r}")
     for key in env:
-        if _SECRET.search(str(key)):
+        # secrets belong in the user's environment or ~/.netrc, never in a recipe or a rendered job script
+        if is_secret_key(str(key)):
             raise ValueError(
                 f"{path}: env.{key} looks like a secret; export it in your shell (or use ~/.netrc for W&B) "
                 "instead of writing it into a recipe and its job scripts"
             )
     resources = Resources.from_dict(data.get("resources"), f"{path}: resources")
+    save_per_epoch = data.get("save_per_epoch", False)
+    if not isinstance(save_per_epoch, bool):
+        raise ValueError(f"{path}: save_per_epoch must be true or false, got {save_per_epoch!r}")
     raw_runs = data.get("runs")
     if not isinstance(raw_runs, list) or not raw_runs:
         raise ValueError(f"{path}: runs must be a non-empty list of {{name, group, overrides}} entries")
@@ -216,4 +221,5 @@ def load_recipe(recipe: str) -> Recipe:
         common=_string_list(data.get("common"), f"{path}: common"),
         env={str(k): str(v) for k, v in env.items()},
         runs=tuple(runs),
+        save_per_epoch=save_per_epoch,
     )
