@@ -45,6 +45,8 @@ def job_environment(slurm_conf: Path) -> dict[str, str]:
     env["RAY_USAGE_STATS_ENABLED"] = "0"
     env.pop("RAY_ADDRESS", None)
     env.pop("RAY_AUTH_TOKEN", None)
+    # both test nodes are this machine, at 127.0.0.2 / 127.0.0.3: loopback is right here, and only here
+    env["FGRPO_ALLOW_LOOPBACK"] = "1"
     return env
 
 

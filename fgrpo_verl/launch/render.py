@@ -196,7 +196,7 @@ def render_job(
         FGRPO_FINGERPRINT=fingerprint,
         FGRPO_STOP_FILE=str(checkpoint_dir / ".fgrpo-stop"),
         # the trainer gets most of the lead to finish its step; the rest is for the requeue itself
-        FGRPO_STOP_GRACE=str(max(lead // 2, lead - 30)),
+        FGRPO_STOP_GRACE=str(lead - max(10, min(60, lead // 10))),
     )
     if not run.resources.request_gpus:
         # no GPUs from Slurm: Ray nodes offer trainer.n_gpus_per_node logical GPUs (backend=cpu)

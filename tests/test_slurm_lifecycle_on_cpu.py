@@ -1,0 +1,317 @@
+"""The run lifecycle of `fgrpo-verl launch` on a real Slurm cluster (issue 10; scripts/slurm_cluster.sh, loopback only):
+
+(e) a job with a 2-minute time limit and `--signal=B:USR1@100`: on the signal verl's trainer checkpoints at the step
+    boundary and stops, the job requeues itself and finishes; steps 1..T are trained exactly once (job log,
+    checkpoints) and the W&B offline files of all starts hold one run whose history is exactly steps 1..T;
+(f) the same config launched twice: the second launch skips it (queued), `--force` submits one that singleton
+    holds; a different override is a different run; `--status` reports queued / running / done / failed /
+    not started; a finished run is never resubmitted;
+(g) newline / space / quotes / `$()` / `#` in every value that reaches the job script (launch dir, log dir,
+    recipe file name, overrides, recipe env, resources.extra): asserted on the script Slurm stored
+    (`scontrol write batch_script`), validated by `sbatch --test-only`, and nothing in it executes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+from slurm_testing import REPO, cluster_or_skip, wait_no_processes
+from test_metrics_e2e_on_cpu import read_wandb_history
+
+from fgrpo_verl import tracking
+
+pytestmark = [pytest.mark.slurm]
+
+REWARD_FILE = REPO / "tests" / "cpu_backend_parity_reward.py"
+NASTY = "a b 'c' \"d\" $(touch PWNED) `touch PWNED2` #e \\f"
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    yield from cluster_or_skip()
+
+
+def _launch(slurm, cwd: Path, *args: str, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    out = subprocess.run(
+        [sys.executable, "-m", "fgrpo_verl", "launch", *args],
+        env=env or slurm.env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if check:
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return out
+
+
+def _submitted(out: subprocess.CompletedProcess) -> dict[str, tuple[str, str]]:
+    """{run name: (job id, job name)} from the launcher's output."""
+    return {m[0]: (m[1], m[2]) for m in re.findall(r"^submitted (\S+): job (\d+) (\S+)", out.stdout, re.M)}
+
+
+def _status(slurm, cwd: Path, recipe: Path) -> dict[str, str]:
+    out = _launch(slurm, cwd, str(recipe), "--status")
+    return {line.split()[0]: line for line in out.stdout.splitlines() if line.strip()}
+
+
+def _tiny_parquet(path: Path, rows: int = 8) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    prompts = [[{"role": "user", "content": f"q{i}"}] for i in range(rows)]
+    table = pa.table({"prompt": prompts, "data_source": ["t"] * rows,
+                      "reward_model": [{"ground_truth": "x", "style": "rule"}] * rows})
+    pq.write_table(table, path)
+    return path
+
+
+def _held_env(slurm) -> dict[str, str]:
+    # sbatch's own SBATCH_PARTITION: every job goes to the test cluster's DOWN partition (scripts/slurm_cluster.sh)
+    # and waits there, so nothing runs and the queue state is stable
+    return dict(slurm.env, SBATCH_PARTITION="parked")
+
+
+def _release(slurm, job: str) -> None:
+    subprocess.run(["scontrol", "update", f"JobId={job}", "Partition=debug"], env=slurm.env, check=True)
+
+
+# ---------------------------------------------------------------------------------------------------- (g)
+
+
+def _nasty_recipe(root: Path, train: Path, extra_value: str, env_value: str) -> dict:
+    return {
+        "name": "nasty",
+        "project": "slurm_g",
+        "resources": {"request_gpus": False, "cpus_per_task": 1, "time": "0:05:00",
+                      "extra": [f"--comment={extra_value}"]},
+        "env": {"FGRPO_NOTE": env_value},
+        "common": ["backend=cpu", "algo=grpo", "cluster=1x1", f"data.train_files={train}", f"data.val_files={train}",
+                   "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+                   "actor_rollout_ref.model.path=/nonexistent/tiny"],
+        "runs": [{"name": "r", "overrides": []}],
+    }
+
+
+@pytest.mark.timeout(300)
+def test_g_hostile_values_reach_slurm_quoted_and_never_execute(slurm, tmp_path):
+    launch_dir = tmp_path / f"launch {NASTY}"
+    launch_dir.mkdir()
+    # the data path goes through Hydra's override grammar, which has its own quoting: kept plain
+    train = _tiny_parquet(tmp_path / "data" / "train.parquet")
+    recipe = launch_dir / f"recipe {NASTY}.yaml"
+    recipe.write_text(yaml.safe_dump(_nasty_recipe(launch_dir, train, NASTY, NASTY)))
+    log_dir = f"logs {NASTY}"
+    override = f"+fgrpo_note='{NASTY.replace(chr(39), '')}'"
+    out = _launch(slurm, launch_dir, str(recipe), "--log-dir", log_dir, override, env=_held_env(slurm))
+    (job_id, job_name), = _submitted(out).values()
+    try:
+        written = next((launch_dir / "slurm_jobs" / "nasty").glob("*.sbatch"))
+        # the script Slurm stored is the file we wrote, byte for byte
+        stored = subprocess.run(["scontrol", "write", "batch_script", job_id, "-"], env=slurm.env,
+                                capture_output=True, text=True, check=True).stdout
+        assert stored == written.read_text()
+        # sbatch parsed every directive to the exact value, #, quotes, backslash and $() included
+        show = subprocess.run(["scontrol", "show", "job", job_id], env=slurm.env, capture_output=True, text=True).stdout
+        assert f"WorkDir={launch_dir}\n" in show
+        assert f"StdOut={launch_dir / log_dir}/{job_name}-{job_id}.out\n" in show
+        assert f"Comment={NASTY}" in show
+        for field in ("Requeue=1", "TimeLimit=00:05:00"):
+            assert field in show, show
+        # (singleton shows in scontrol only while another job of the run exists: test (f))
+        assert '#SBATCH --dependency="singleton"\n' in stored and '#SBATCH --signal="B:USR1@900"\n' in stored
+        check = subprocess.run(["sbatch", "--test-only", str(written)], env=slurm.env, capture_output=True, text=True)
+        assert check.returncode == 0 and "to start at" in check.stderr, check.stderr
+        # the exports and the training command, run by bash: every value arrives as one word, nothing executes
+        exports = stored.split("set -euo pipefail\n", 1)[1].split("# USR1", 1)[0]
+        command = stored.split("fgrpo_train ", 1)[1].replace('"$FGRPO_PYTHON" -m fgrpo_verl train', "printf '%s\\n'")
+        probe = subprocess.run(["bash", "-c", f'{exports}\nprintf "%s\\n" "$FGRPO_NOTE" "$FGRPO_LOG_DIR"\n{command}'],
+                               cwd=launch_dir, capture_output=True, text=True, env=dict(slurm.env, SLURM_NNODES="1"))
+        words = probe.stdout.splitlines()
+        assert words[:2] == [NASTY, str(launch_dir / log_dir)], probe.stderr
+        assert override in words
+        assert not list(launch_dir.rglob("PWNED*")) and not list(tmp_path.glob("PWNED*"))
+    finally:
+        subprocess.run(["scancel", job_id], env=slurm.env)
+
+    # a newline anywhere is refused before anything is written or submitted
+    for bad_env, bad_extra, args in (
+        ("x\ny", "x", ()),
+        ("x", "x\n#SBATCH --wrap=touch PWNED", ()),
+        ("x", "x", ("--log-dir", "logs\nx")),
+        ("x", "x", ("+fgrpo_note='a\nb'",)),
+    ):
+        recipe.write_text(yaml.safe_dump(_nasty_recipe(launch_dir, train, bad_extra, bad_env)))
+        out = _launch(slurm, launch_dir, str(recipe), *args, env=_held_env(slurm), check=False)
+        assert out.returncode == 2 and "control character" in out.stderr, out.stderr[-2000:]
+        assert "submitted" not in out.stdout
+
+
+# ---------------------------------------------------------------------------------------------------- (e), (f)
+
+
+# Slurm checks time limits about every 30 s: USR1 comes 100-130 s before the 2-minute limit, i.e. while the
+# first start is still bringing up Ray and verl (~50-100 s here), so it trains step 1, checkpoints and stops;
+# the requeued start trains step 2.
+STEPS = 2
+LIMIT = "2"  # minutes
+LEAD_S = 100
+
+
+@pytest.fixture(scope="module")
+def maze_dir(slurm, tmp_path_factory):
+    """Launch dir with a tiny maze task and model, and a recipe of three runs on the CPU backend."""
+    from fgrpo_verl.tasks.maze import build
+
+    root = Path(tmp_path_factory.mktemp("lifecycle"))
+    maze = build(root / "maze", size=7, n_train=64, n_val=4, model_preset="tiny", seed=0)
+    common = [
+        "backend=cpu", "algo=grpo", "cluster=1x1",
+        f"data.train_files={maze.train_file}", f"data.val_files={maze.val_file}",
+        "data.train_batch_size=4", f"data.max_prompt_length={maze.prompt_length}",
+        f"data.max_response_length={maze.max_response_length}", "data.seed=0",
+        f"actor_rollout_ref.model.path={maze.model_dir}", "actor_rollout_ref.rollout.n=4",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16",
+        "actor_rollout_ref.actor.optim.lr=1e-3", "actor_rollout_ref.actor.optim.lr_warmup_steps=0",
+        f"reward.custom_reward_function.path={REWARD_FILE}", "reward.custom_reward_function.name=compute_score",
+        "trainer.logger=[console,wandb]", "trainer.test_freq=-1", "trainer.val_before_train=False",
+        # no periodic checkpoint: every checkpoint after step 0 comes from the stop request (or the last step)
+        "trainer.save_freq=100", f"trainer.total_training_steps={STEPS}",
+        f"slurm.time={LIMIT}", f"slurm.signal_lead_s={LEAD_S}",
+    ]
+    recipe = {
+        "name": "life",
+        "project": "slurm_life",
+        "resources": {"request_gpus": False, "ray_num_cpus": 32, "cpus_per_task": 2, "ray_join_timeout": 180},
+        "env": {"WANDB_MODE": "offline", "WANDB_DIR": str(root), "RAY_DEDUP_LOGS": "0"},
+        "common": common,
+        "runs": [
+            {"name": "timed", "overrides": ["algorithm.fgrpo.gamma=0.5"]},
+            {"name": "twice", "overrides": ["algorithm.fgrpo.gamma=1.0"]},
+            {"name": "broken", "overrides": ["algorithm.fgrpo.gamma=2.0"]},
+            {"name": "idle", "overrides": ["algorithm.fgrpo.gamma=0.0"]},
+        ],
+    }
+    (root / "life.yaml").write_text(yaml.safe_dump(recipe, sort_keys=False))
+    return root
+
+
+def _starts(log: str) -> list[list[int]]:
+    starts: list[list[int]] = []
+    for line in log.splitlines():
+        if re.search(r"\[fgrpo\] job \d+ run \S+ start \d+", line):
+            starts.append([])
+        match = re.search(r"\bstep:(\d+) - ", line)
+        if match and starts:
+            starts[-1].append(int(match.group(1)))
+    return starts
+
+
+@pytest.mark.e2e
+@pytest.mark.ray
+@pytest.mark.timeout(1200)
+def test_e_time_limit_signal_checkpoints_requeues_and_finishes_every_step_once(slurm, maze_dir):
+    recipe = maze_dir / "life.yaml"
+    start = time.monotonic()
+    (job, name), = _submitted(_launch(slurm, maze_dir, str(recipe), "--only", "timed")).values()
+    ckpt = maze_dir / "checkpoints" / "slurm_life" / name
+    log_path = maze_dir / "slurm_logs" / f"{name}-{job}.out"
+    saw_running = False
+    deadline = time.monotonic() + 900
+    while (state := slurm.job_field(job, "JobState")) not in {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"}:
+        assert time.monotonic() < deadline, log_path.read_text(errors="replace")[-5000:]
+        if state == "RUNNING" and not saw_running:
+            # (f) --status while it runs
+            assert " running job " + job in _status(slurm, maze_dir, recipe)["timed"]
+            saw_running = True
+        time.sleep(2)
+    wall = time.monotonic() - start
+    log = log_path.read_text(errors="replace")
+    assert state == "COMPLETED", log[-6000:]
+    restarts = int(slurm.job_field(job, "Restarts"))
+    starts = _starts(log)
+    # the time limit was hit at least once: USR1, a checkpoint at the step boundary, a self-requeue
+    assert restarts >= 1 and len(starts) == restarts + 1, (restarts, starts)
+    assert log.count("got USR1") >= 1 and re.search(r"stopped on request after step \d+ .*requeueing job", log)
+    assert "TIMEOUT" not in (slurm.job_field(job, "JobState") or "")
+    # every step exactly once, in order, across all starts; each start resumed where the previous stopped
+    assert [s for start_steps in starts for s in start_steps] == list(range(1, STEPS + 1)), starts
+    for previous, current in zip(starts, starts[1:]):
+        assert re.search(rf"Resuming from \S*{name}/global_step_{previous[-1]}\b", log), previous
+    assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == str(STEPS)
+
+    # W&B offline: one run id, one folder per start; the concatenated history is steps 1..T once each
+    run_id = tracking.run_id("slurm_life", name)
+    folders = sorted((maze_dir / "wandb").glob(f"offline-run-*-{run_id}"))
+    assert len(folders) == len(starts), folders
+    assert {p.name.rsplit("-", 1)[1] for p in (maze_dir / "wandb").glob("offline-run-*")} == {run_id}
+    history = [row for folder in folders for row in read_wandb_history(folder / f"run-{run_id}.wandb")]
+    steps = [row["_step"] for row in history if "critic/score/mean" in row]
+    assert steps == list(range(1, STEPS + 1)), steps
+    # the values W&B holds are the ones the trainer logged on the console, step by step
+    for row in history:
+        if "critic/score/mean" in row:
+            line = next(line for line in log.splitlines() if re.search(rf"\bstep:{row['_step']} - ", line))
+            assert float(re.search(r"critic/score/mean:(\S+)", line).group(1)) == pytest.approx(row["critic/score/mean"])
+    assert wait_no_processes(f"fgrpo-ray-{job}") == []
+
+    # (f) done: --status says so, and a relaunch never trains it further
+    assert f"done, {STEPS}/{STEPS} steps" in _status(slurm, maze_dir, recipe)["timed"]
+    again = _launch(slurm, maze_dir, str(recipe), "--only", "timed")
+    assert "skipped timed:" in again.stdout and _submitted(again) == {}
+    print(f"(e) {len(starts)} start(s) {starts}, job {job}: {wall:.1f} s wall")
+
+
+@pytest.mark.timeout(600)
+def test_f_one_job_per_run_and_status_reports_each_state(slurm, maze_dir):
+    recipe = maze_dir / "life.yaml"
+    held = _held_env(slurm)
+    first = _submitted(_launch(slurm, maze_dir, str(recipe), "--only", "twice", "--only", "broken", env=held))
+    # --only A --only B: both
+    assert set(first) == {"twice", "broken"}
+    twice_job, twice_name = first["twice"]
+    jobs = [j for j, _ in first.values()]
+    try:
+        # the same config again: skipped, naming the queued job; nothing new in the queue
+        again = _launch(slurm, maze_dir, str(recipe), "--only", "twice", env=held)
+        assert f"skipped twice: {twice_name}: queued job {twice_job}" in again.stdout and _submitted(again) == {}
+        # --force: submitted, and Slurm's singleton dependency keeps it from running next to the first
+        forced = _submitted(_launch(slurm, maze_dir, str(recipe), "--only", "twice", "--force", env=held))
+        forced_job, forced_name = forced["twice"]
+        jobs.append(forced_job)
+        assert forced_name == twice_name and slurm.job_field(forced_job, "Dependency") == "singleton(unfulfilled)"
+        # a different override is a different run: another name, checkpoint dir and W&B id, submitted
+        other = _submitted(_launch(slurm, maze_dir, str(recipe), "--only", "twice", "actor_rollout_ref.actor.optim.lr=2e-3",
+                                   env=held))
+        other_job, other_name = other["twice"]
+        jobs.append(other_job)
+        assert other_name != twice_name and other_name.rsplit("-", 1)[0] == twice_name.rsplit("-", 1)[0]
+        # a launcher-owned override is refused
+        owned = _launch(slurm, maze_dir, str(recipe), "--only", "twice", "trainer.experiment_name=mine", env=held, check=False)
+        assert owned.returncode == 2 and "set by the launcher" in owned.stderr
+
+        # failed: the broken run's directory is taken over by another config while it waits; its job refuses
+        broken_job, broken_name = first["broken"]
+        record = maze_dir / "checkpoints" / "slurm_life" / broken_name / "fgrpo_run.json"
+        record.write_text(record.read_text().replace('"fingerprint": "', '"fingerprint": "0'))
+        _release(slurm, broken_job)
+        assert slurm.wait_done(broken_job, 120) == "FAILED"
+        log = (maze_dir / "slurm_logs" / f"{broken_name}-{broken_job}.out").read_text()
+        assert "holds a run of a different config" in log
+        record.write_text(record.read_text().replace('"fingerprint": "0', '"fingerprint": "'))
+
+        status = _status(slurm, maze_dir, recipe)
+        assert f"queued job {twice_job}, 0/{STEPS} steps" in status["twice"]
+        assert f"failed job {broken_job}, 0/{STEPS} steps (last job ended FAILED" in status["broken"]
+        assert f"not started, 0/{STEPS} steps" in status["idle"]
+        assert set(status) == {"timed", "twice", "broken", "idle"}
+    finally:
+        subprocess.run(["scancel", *jobs], env=slurm.env)
