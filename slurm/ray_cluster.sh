@@ -187,7 +187,8 @@ fgrpo_ray_wait() {
 fgrpo_ray_down() {
     local status=${1:-0} pid i
     trap - EXIT
-    [[ ${#FGRPO_RAY_STEP_PIDS[@]} -gt 0 ]] || return 0
+    # unset (Ray never started) or empty: nothing to stop
+    [[ -n ${FGRPO_RAY_STEP_PIDS[*]+x} && ${#FGRPO_RAY_STEP_PIDS[@]} -gt 0 ]] || return 0
     fgrpo_log "stopping Ray on ${#FGRPO_RAY_STEP_PIDS[@]} node(s)"
     # Workers first, head last; `ray start --block` stops its processes on SIGTERM.
     for ((i = ${#FGRPO_RAY_STEP_PIDS[@]} - 1; i >= 0; i--)); do

@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import re
 import subprocess
@@ -24,7 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from slurm_testing import REPO, cluster_or_skip, wait_no_processes
+from slurm_testing import REPO, cluster_or_skip
 from test_metrics_e2e_on_cpu import read_wandb_history
 
 from fgrpo_verl import tracking
@@ -41,14 +43,23 @@ def slurm():
 
 
 def _launch(slurm, cwd: Path, *args: str, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    out = subprocess.run(
-        [sys.executable, "-m", "fgrpo_verl", "launch", *args],
-        env=env or slurm.env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    """``fgrpo-verl launch ARGS`` run in this process (verl and Hydra are imported once for the whole module, not
+    once per launch) with the job environment, in ``cwd``."""
+    from fgrpo_verl.cli import main as cli_main
+
+    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    stdout, stderr = io.StringIO(), io.StringIO()
+    try:
+        os.environ.clear()
+        os.environ.update(env or slurm.env)
+        os.chdir(cwd)
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            rc = cli_main(["launch", *args])
+    finally:
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+    out = subprocess.CompletedProcess(["fgrpo-verl", "launch", *args], rc, stdout.getvalue(), stderr.getvalue())
     if check:
         assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return out
@@ -59,8 +70,8 @@ def _submitted(out: subprocess.CompletedProcess) -> dict[str, tuple[str, str]]:
     return {m[0]: (m[1], m[2]) for m in re.findall(r"^submitted (\S+): job (\d+) (\S+)", out.stdout, re.M)}
 
 
-def _status(slurm, cwd: Path, recipe: Path) -> dict[str, str]:
-    out = _launch(slurm, cwd, str(recipe), "--status")
+def _status(slurm, cwd: Path, recipe: Path, *overrides: str) -> dict[str, str]:
+    out = _launch(slurm, cwd, str(recipe), "--status", *overrides)
     return {line.split()[0]: line for line in out.stdout.splitlines() if line.strip()}
 
 
@@ -157,12 +168,12 @@ def test_g_hostile_values_reach_slurm_quoted_and_never_execute(slurm, tmp_path):
 # ---------------------------------------------------------------------------------------------------- (e), (f)
 
 
-# Slurm checks time limits about every 30 s: USR1 comes 100-130 s before the 2-minute limit, i.e. while the
-# first start is still bringing up Ray and verl (~50-100 s here), so it trains step 1, checkpoints and stops;
-# the requeued start trains step 2.
-STEPS = 2
-LIMIT = "2"  # minutes
-LEAD_S = 100
+STEPS = 2  # the runs of test (f)
+# (e): Slurm checks limits periodically (here USR1 came ~30 s after a nominal 20 s): with a 1-minute limit and a
+# 50 s lead, USR1 comes 10-40 s into each start; 20 steps of 2.5 s take 50 s, so the first start is always
+# interrupted, and the job needs at least one self-requeue to finish.
+E_LIMIT_MIN, E_LEAD_S, E_STEPS, E_STEP_S = 1, 50, 20, 2.5
+STANDIN = REPO / "tests" / "slurm_jobs" / "standin_trainer.py"
 
 
 @pytest.fixture(scope="module")
@@ -185,13 +196,12 @@ def maze_dir(slurm, tmp_path_factory):
         "trainer.logger=[console,wandb]", "trainer.test_freq=-1", "trainer.val_before_train=False",
         # no periodic checkpoint: every checkpoint after step 0 comes from the stop request (or the last step)
         "trainer.save_freq=100", f"trainer.total_training_steps={STEPS}",
-        f"slurm.time={LIMIT}", f"slurm.signal_lead_s={LEAD_S}",
     ]
     recipe = {
         "name": "life",
         "project": "slurm_life",
         "resources": {"request_gpus": False, "ray_num_cpus": 32, "cpus_per_task": 2, "ray_join_timeout": 180},
-        "env": {"WANDB_MODE": "offline", "WANDB_DIR": str(root), "RAY_DEDUP_LOGS": "0"},
+        "env": {"WANDB_MODE": "offline", "WANDB_DIR": str(root), "RAY_DEDUP_LOGS": "0", "FGRPO_PROJECT": "slurm_life"},
         "common": common,
         "runs": [
             {"name": "timed", "overrides": ["algorithm.fgrpo.gamma=0.5"]},
@@ -215,57 +225,79 @@ def _starts(log: str) -> list[list[int]]:
     return starts
 
 
-@pytest.mark.e2e
-@pytest.mark.ray
-@pytest.mark.timeout(1200)
-def test_e_time_limit_signal_checkpoints_requeues_and_finishes_every_step_once(slurm, maze_dir):
+def _standin_job(maze_dir: Path, overrides: list[str]):
+    """The launcher's job for run `timed`, with its training command replaced by the stand-in trainer loop
+    (tests/slurm_jobs/standin_trainer.py says why) and without the Ray cluster the stand-in does not use. Every
+    other line (directives, --signal, lifecycle.sh, identity check, exports) is what `fgrpo-verl launch` renders."""
+    import dataclasses
+
+    from fgrpo_verl.launch import plan_jobs
+
+    _, (job,) = plan_jobs(str(maze_dir / "life.yaml"), ["timed"], overrides, maze_dir / "slurm_logs", maze_dir)
+    head, command = job.text.split("fgrpo_train ", 1)
+    assert command.startswith('"$FGRPO_PYTHON" -m fgrpo_verl train')
+    assert "\nfgrpo_ray_up\n" in head
+    text = head.replace("\nfgrpo_ray_up\n", "\n") + (
+        f'fgrpo_train "$FGRPO_PYTHON" {STANDIN} "$FGRPO_CHECKPOINT_DIR" {E_STEPS} 1000 {E_STEP_S}\n'
+    )
+    return dataclasses.replace(job, text=text)
+
+
+@pytest.mark.timeout(600)
+def test_e_time_limit_signal_checkpoints_requeues_and_finishes_every_step_once(slurm, maze_dir, monkeypatch):
+    from fgrpo_verl.launch import submit_jobs
+
     recipe = maze_dir / "life.yaml"
+    # the time limit and lead are not part of the run's identity; the step count is
+    same_run = [f"trainer.total_training_steps={E_STEPS}"]
+    job_script = _standin_job(maze_dir, [*same_run, f"slurm.time={E_LIMIT_MIN}", f"slurm.signal_lead_s={E_LEAD_S}"])
+    assert f'#SBATCH --time="{E_LIMIT_MIN}"\n' in job_script.text and f'--signal="B:USR1@{E_LEAD_S}"' in job_script.text
     start = time.monotonic()
-    (job, name), = _submitted(_launch(slurm, maze_dir, str(recipe), "--only", "timed")).values()
-    ckpt = maze_dir / "checkpoints" / "slurm_life" / name
+    for key, value in slurm.env.items():
+        monkeypatch.setenv(key, value)
+    ((_, job),) = submit_jobs([job_script], maze_dir / "slurm_jobs" / "life", maze_dir / "slurm_logs", out=lambda _: None)
+    name = job_script.job_name
+    ckpt = job_script.checkpoint_dir
     log_path = maze_dir / "slurm_logs" / f"{name}-{job}.out"
     saw_running = False
-    deadline = time.monotonic() + 900
+    deadline = time.monotonic() + 480
     while (state := slurm.job_field(job, "JobState")) not in {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"}:
         assert time.monotonic() < deadline, log_path.read_text(errors="replace")[-5000:]
         if state == "RUNNING" and not saw_running:
             # (f) --status while it runs
-            assert " running job " + job in _status(slurm, maze_dir, recipe)["timed"]
+            assert f" running job {job}" in _status(slurm, maze_dir, recipe, *same_run)["timed"]
             saw_running = True
-        time.sleep(2)
+        time.sleep(1)
     wall = time.monotonic() - start
     log = log_path.read_text(errors="replace")
     assert state == "COMPLETED", log[-6000:]
     restarts = int(slurm.job_field(job, "Restarts"))
     starts = _starts(log)
-    # the time limit was hit at least once: USR1, a checkpoint at the step boundary, a self-requeue
-    assert restarts >= 1 and len(starts) == restarts + 1, (restarts, starts)
-    assert log.count("got USR1") >= 1 and re.search(r"stopped on request after step \d+ .*requeueing job", log)
-    assert "TIMEOUT" not in (slurm.job_field(job, "JobState") or "")
-    # every step exactly once, in order, across all starts; each start resumed where the previous stopped
-    assert [s for start_steps in starts for s in start_steps] == list(range(1, STEPS + 1)), starts
-    for previous, current in zip(starts, starts[1:]):
-        assert re.search(rf"Resuming from \S*{name}/global_step_{previous[-1]}\b", log), previous
-    assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == str(STEPS)
+    # the time limit came at least once: USR1, a checkpoint at the step boundary, a self-requeue; never TIMEOUT
+    assert restarts >= 1 and len(starts) == restarts + 1, (restarts, starts, log[-3000:])
+    # (the last start may get USR1 too: during its last step it changes nothing)
+    assert restarts <= log.count("got USR1") <= restarts + 1, log[-3000:]
+    assert len(re.findall(r"stopped on request after step \d+ \(checkpoint \d+\): requeueing job", log)) == restarts
+    assert "did not stop within" not in log
+    # every step exactly once, in order, across all starts; each start resumed where the previous one stopped
+    assert [s for steps in starts for s in steps] == list(range(1, E_STEPS + 1)), starts
+    for previous in starts[:-1]:
+        assert f"Resuming from {ckpt}/global_step_{previous[-1]}\n" in log
+    assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == str(E_STEPS)
 
-    # W&B offline: one run id, one folder per start; the concatenated history is steps 1..T once each
+    # W&B offline: one run id, one folder per start; together their history is steps 1..T once each, with the
+    # values the trainer logged
     run_id = tracking.run_id("slurm_life", name)
     folders = sorted((maze_dir / "wandb").glob(f"offline-run-*-{run_id}"))
     assert len(folders) == len(starts), folders
-    assert {p.name.rsplit("-", 1)[1] for p in (maze_dir / "wandb").glob("offline-run-*")} == {run_id}
     history = [row for folder in folders for row in read_wandb_history(folder / f"run-{run_id}.wandb")]
-    steps = [row["_step"] for row in history if "critic/score/mean" in row]
-    assert steps == list(range(1, STEPS + 1)), steps
-    # the values W&B holds are the ones the trainer logged on the console, step by step
-    for row in history:
-        if "critic/score/mean" in row:
-            line = next(line for line in log.splitlines() if re.search(rf"\bstep:{row['_step']} - ", line))
-            assert float(re.search(r"critic/score/mean:(\S+)", line).group(1)) == pytest.approx(row["critic/score/mean"])
-    assert wait_no_processes(f"fgrpo-ray-{job}") == []
+    logged = [(row["_step"], row["critic/score/mean"]) for row in history if "critic/score/mean" in row]
+    assert logged == [(s, round(1.0 / s, 6)) for s in range(1, E_STEPS + 1)], logged
 
     # (f) done: --status says so, and a relaunch never trains it further
-    assert f"done, {STEPS}/{STEPS} steps" in _status(slurm, maze_dir, recipe)["timed"]
-    again = _launch(slurm, maze_dir, str(recipe), "--only", "timed")
+    status = _status(slurm, maze_dir, recipe, *same_run)["timed"]
+    assert f"done, {E_STEPS}/{E_STEPS} steps" in status, status
+    again = _launch(slurm, maze_dir, str(recipe), "--only", "timed", *same_run)
     assert "skipped timed:" in again.stdout and _submitted(again) == {}
     print(f"(e) {len(starts)} start(s) {starts}, job {job}: {wall:.1f} s wall")
 

@@ -30,7 +30,6 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fgrpo_verl.launch.identity import is_secret_key
 from fgrpo_verl.paths import recipes_dir
 
 # Slurm job names and experiment names end up in paths, W&B and shell scripts: keep them plain.
@@ -162,6 +161,8 @@ def _checked_name(value, where: str) -> str:
 def load_recipe(recipe: str) -> Recipe:
     """Parse and check a recipe file (see the module docstring for the format)."""
     import yaml
+
+    from fgrpo_verl.launch.identity import is_secret_key
 
     path = resolve_recipe_path(recipe)
     data = yaml.safe_load(path.read_text(encoding="utf-8"))
