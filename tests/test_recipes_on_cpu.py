@@ -314,3 +314,92 @@ def test_launch_takes_options_and_overrides_in_any_order(tmp_path, monkeypatch, 
         "grpo-g0-n8-Qwen2.5-7B-s42-kl"
     ]
     assert '#SBATCH --nodes="4"\n' in out and "    trainer.nnodes=4 \\\n" in out
+
+
+def _rows_parquet(path: Path, rows: int) -> Path:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({"i": pa.array(range(rows), pa.int32())}), path)
+    return path
+
+
+def test_save_freq_per_epoch_comes_from_the_prepared_row_count(tmp_path):
+    """paper_main saves once per epoch: 39,202 prepared prompts // 256 = 153 steps, read from train.parquet at
+    launch (no hard-coded 153); a different preparation gives a different save_freq."""
+    _rows_parquet(tmp_path / "data" / "deepscaler" / "train.parquet", 39_202)
+    _, (job,) = _plan("paper_main", tmp_path, only=["qwen25_7b-grpo-g0p5"])
+    assert job.config.trainer.save_freq == 153 and job.total_steps == 1530
+    assert "    trainer.save_freq=153 \\\n" in job.text
+    _rows_parquet(tmp_path / "data" / "deepscaler" / "train.parquet", 25_600)
+    _, (job,) = _plan("paper_main", tmp_path, only=["qwen25_7b-grpo-g0p5"])
+    assert job.config.trainer.save_freq == 100 and job.total_steps == 1000
+
+
+def test_maze_recipe_reaches_20k_steps_with_1m_mazes_and_refuses_10k(tmp_path):
+    train = tmp_path / "data" / "maze" / "data" / "train.parquet"
+    _rows_parquet(train, 1_000_000)
+    _, (job,) = _plan("maze", tmp_path, only=["n8-g0p5"])
+    assert job.total_steps == 20_000 and job.config.trainer.total_epochs == 6
+    _rows_parquet(train, 10_000)
+    with pytest.raises(ValueError, match=r"total_training_steps=20000 is not reachable.*total_epochs=513"):
+        _plan("maze", tmp_path, only=["n8-g0p5"])
+
+
+def test_dry_run_states_checkpoint_disk_and_submit_refuses_missing_data(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    _rows_parquet(tmp_path / "data" / "deepscaler" / "train.parquet", 39_202)
+    assert cli_main(["launch", "paper_main", "--dry-run", "--only", "qwen25_7b-grpo-g0p5"]) == 0
+    # 12 B x 7.62B params per checkpoint, one per epoch over 10 epochs
+    assert "checkpoint disk: 91.4 GB per checkpoint (7.62B params x 12 B), 10 kept = 914.4 GB" in capsys.readouterr().out
+    (tmp_path / "data" / "deepscaler" / "train.parquet").unlink()
+    monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))
+    assert cli_main(["launch", "paper_main", "--only", "qwen25_7b-grpo-g0p5"]) == 2
+    assert "not found under" in capsys.readouterr().err
+
+
+def test_identity_follows_every_override_fresh_and_explicit_wandb_id(tmp_path):
+    def one(*overrides, **kw):
+        _, (job,) = plan_jobs("controls", ["grpo-kl"], list(overrides), tmp_path / "logs", tmp_path, **kw)
+        return job
+
+    base = one()
+    assert one().job_name == base.job_name  # a relaunch of the same config is the same run
+    lr = one("actor_rollout_ref.actor.optim.lr=3e-4")
+    assert lr.job_name != base.job_name and _readable(lr.job_name) == _readable(base.job_name)
+    assert lr.checkpoint_dir != base.checkpoint_dir
+    assert f"export WANDB_RUN_ID={tracking.run_id('fgrpo-paper', lr.job_name)}\n" in lr.text
+    # scheduling is not identity
+    assert one("slurm.time=4:00:00").job_name == base.job_name
+    fresh = one(fresh="20260101T000000")
+    assert fresh.job_name != base.job_name and fresh.job_name == one(fresh="20260101T000000").job_name
+    explicit = one(wandb_run_id="my-own-id")
+    assert "export WANDB_RUN_ID=my-own-id\n" in explicit.text
+    with pytest.raises(ValueError, match="WANDB_RUN_ID=my-own-id is set but 3 runs are selected"):
+        plan_jobs("controls", None, [], tmp_path / "logs", tmp_path, wandb_run_id="my-own-id")
+    # a checkpoint dir that holds another config is refused at launch
+    from fgrpo_verl.launch.identity import write_record
+
+    write_record(base.checkpoint_dir, "0" * 64, base.job_name, ["x=1"])
+    with pytest.raises(ValueError, match="holds a run of a different config"):
+        one()
+
+
+def test_shared_runs_of_two_recipes_are_one_run(tmp_path):
+    """group_size's fgrpo-n8-g0p5 is paper_main's qwen25_7b-grpo-g0p5 (Table 2's N = 8 row is Table 1's run): one
+    identity, so singleton and the queue check keep them to one job."""
+    _, (a,) = _plan("paper_main", tmp_path, only=["qwen25_7b-grpo-g0p5"])
+    _, (b,) = _plan("group_size", tmp_path, only=["fgrpo-n8-g0p5"])
+    assert a.job_name == b.job_name and a.checkpoint_dir == b.checkpoint_dir
+
+
+def test_cli_refuses_owned_and_secret_overrides_and_takes_repeated_only(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert cli_main(["launch", "controls", "--dry-run", "trainer.experiment_name=mine"]) == 2
+    assert "trainer.experiment_name is set by the launcher" in capsys.readouterr().err
+    assert cli_main(["launch", "controls", "--dry-run", "+ray_kwargs.ray_init.runtime_env.env_vars.WANDB_API_KEY=k"]) == 2
+    assert "looks like a secret" in capsys.readouterr().err
+    assert cli_main(["launch", "controls", "--dry-run", "--only", "grpo-kl", "--only", "grpo-entropy"]) == 0
+    names = re.findall(r"^### job \S+ \(run (\S+)\)", capsys.readouterr().out, re.M)
+    assert names == ["grpo-entropy", "grpo-kl"]
