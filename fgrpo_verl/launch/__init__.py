@@ -82,13 +82,13 @@ def plan_jobs(
             check_record(Path(workdir) / str(config.trainer.default_local_dir), digest)
         except Exception as exc:  # composition and validation errors carry the key; add the run
             raise ValueError(f"{where}: invalid config: {exc}") from exc
-        if experiment in names:
-            # same config = same run: the two jobs would train one checkpoint dir and W&B run at once
+        if digest in names:
+            # same config = same experiment, whatever the labels: one of them would only repeat the other
             raise ValueError(
-                f"recipe {recipe.name}: runs {names[experiment]!r} and {run.name!r} have the same config (run "
-                f"{experiment!r}); remove one, or give one a `variant:` and a setting that differs"
+                f"recipe {recipe.name}: runs {names[digest]!r} and {run.name!r} have the same config (run "
+                f"{experiment!r}); remove one, or make a setting differ (a `variant:` label alone does not)"
             )
-        names[experiment] = run.name
+        names[digest] = run.name
         env = job_environment(config, recipe.name, [*config_run_tags(config), f"group:{run.group}"])
         if wandb_run_id is not None:
             env["WANDB_RUN_ID"] = wandb_run_id
