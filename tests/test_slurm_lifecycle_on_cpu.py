@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from slurm_testing import REPO, cluster_or_skip
-from test_metrics_e2e_on_cpu import read_wandb_history
+from test_wandb_offline_on_cpu import read_history
 
 from fgrpo_verl import tracking
 
@@ -290,7 +290,7 @@ def test_e_time_limit_signal_checkpoints_requeues_and_finishes_every_step_once(s
     run_id = tracking.run_id("slurm_life", name)
     folders = sorted((maze_dir / "wandb").glob(f"offline-run-*-{run_id}"))
     assert len(folders) == len(starts), folders
-    history = [row for folder in folders for row in read_wandb_history(folder / f"run-{run_id}.wandb")]
+    history = [row for folder in folders for row in read_history(folder / f"run-{run_id}.wandb")]
     logged = [(row["_step"], row["critic/score/mean"]) for row in history if "critic/score/mean" in row]
     assert logged == [(s, round(1.0 / s, 6)) for s in range(1, E_STEPS + 1)], logged
 
