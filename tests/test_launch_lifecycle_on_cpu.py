@@ -235,3 +235,23 @@ def test_private_dir_is_0700_and_refuses_symlinks_and_open_modes(tmp_path):
         ensure_private_dir(tmp_path / "open")
     with pytest.raises(ValueError, match="does not exist"):
         ensure_private_dir(tmp_path / "no" / "parent")
+
+
+# ---------------------------------------------------------------- plain sbatch path
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [("algo=no_such_algo", "no_such_algo"), ("+ray_kwargs.ray_init.runtime_env.env_vars.WANDB_API_KEY=k", "look like secrets")],
+)
+def test_train_sbatch_stops_when_its_config_does_not_compose(tmp_path, override, message):
+    """`eval "$(jobenv ...)"` would eval nothing and go on to start Ray; the script must end there instead."""
+    import sys
+
+    repo = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, FGRPO_PYTHON=sys.executable, SLURM_JOB_ID="1", SLURM_JOB_NODELIST="n1")
+    out = subprocess.run(["bash", str(repo / "slurm" / "train.sbatch"), override], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert message in out.stderr and "the config does not compose" in out.stderr
+    assert "fgrpo-ray" not in out.stdout + out.stderr

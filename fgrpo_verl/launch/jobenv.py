@@ -93,6 +93,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     env = job_environment(config, args.wandb_group, config_run_tags(config))
     env["FGRPO_FINGERPRINT"] = digest
+    # for slurm/lifecycle.sh: absolute, the trainer (a Ray actor) may run in another directory or on another node
+    env["FGRPO_STOP_FILE"] = str(checkpoint_dir.resolve() / ".fgrpo-stop")
     print(shell_exports(env))
     return 0
 
