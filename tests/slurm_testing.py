@@ -98,6 +98,18 @@ class SlurmCluster:
         return self.wait_state(job_id, {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"}, timeout)
 
 
+def steps_per_start(log: str) -> list[list[int]]:
+    """Global steps logged on the console (verl's `step:N - ...` lines), split at each start of the job script."""
+    starts: list[list[int]] = []
+    for line in log.splitlines():
+        if re.search(r"\[fgrpo\] job \d+ run \S+ start \d+", line):
+            starts.append([])
+        match = re.search(r"\bstep:(\d+) - ", line)
+        if match and starts:
+            starts[-1].append(int(match.group(1)))
+    return starts
+
+
 def processes_matching(text: str) -> list[str]:
     """Command lines of live processes containing ``text`` (to prove a job left nothing behind)."""
     found = []

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from slurm_testing import REPO, cluster_or_skip, wait_no_processes
+from slurm_testing import REPO, cluster_or_skip, steps_per_start, wait_no_processes
 # the CPU backend's e2e test recomputes F-GRPO advantages from verl's rollout dump: the same check here
 from test_cpu_backend_e2e_on_cpu import _expected_advantage_range, _rollouts
 
@@ -119,18 +119,6 @@ def _log(workdir: Path, run: str, job: str) -> str:
     return path.read_text(errors="replace") if path.exists() else ""
 
 
-def _steps_per_start(log: str) -> list[list[int]]:
-    """Global steps logged by verl's console logger, split at each start of the job script."""
-    starts: list[list[int]] = []
-    for line in log.splitlines():
-        if re.search(r"\[fgrpo\] job \d+ run \S+ start \d+", line):
-            starts.append([])
-        match = re.search(r"\bstep:(\d+) - ", line)
-        if match and starts:
-            starts[-1].append(int(match.group(1)))
-    return starts
-
-
 def _logged_metric(log: str, step: int, key: str) -> float:
     line = next(line for line in log.splitlines() if re.search(rf"\bstep:{step} - ", line))
     return float(re.search(rf"{re.escape(key)}:(\S+)", line).group(1))
@@ -145,7 +133,7 @@ def test_one_node_launch_of_a_tiny_recipe_completes_with_the_focal_estimator(slu
     wall = time.monotonic() - start
     log = _log(workdir, "fgrpo-g1", job)
     assert state == "COMPLETED", f"job {job} ended {state}:\n{log[-6000:]}"
-    assert _steps_per_start(log) == [[1]]
+    assert steps_per_start(log) == [[1]]
     # the focal estimator produced the advantages: recomputed from the dumped rewards with gamma = 1,
     # and different from what plain GRPO (gamma = 0) would give for the same batch
     rollouts = _rollouts(workdir / "rollouts", 1)
@@ -189,7 +177,7 @@ def test_requeue_mid_run_resumes_from_checkpoint_and_continues_the_wandb_run(slu
     assert state == "COMPLETED", f"job {job} ended {state}:\n{log[-6000:]}"
     assert slurm.job_field(job, "Restarts") == "1"
 
-    starts = _steps_per_start(log)
+    starts = steps_per_start(log)
     assert len(starts) == 2, log[-6000:]
     first, second = starts
     resumed = int(re.search(rf"Resuming from \S*{experiment}/global_step_(\d+)", log).group(1))

@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from slurm_testing import REPO, cluster_or_skip
+from slurm_testing import REPO, cluster_or_skip, steps_per_start
 from test_wandb_offline_on_cpu import read_history
 
 from fgrpo_verl import tracking
@@ -214,17 +214,6 @@ def maze_dir(slurm, tmp_path_factory):
     return root
 
 
-def _starts(log: str) -> list[list[int]]:
-    starts: list[list[int]] = []
-    for line in log.splitlines():
-        if re.search(r"\[fgrpo\] job \d+ run \S+ start \d+", line):
-            starts.append([])
-        match = re.search(r"\bstep:(\d+) - ", line)
-        if match and starts:
-            starts[-1].append(int(match.group(1)))
-    return starts
-
-
 def _standin_job(maze_dir: Path, overrides: list[str]):
     """The launcher's job for run `timed`, with its training command replaced by the stand-in trainer loop
     (tests/slurm_jobs/standin_trainer.py says why) and without the Ray cluster the stand-in does not use. Every
@@ -272,7 +261,7 @@ def test_e_time_limit_signal_checkpoints_requeues_and_finishes_every_step_once(s
     log = log_path.read_text(errors="replace")
     assert state == "COMPLETED", log[-6000:]
     restarts = int(slurm.job_field(job, "Restarts"))
-    starts = _starts(log)
+    starts = steps_per_start(log)
     # the time limit came at least once: USR1, a checkpoint at the step boundary, a self-requeue; never TIMEOUT
     assert restarts >= 1 and len(starts) == restarts + 1, (restarts, starts, log[-3000:])
     # (the last start may get USR1 too: during its last step it changes nothing)
