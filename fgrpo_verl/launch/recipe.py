@@ -1,6 +1,6 @@
 """Recipes: a sweep as data. A recipe YAML names its runs; each run is a list of Hydra overrides.
 
-    name: paper_main                # recipe name: W&B group of every run, prefix of every Slurm job name
+    name: paper_main                # recipe name: W&B group of every run
     project: fgrpo-paper            # W&B project (trainer.project_name)
     reproduces: F-GRPO Tables 1, 6  # free text, shown by --dry-run
     resources:                      # sbatch settings shared by all runs (a run may override them)
@@ -18,8 +18,8 @@
 
 A run's full override list is ``common + run.overrides + command-line overrides + trainer.project_name``, then
 ``trainer.experiment_name`` = fgrpo_verl.tracking's ``{algo}-g{γ}-n{N}-{model}-s{seed}[-<variant>]`` read from the
-composed config (launch/__init__.py). The run's ``name`` selects it (``--only``) and names its Slurm job
-(``<recipe>-<name>``). Nodes and GPUs per node are
+composed config plus ``-<config hash>`` (launch/identity.py), which is also the Slurm job name. The run's
+``name`` selects it (``--only``). Nodes and GPUs per node are
 not resources: they are read from the composed ``trainer.nnodes`` / ``trainer.n_gpus_per_node`` (config group
 ``cluster``), so ``trainer.nnodes=4`` on the command line resizes both the Slurm allocation and verl.
 """
@@ -113,7 +113,7 @@ class Recipe:
     save_per_epoch: bool = False
 
     def job_name(self, run: Run) -> str:
-        """The Slurm job name of ``run``: ``<recipe>-<run name>``."""
+        """``<recipe>-<run name>``: the job name of a script rendered without a run identity (render_job's default)."""
         return f"{self.name}-{run.name}"
 
     def run_overrides(self, run: Run, extra: tuple[str, ...] | list[str] = ()) -> list[str]:
