@@ -26,6 +26,23 @@ fgrpo_checkpointed_step() {
     if [[ -s $f ]]; then tr -dc '0-9' <"$f"; else echo 0; fi
 }
 
+# W&B continuity at the start of a (re)started job, before anything logs (docs/slurm.md, Lifecycle):
+# - offline: the run's earlier offline folders lose the steps after the checkpoint this start resumes from
+#   (what a hard-killed start logged past it); fgrpo_verl/launch/wandb_offline.py
+# - online with FGRPO_WANDB_REWIND=1 (W&B's rewind must be enabled for your account): W&B rewinds the run to
+#   that checkpoint (WANDB_RESUME_FROM=<id>?_step=<k>, which excludes WANDB_RESUME)
+fgrpo_wandb_continue() {
+    local k
+    k=$(fgrpo_checkpointed_step)
+    if [[ ${WANDB_MODE:-} == offline ]]; then
+        "${FGRPO_PYTHON:-python3}" -m fgrpo_verl.launch.wandb_offline trim "${WANDB_DIR:-$PWD}" "$WANDB_RUN_ID" "$k"
+    elif [[ ${FGRPO_WANDB_REWIND:-0} == 1 ]] && ((k > 0)); then
+        export WANDB_RESUME_FROM="$WANDB_RUN_ID?_step=$k"
+        unset WANDB_RESUME
+        fgrpo_lc_log "W&B: rewinding run $WANDB_RUN_ID to step $k"
+    fi
+}
+
 fgrpo_watch_stop_signal() {
     [[ -n ${FGRPO_STOP_FILE:-} ]] || { echo "fgrpo: FGRPO_STOP_FILE is not set" >&2; return 1; }
     # a request or an acknowledgement left by an earlier start must not stop this one

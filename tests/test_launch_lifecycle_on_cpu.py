@@ -255,3 +255,25 @@ def test_train_sbatch_stops_when_its_config_does_not_compose(tmp_path, override,
     assert out.returncode == 2, out.stdout + out.stderr
     assert message in out.stderr and "the config does not compose" in out.stderr
     assert "fgrpo-ray" not in out.stdout + out.stderr
+
+
+def test_wandb_continue_rewinds_online_runs_to_the_resumed_checkpoint_when_asked(tmp_path):
+    """Online, with FGRPO_WANDB_REWIND=1: a restart at checkpoint 5 exports WANDB_RESUME_FROM=<id>?_step=5 and
+    drops WANDB_RESUME (W&B refuses both), and W&B's own settings parse it as a rewind to step 5 of that run."""
+    import sys
+
+    repo = Path(__file__).resolve().parent.parent
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("5")
+    script = f'source {repo}/slurm/lifecycle.sh; fgrpo_wandb_continue; echo "from=${{WANDB_RESUME_FROM:-}} resume=${{WANDB_RESUME:-unset}}"'
+    base = dict(os.environ, FGRPO_CHECKPOINT_DIR=str(tmp_path), WANDB_RUN_ID="abc123", WANDB_RESUME="allow",
+                WANDB_MODE="online", FGRPO_PYTHON=sys.executable)
+    out = subprocess.run(["bash", "-c", script], env=dict(base, FGRPO_WANDB_REWIND="1"), capture_output=True, text=True)
+    assert "from=abc123?_step=5 resume=unset" in out.stdout, out.stderr
+    # not asked: W&B resumes as before
+    out = subprocess.run(["bash", "-c", script], env=base, capture_output=True, text=True)
+    assert "from= resume=allow" in out.stdout
+    import wandb
+
+    settings = wandb.Settings()
+    settings.update_from_env_vars({"WANDB_RESUME_FROM": "abc123?_step=5", "WANDB_RUN_ID": "abc123"})
+    assert (settings.resume_from.run, settings.resume_from.value, settings.resume_from.metric) == ("abc123", 5, "_step")
