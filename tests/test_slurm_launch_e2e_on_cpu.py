@@ -198,13 +198,16 @@ def test_requeue_mid_run_resumes_from_checkpoint_and_continues_the_wandb_run(slu
     # the only other run in this W&B directory is test (a)'s
     assert set(ids) <= {tracking.run_id(PROJECT, name) for name in _JOB_NAMES.values()}, runs
     # the steps the first start logged after its last checkpoint were trimmed from its offline folder when the
-    # second start began (fgrpo_verl/launch/wandb_offline.py): together the folders hold steps 1..4 once each,
-    # with the values of the resumed trajectory
+    # second start began (fgrpo_verl/launch/wandb_offline.py): no step twice, none out of order, every step the
+    # second start trained, with the console's values. A hard kill can lose W&B's unflushed tail: the row of the
+    # last step before the kill may be missing (W&B keeps a step's row open until the next step and buffers its
+    # offline log; seen here for step 1), which is why the time limit stops at a step boundary instead (test (e)).
     from test_wandb_offline_on_cpu import read_history
 
     history = [row for path in sorted((workdir / "wandb").glob(f"offline-run-*-{run_id}")) for row in
                read_history(path / f"run-{run_id}.wandb") if "critic/score/mean" in row]
-    assert [row["_step"] for row in history] == [1, 2, 3, 4], history
+    steps = [row["_step"] for row in history]
+    assert steps == sorted(set(steps)) and set(range(resumed + 1, 5)) <= set(steps) <= {1, 2, 3, 4}, history
     for row in history:
         assert _logged_metric(log, row["_step"], "critic/score/mean") == pytest.approx(row["critic/score/mean"])
     assert wait_no_processes(f"fgrpo-ray-{job}") == []
