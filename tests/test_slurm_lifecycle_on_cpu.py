@@ -253,13 +253,15 @@ def test_e_time_limit_signal_checkpoints_requeues_and_finishes_every_step_once(s
     while (state := slurm.job_field(job, "JobState")) not in {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"}:
         assert time.monotonic() < deadline, log_path.read_text(errors="replace")[-5000:]
         if state == "RUNNING" and not saw_running:
-            # (f) --status while it runs
-            assert f" running job {job}" in _status(slurm, maze_dir, recipe, *same_run)["timed"]
-            saw_running = True
+            # (f) --status while it runs (it may be requeued between scontrol's answer and squeue's: then queued)
+            line = _status(slurm, maze_dir, recipe, *same_run)["timed"]
+            assert re.search(rf": (running|queued) job {job}, \d+/{E_STEPS} steps", line), line
+            saw_running = " running " in line
         time.sleep(1)
     wall = time.monotonic() - start
     log = log_path.read_text(errors="replace")
     assert state == "COMPLETED", log[-6000:]
+    assert saw_running, "--status never saw the job running"
     restarts = int(slurm.job_field(job, "Restarts"))
     starts = steps_per_start(log)
     # the time limit came at least once: USR1, a checkpoint at the step boundary, a self-requeue; never TIMEOUT
