@@ -104,7 +104,8 @@ def _ray_wrapper(tmp_path: Path, on_n2: str) -> Path:
     "broken, expected",
     [
         # a raylet that never registers (hangs): caught by the join timeout
-        ("exec sleep 600", r"node\(s\) n2 \(127\.0\.0\.3\) did not join the Ray cluster at 127\.0\.0\.2:\d+ within 25 s"),
+        # (under heavy load the head may not be up within 25 s either: then it is named too)
+        ("exec sleep 600", r"node\(s\) (n1 \(127\.0\.0\.2\) )?n2 \(127\.0\.0\.3\) did not join the Ray cluster at 127\.0\.0\.2:\d+ within 25 s"),
         # Ray that cannot start at all: caught as soon as its step exits
         ("echo 'ray: broken install' >&2; exit 3", r"the Ray step on node n2 \(127\.0\.0\.3\) exited with status 3 before joining"),
     ],
@@ -136,7 +137,7 @@ echo "UNREACHABLE: the driver started"
     assert wait_no_processes(f"fgrpo-ray-{job}") == []
     assert wait_no_processes(str(wrapper)) == []
     # the failed job's Ray logs were saved from the node-local session dir before it was removed
-    assert list((tmp_path / f"ray-{job}-n1").glob("logs/raylet.out")), sorted(p.name for p in tmp_path.iterdir())
+    assert list((tmp_path / f"ray-{job}-n1" / "logs").glob("gcs_server.*")), sorted(p.name for p in tmp_path.iterdir())
     print(f"no-join job {job} ({broken}): failed after {wall:.1f} s wall")
 
 
