@@ -35,6 +35,8 @@ def _job_script(path: Path, body: str, nodes: int) -> Path:
 #SBATCH --output={path.parent}/%x-%j.out
 set -euo pipefail
 export FGRPO_GPUS_PER_NODE=0
+# a failed job's Ray logs go here (default: the submit directory, i.e. the checkout)
+export FGRPO_LOG_DIR={path.parent}
 source {REPO}/slurm/ray_cluster.sh
 {body}
 """
