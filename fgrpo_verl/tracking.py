@@ -12,7 +12,8 @@ process that logs (verl's TaskRunner, a Ray actor):
                                                       upload later with `wandb sync <dir>`
 
 The run name is ``{algo}-g{γ}-n{N}-{model}-s{seed}`` (e.g. ``fgrpo-g0.5-n8-Qwen2.5-7B-s1``) and is also used as
-``trainer.experiment_name``, so its id is a pure function of (project, run name). To start a fresh run under an
+``trainer.experiment_name`` (``fgrpo-verl launch`` appends ``-<config hash>``, fgrpo_verl/launch/identity.py),
+so its id is a pure function of (project, run name). To start a fresh run under an
 existing name, change the name (or export your own ``WANDB_RUN_ID``).
 
 Secrets: nothing here reads, writes or forwards ``WANDB_API_KEY``. Authenticate with ``wandb login`` (it writes

@@ -35,6 +35,7 @@ from fgrpo_verl import registration, sessions
 from fgrpo_verl.estimator import capture_results
 from fgrpo_verl.focal import FocalSettings
 from fgrpo_verl.focal_metrics import focal_step_metrics, real_groups
+from fgrpo_verl.launch.preempt import stop_at_step_boundary
 from fgrpo_verl.loss import METRIC_PREFIX as LOSS_PREFIX
 from fgrpo_verl.val_pass_at_k import validation_pass_at_k
 
@@ -110,6 +111,10 @@ class FocalMetricsMixin:
             # loggers get the fgrpo/mu_hat_q* quantiles. Same step as the scalars, so W&B merges them into one row.
             histogram = mu_hat_histogram(torch.cat([m for m, _ in mu_hat]), max(n for _, n in mu_hat))
             tracking.log(data={MU_HAT_HISTOGRAM: histogram}, step=global_steps, backend=["wandb"])
+
+
+# issue 10: on the Slurm job's stop request (time limit), checkpoint at the step boundary and leave the loop
+stop_at_step_boundary(FocalMetricsMixin)
 
 
 def positive_token_means(actor_metrics: dict) -> dict[str, float]:

@@ -80,6 +80,8 @@ SchedulerParameters=batch_sched_delay=0,sched_interval=2,bf_interval=2
 NodeName=${NODE_NAMES[0]} NodeHostname=$host NodeAddr=${NODE_ADDRS[0]} Port=${NODE_PORTS[0]} CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN
 NodeName=${NODE_NAMES[1]} NodeHostname=$host NodeAddr=${NODE_ADDRS[1]} Port=${NODE_PORTS[1]} CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN
 PartitionName=debug Nodes=${NODE_NAMES[0]},${NODE_NAMES[1]} Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
+# Jobs submitted here wait (Reason=PartitionDown) until moved to debug: tests of queued states use it.
+PartitionName=parked Nodes=${NODE_NAMES[0]},${NODE_NAMES[1]} Default=NO MaxTime=INFINITE State=DOWN OverSubscribe=NO
 EOF
 }
 
@@ -92,7 +94,7 @@ wait_for() {  # wait_for SECONDS DESCRIPTION COMMAND...
     done
 }
 
-nodes_idle() { [[ $(SLURM_CONF=$CONF sinfo -h -N -o '%N %t' | grep -c ' idle$') -eq ${#NODE_NAMES[@]} ]]; }
+nodes_idle() { [[ $(SLURM_CONF=$CONF sinfo -h -N -p debug -o '%N %t' | grep -c ' idle$') -eq ${#NODE_NAMES[@]} ]]; }
 
 up() {
     check_prereqs

@@ -45,6 +45,8 @@ def job_environment(slurm_conf: Path) -> dict[str, str]:
     env["RAY_USAGE_STATS_ENABLED"] = "0"
     env.pop("RAY_ADDRESS", None)
     env.pop("RAY_AUTH_TOKEN", None)
+    # both test nodes are this machine, at 127.0.0.2 / 127.0.0.3: loopback is right here, and only here
+    env["FGRPO_ALLOW_LOOPBACK"] = "1"
     return env
 
 
@@ -94,6 +96,18 @@ class SlurmCluster:
 
     def wait_done(self, job_id: str, timeout: float) -> str:
         return self.wait_state(job_id, {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"}, timeout)
+
+
+def steps_per_start(log: str) -> list[list[int]]:
+    """Global steps logged on the console (verl's `step:N - ...` lines), split at each start of the job script."""
+    starts: list[list[int]] = []
+    for line in log.splitlines():
+        if re.search(r"\[fgrpo\] job \d+ run \S+ start \d+", line):
+            starts.append([])
+        match = re.search(r"\bstep:(\d+) - ", line)
+        if match and starts:
+            starts[-1].append(int(match.group(1)))
+    return starts
 
 
 def processes_matching(text: str) -> list[str]:

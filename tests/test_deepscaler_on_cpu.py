@@ -99,7 +99,11 @@ def test_cli_reads_each_format_and_writes_verl_parquet(tmp_path, tokenizer_dir, 
     assert list(frame.columns) == ["data_source", "prompt", "ability", "reward_model", "extra_info"]
     assert len(frame) == 3 and frame["prompt"][2][1]["content"] == "Solve for y : y = 3"
     assert json.loads((out / "prepare.json").read_text())["stats"]["train"]["conflicting_problems_dropped"] == 1
-    assert not (out / "val.parquet").exists()
+    # no --val-input: verl still gets validation data, a labelled sample of the training prompts
+    val = pd.read_parquet(out / "val.parquet")
+    assert [list(p) for p in val["prompt"]] == [list(p) for p in frame["prompt"]]
+    assert [e["split"] for e in val["extra_info"]] == ["val"] * 3
+    assert json.loads((out / "prepare.json").read_text())["val_source"] == "train_sample"
 
 
 def test_bad_input_is_rejected_naming_what_is_wrong(tmp_path, tokenizer):

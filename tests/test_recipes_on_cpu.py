@@ -28,6 +28,13 @@ def _assert_policy_loss(cfg, algo: str) -> None:
     assert actor.policy_loss._target_ == "fgrpo_verl.loss.FocalPolicyLossConfig"
 
 
+def _readable(experiment: str) -> str:
+    """The run name without the launcher's ``-<8 hex digits of the config hash>`` (fgrpo_verl/launch/identity.py)."""
+    match = re.fullmatch(r"(.+)-([0-9a-f]{8})", experiment)
+    assert match, f"{experiment!r} does not end in -<config hash>"
+    return match.group(1)
+
+
 def _expected_name(algo: str, gamma: float, n: int, model: str, cfg) -> str:
     # issue 6: {algo}-g{gamma}-n{N}-{model}-s{seed}; F-prefixed algo when gamma > 0; seed = verl's data-loader seed
     label = ("f" if gamma > 0 else "") + algo
@@ -86,8 +93,9 @@ def test_paper_main_has_36_valid_runs_with_the_papers_settings(paper_main):
         assert cfg.data.get("apply_chat_template_kwargs", {}).get("enable_thinking", False) == (model == "qwen3_4b_base")
         assert cfg.algorithm.fgrpo.gamma == gamma
         experiment = _expected_name(algo, gamma, 8, PAPER_MODELS[model][0], cfg)
-        assert cfg.trainer.experiment_name == experiment and job.job_name == f"paper_main-{job.run.name}"
-        assert cfg.trainer.default_local_dir == f"checkpoints/fgrpo-paper/{experiment}"
+        # the Slurm job name is the run identity, so --dependency=singleton holds a second job of the same run
+        assert _readable(cfg.trainer.experiment_name) == experiment and job.job_name == cfg.trainer.experiment_name
+        assert cfg.trainer.default_local_dir == f"checkpoints/fgrpo-paper/{job.job_name}"
         assert job.run.group == f"{model}-{algo}"
     assert seen == {(m, a, g) for m in PAPER_MODELS for a in PAPER_CLIP for g in PAPER_GAMMAS}
 
@@ -99,15 +107,18 @@ def test_paper_main_job_scripts_are_complete_and_requeue_safe(paper_main):
         text = job.text
         assert text.startswith("#!/bin/bash\n")
         for directive in (
-            f"--job-name={job.job_name}",
-            "--nodes=2",
-            "--ntasks-per-node=1",
-            "--gpus-per-node=8",
+            f'--job-name="{job.job_name}"',
+            '--nodes="2"',
+            '--ntasks-per-node="1"',
+            '--gpus-per-node="8"',
+            '--time="1-00:00:00"',
+            '--signal="B:USR1@900"',
+            '--dependency="singleton"',
             "--requeue",
-            "--open-mode=append",
+            '--open-mode="append"',
         ):
             assert f"#SBATCH {directive}\n" in text
-        assert "fgrpo-verl train \\\n    trainer.resume_mode=auto" in text
+        assert '"$FGRPO_PYTHON" -m fgrpo_verl train \\\n    trainer.resume_mode=auto' in text
         for override in job.overrides:
             assert f"    {override} \\\n" in text
         assert '"trainer.nnodes=${SLURM_NNODES}"' in text and '"trainer.n_gpus_per_node=${FGRPO_GPUS_PER_NODE}"' in text
@@ -133,7 +144,7 @@ def test_group_size_recipe_is_grpo_n_sweep_plus_fgrpo_at_n8(tmp_path):
         assert cfg.actor_rollout_ref.model.path == "Qwen/Qwen2.5-7B"
         _assert_policy_loss(cfg, "grpo")
         n, gamma = cfg.actor_rollout_ref.rollout.n, cfg.algorithm.fgrpo.gamma
-        assert cfg.trainer.experiment_name == _expected_name("grpo", gamma, n, "Qwen/Qwen2.5-7B", cfg)
+        assert _readable(cfg.trainer.experiment_name) == _expected_name("grpo", gamma, n, "Qwen/Qwen2.5-7B", cfg)
         got.add((n, gamma))
     assert len(jobs) == 6 and got == {(2, 0.0), (4, 0.0), (8, 0.0), (16, 0.0), (32, 0.0), (8, 0.5)}
 
@@ -148,7 +159,7 @@ def test_controls_recipe_is_low_lr_entropy_and_kl_grpo(tmp_path):
         assert cfg.algorithm.fgrpo.gamma == 0.0 and cfg.actor_rollout_ref.rollout.n == 8
         # same algo/gamma/N/model/seed: the recipe's variant keeps checkpoint dirs and W&B runs apart
         base = _expected_name("grpo", 0.0, 8, "Qwen/Qwen2.5-7B", cfg)
-        assert cfg.trainer.experiment_name == f"{base}-{name.removeprefix('grpo-')}"
+        assert _readable(cfg.trainer.experiment_name) == f"{base}-{name.removeprefix('grpo-')}"
     assert by_name["grpo-low_lr"].actor_rollout_ref.actor.optim.lr == 6.8e-7
     assert by_name["grpo-entropy"].actor_rollout_ref.actor.entropy_coeff == 1e-3
     kl = by_name["grpo-kl"].actor_rollout_ref.actor
@@ -170,7 +181,7 @@ def test_maze_recipe_is_on_policy_n_by_gamma_sweep(tmp_path):
         assert cfg.reward.custom_reward_function.path == "pkg://fgrpo_verl.tasks.maze.reward"
         assert actor.use_kl_loss is False and cfg.algorithm.use_kl_in_reward is False
         _assert_policy_loss(cfg, "grpo")
-        assert cfg.trainer.experiment_name == _expected_name(
+        assert _readable(cfg.trainer.experiment_name) == _expected_name(
             "grpo", cfg.algorithm.fgrpo.gamma, rollout.n, cfg.actor_rollout_ref.model.path, cfg
         )
         got.add((rollout.n, cfg.algorithm.fgrpo.gamma))
@@ -206,17 +217,12 @@ def test_launch_dry_run_prints_scripts_with_overrides_and_submits_nothing(tmp_pa
     )
     out = capsys.readouterr().out
     assert rc == 0
-    assert re.findall(r"^#SBATCH --job-name=(.*)$", out, re.M) == [
-        "paper_main-qwen3_4b_base-cispo-g1p0",
-        "paper_main-llama32_3b_instruct-dapo-g0p0",
-    ]
+    names = re.findall(r'^#SBATCH --job-name="(.*)"$', out, re.M)
     # command-line overrides reach every run, after the run's own (so they win), and size the allocation
-    assert out.count("    algorithm.fgrpo.gamma=0.7 \\\n") == 2 and out.count("#SBATCH --nodes=4\n") == 2
-    # the run names follow the composed config, command-line gamma included
-    assert re.findall(r"^    trainer.experiment_name=(.*) \\$", out, re.M) == [
-        "fcispo-g0.7-n8-Qwen3-4B-Base-s42",
-        "fdapo-g0.7-n8-Llama-3.2-3B-Instruct-s42",
-    ]
+    assert out.count("    algorithm.fgrpo.gamma=0.7 \\\n") == 2 and out.count('#SBATCH --nodes="4"\n') == 2
+    # the run names follow the composed config, command-line gamma included; the job name is the run name
+    assert re.findall(r"^    trainer.experiment_name=(.*) \\$", out, re.M) == names
+    assert [_readable(n) for n in names] == ["fcispo-g0.7-n8-Qwen3-4B-Base-s42", "fdapo-g0.7-n8-Llama-3.2-3B-Instruct-s42"]
     assert "dry run, nothing submitted" in out
     assert not (tmp_path / "slurm_jobs").exists()
 
@@ -251,14 +257,21 @@ def test_bad_recipe_is_rejected_naming_the_key(tmp_path, body, message):
     assert message in str(err.value)
 
 
-def test_runs_with_the_same_run_name_are_rejected_and_a_variant_separates_them(tmp_path):
+def test_runs_with_the_same_config_are_rejected_and_a_variant_names_a_different_one(tmp_path):
     body = "name: x\nproject: p\ncommon: [algo=grpo, base_model=qwen25_7b]\nruns:\n  - {name: a}\n  - {name: b%s}\n"
     (tmp_path / "clash.yaml").write_text(body % "")
-    with pytest.raises(ValueError, match=r"runs 'a' and 'b' both get the run name 'fgrpo-g0.5-n8-Qwen2.5-7B-s42'"):
+    with pytest.raises(ValueError, match=r"runs 'a' and 'b' have the same config \(run 'fgrpo-g0.5-n8-Qwen2.5-7B-s42-"):
         _plan(str(tmp_path / "clash.yaml"), tmp_path)
-    (tmp_path / "variant.yaml").write_text(body % ", variant: v2")
+    # a variant label alone does not make another experiment: the config is the identity
+    (tmp_path / "label.yaml").write_text(body % ", variant: v2")
+    with pytest.raises(ValueError, match="have the same config"):
+        _plan(str(tmp_path / "label.yaml"), tmp_path)
+    (tmp_path / "variant.yaml").write_text(body % ", variant: v2, overrides: [actor_rollout_ref.actor.optim.lr=2e-6]")
     _, jobs = _plan(str(tmp_path / "variant.yaml"), tmp_path)
-    assert [j.config.trainer.experiment_name for j in jobs] == ["fgrpo-g0.5-n8-Qwen2.5-7B-s42", "fgrpo-g0.5-n8-Qwen2.5-7B-s42-v2"]
+    assert [_readable(j.config.trainer.experiment_name) for j in jobs] == [
+        "fgrpo-g0.5-n8-Qwen2.5-7B-s42",
+        "fgrpo-g0.5-n8-Qwen2.5-7B-s42-v2",
+    ]
     (tmp_path / "bad.yaml").write_text(body % ", variant: 'a b'")
     with pytest.raises(ValueError, match="variant must match"):
         load_recipe(str(tmp_path / "bad.yaml"))
@@ -284,16 +297,109 @@ def test_jobenv_prints_exports_that_a_shell_can_eval(capsys):
     # an explicit experiment name is kept
     got = shown(["--wandb-group", "sweep-1", "algo=grpo", "trainer.project_name=p", "trainer.experiment_name=e"])
     assert got == f"{tracking.run_id('p', 'e')}|allow|sweep-1|algo:fgrpo,gamma:0.5,n:8|e|checkpoints/p/e"
-    # without one, the job gets the W&B naming convention (train.sbatch passes $FGRPO_EXPERIMENT back to verl)
-    name = "fcispo-g1-n4-Qwen2.5-7B-s3"
+    # without one, the job gets the W&B naming convention plus the config hash (train.sbatch passes
+    # $FGRPO_EXPERIMENT back to verl)
     got = shown(["algo=cispo", "base_model=qwen25_7b", "algorithm.fgrpo.gamma=1", "actor_rollout_ref.rollout.n=4",
                  "data.seed=3", "trainer.project_name=p"])
-    assert got == f"{tracking.run_id('p', name)}|allow||algo:fcispo,gamma:1,n:4|{name}|checkpoints/p/{name}"
+    run_id, _, _, tags, name, ckpt = got.split("|")
+    assert _readable(name) == "fcispo-g1-n4-Qwen2.5-7B-s3" and run_id == tracking.run_id("p", name)
+    assert (tags, ckpt) == ("algo:fcispo,gamma:1,n:4", f"checkpoints/p/{name}")
 
 
 def test_launch_takes_options_and_overrides_in_any_order(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert cli_main(["launch", "controls", "trainer.nnodes=4", "--dry-run", "--only", "grpo-kl"]) == 0
     out = capsys.readouterr().out
-    assert re.findall(r"^#SBATCH --job-name=(.*)$", out, re.M) == ["controls-grpo-kl"]
-    assert "#SBATCH --nodes=4\n" in out and "    trainer.nnodes=4 \\\n" in out
+    assert [_readable(n) for n in re.findall(r'^#SBATCH --job-name="(.*)"$', out, re.M)] == [
+        "grpo-g0-n8-Qwen2.5-7B-s42-kl"
+    ]
+    assert '#SBATCH --nodes="4"\n' in out and "    trainer.nnodes=4 \\\n" in out
+
+
+def _rows_parquet(path: Path, rows: int) -> Path:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({"i": pa.array(range(rows), pa.int32())}), path)
+    return path
+
+
+def test_save_freq_per_epoch_comes_from_the_prepared_row_count(tmp_path):
+    """paper_main saves once per epoch: 39,202 prepared prompts // 256 = 153 steps, read from train.parquet at
+    launch (no hard-coded 153); a different preparation gives a different save_freq."""
+    _rows_parquet(tmp_path / "data" / "deepscaler" / "train.parquet", 39_202)
+    _, (job,) = _plan("paper_main", tmp_path, only=["qwen25_7b-grpo-g0p5"])
+    assert job.config.trainer.save_freq == 153 and job.total_steps == 1530
+    assert "    trainer.save_freq=153 \\\n" in job.text
+    _rows_parquet(tmp_path / "data" / "deepscaler" / "train.parquet", 25_600)
+    _, (job,) = _plan("paper_main", tmp_path, only=["qwen25_7b-grpo-g0p5"])
+    assert job.config.trainer.save_freq == 100 and job.total_steps == 1000
+
+
+def test_maze_recipe_reaches_20k_steps_with_1m_mazes_and_refuses_10k(tmp_path):
+    train = tmp_path / "data" / "maze" / "data" / "train.parquet"
+    _rows_parquet(train, 1_000_000)
+    _, (job,) = _plan("maze", tmp_path, only=["n8-g0p5"])
+    assert job.total_steps == 20_000 and job.config.trainer.total_epochs == 6
+    _rows_parquet(train, 10_000)
+    with pytest.raises(ValueError, match=r"total_training_steps=20000 is not reachable.*total_epochs=513"):
+        _plan("maze", tmp_path, only=["n8-g0p5"])
+
+
+def test_dry_run_states_checkpoint_disk_and_submit_refuses_missing_data(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    _rows_parquet(tmp_path / "data" / "deepscaler" / "train.parquet", 39_202)
+    assert cli_main(["launch", "paper_main", "--dry-run", "--only", "qwen25_7b-grpo-g0p5"]) == 0
+    # 12 B x 7.62B params per checkpoint, one per epoch over 10 epochs
+    assert "checkpoint disk: 91.4 GB per checkpoint (7.62B params x 12 B), 10 kept = 914.4 GB" in capsys.readouterr().out
+    (tmp_path / "data" / "deepscaler" / "train.parquet").unlink()
+    monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))
+    assert cli_main(["launch", "paper_main", "--only", "qwen25_7b-grpo-g0p5"]) == 2
+    assert "not found under" in capsys.readouterr().err
+
+
+def test_identity_follows_every_override_fresh_and_explicit_wandb_id(tmp_path):
+    def one(*overrides, **kw):
+        _, (job,) = plan_jobs("controls", ["grpo-kl"], list(overrides), tmp_path / "logs", tmp_path, **kw)
+        return job
+
+    base = one()
+    assert one().job_name == base.job_name  # a relaunch of the same config is the same run
+    lr = one("actor_rollout_ref.actor.optim.lr=3e-4")
+    assert lr.job_name != base.job_name and _readable(lr.job_name) == _readable(base.job_name)
+    assert lr.checkpoint_dir != base.checkpoint_dir
+    assert f"export WANDB_RUN_ID={tracking.run_id('fgrpo-paper', lr.job_name)}\n" in lr.text
+    # scheduling is not identity
+    assert one("slurm.time=4:00:00").job_name == base.job_name
+    fresh = one(fresh="20260101T000000")
+    assert fresh.job_name != base.job_name and fresh.job_name == one(fresh="20260101T000000").job_name
+    explicit = one(wandb_run_id="my-own-id")
+    assert "export WANDB_RUN_ID=my-own-id\n" in explicit.text
+    with pytest.raises(ValueError, match="WANDB_RUN_ID=my-own-id is set but 3 runs are selected"):
+        plan_jobs("controls", None, [], tmp_path / "logs", tmp_path, wandb_run_id="my-own-id")
+    # a checkpoint dir that holds another config is refused at launch
+    from fgrpo_verl.launch.identity import write_record
+
+    write_record(base.checkpoint_dir, "0" * 64, base.job_name, ["x=1"])
+    with pytest.raises(ValueError, match="holds a run of a different config"):
+        one()
+
+
+def test_shared_runs_of_two_recipes_are_one_run(tmp_path):
+    """group_size's fgrpo-n8-g0p5 is paper_main's qwen25_7b-grpo-g0p5 (Table 2's N = 8 row is Table 1's run): one
+    identity, so singleton and the queue check keep them to one job."""
+    _, (a,) = _plan("paper_main", tmp_path, only=["qwen25_7b-grpo-g0p5"])
+    _, (b,) = _plan("group_size", tmp_path, only=["fgrpo-n8-g0p5"])
+    assert a.job_name == b.job_name and a.checkpoint_dir == b.checkpoint_dir
+
+
+def test_cli_refuses_owned_and_secret_overrides_and_takes_repeated_only(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert cli_main(["launch", "controls", "--dry-run", "trainer.experiment_name=mine"]) == 2
+    assert "trainer.experiment_name is set by the launcher" in capsys.readouterr().err
+    assert cli_main(["launch", "controls", "--dry-run", "+ray_kwargs.ray_init.runtime_env.env_vars.WANDB_API_KEY=k"]) == 2
+    assert "looks like a secret" in capsys.readouterr().err
+    assert cli_main(["launch", "controls", "--dry-run", "--only", "grpo-kl", "--only", "grpo-entropy"]) == 0
+    names = re.findall(r"^### job \S+ \(run (\S+)\)", capsys.readouterr().out, re.M)
+    assert names == ["grpo-entropy", "grpo-kl"]

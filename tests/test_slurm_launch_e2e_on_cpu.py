@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from slurm_testing import REPO, cluster_or_skip, wait_no_processes
+from slurm_testing import REPO, cluster_or_skip, steps_per_start, wait_no_processes
 # the CPU backend's e2e test recomputes F-GRPO advantages from verl's rollout dump: the same check here
 from test_cpu_backend_e2e_on_cpu import _expected_advantage_range, _rollouts
 
@@ -89,15 +89,19 @@ def workdir(slurm, tmp_path_factory):
 
 
 def _experiment(workdir: Path, gamma: float) -> str:
-    """The run name fgrpo_verl.tracking gives a run of the recipe (F-GRPO, group size GROUP_N, data.seed=0)."""
+    """The readable part of the run name fgrpo_verl.tracking gives a run of the recipe (F-GRPO, group size
+    GROUP_N, data.seed=0); the launcher appends -<config hash> (fgrpo_verl/launch/identity.py)."""
     common = yaml.safe_load((workdir / "cpu_tiny.yaml").read_text())["common"]
     model = next(o.split("=", 1)[1] for o in common if o.startswith("actor_rollout_ref.model.path="))
     return tracking.run_name("fgrpo", gamma, GROUP_N, model, 0)
 
 
-def _launch(slurm, workdir: Path, run: str) -> str:
+_JOB_NAMES: dict[str, str] = {}
+
+
+def _launch(slurm, workdir: Path, run: str, recipe: str = "cpu_tiny.yaml", *extra: str) -> str:
     out = subprocess.run(
-        [sys.executable, "-m", "fgrpo_verl", "launch", str(workdir / "cpu_tiny.yaml"), "--only", run],
+        [sys.executable, "-m", "fgrpo_verl", "launch", str(workdir / recipe), "--only", run, *extra],
         env=slurm.env,
         cwd=workdir,
         capture_output=True,
@@ -105,24 +109,14 @@ def _launch(slurm, workdir: Path, run: str) -> str:
         timeout=300,
     )
     assert out.returncode == 0, out.stderr[-4000:]
-    return re.search(rf"submitted cpu_tiny-{run}: job (\d+)", out.stdout).group(1)
+    job, name = re.search(rf"submitted {run}: job (\d+) (\S+)", out.stdout).groups()
+    _JOB_NAMES[job] = name
+    return job
 
 
 def _log(workdir: Path, run: str, job: str) -> str:
-    path = workdir / "slurm_logs" / f"cpu_tiny-{run}-{job}.out"
+    path = workdir / "slurm_logs" / f"{_JOB_NAMES[job]}-{job}.out"
     return path.read_text(errors="replace") if path.exists() else ""
-
-
-def _steps_per_start(log: str) -> list[list[int]]:
-    """Global steps logged by verl's console logger, split at each start of the job script."""
-    starts: list[list[int]] = []
-    for line in log.splitlines():
-        if re.search(r"\[fgrpo\] job \d+ run \S+ start \d+", line):
-            starts.append([])
-        match = re.search(r"\bstep:(\d+) - ", line)
-        if match and starts:
-            starts[-1].append(int(match.group(1)))
-    return starts
 
 
 def _logged_metric(log: str, step: int, key: str) -> float:
@@ -139,7 +133,7 @@ def test_one_node_launch_of_a_tiny_recipe_completes_with_the_focal_estimator(slu
     wall = time.monotonic() - start
     log = _log(workdir, "fgrpo-g1", job)
     assert state == "COMPLETED", f"job {job} ended {state}:\n{log[-6000:]}"
-    assert _steps_per_start(log) == [[1]]
+    assert steps_per_start(log) == [[1]]
     # the focal estimator produced the advantages: recomputed from the dumped rewards with gamma = 1,
     # and different from what plain GRPO (gamma = 0) would give for the same batch
     rollouts = _rollouts(workdir / "rollouts", 1)
@@ -150,7 +144,8 @@ def test_one_node_launch_of_a_tiny_recipe_completes_with_the_focal_estimator(slu
     assert _logged_metric(log, 1, "critic/advantages/max") == pytest.approx(hi, abs=1e-4)
     assert _logged_metric(log, 1, "critic/advantages/min") == pytest.approx(lo, abs=1e-4)
     assert abs(hi - hi0) > 1e-2 or abs(lo - lo0) > 1e-2
-    ckpt = workdir / "checkpoints" / PROJECT / _experiment(workdir, GAMMA)
+    ckpt = workdir / "checkpoints" / PROJECT / _JOB_NAMES[job]
+    assert _JOB_NAMES[job].startswith(_experiment(workdir, GAMMA) + "-")
     assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "1"
     assert wait_no_processes(f"fgrpo-ray-{job}") == []
     print(f"(a) 1-node CPU launch, job {job}: {wall:.1f} s wall")
@@ -159,11 +154,12 @@ def test_one_node_launch_of_a_tiny_recipe_completes_with_the_focal_estimator(slu
 @pytest.mark.timeout(1200)
 def test_requeue_mid_run_resumes_from_checkpoint_and_continues_the_wandb_run(slurm, workdir):
     """(c)"""
-    experiment = _experiment(workdir, 0.5)
-    ckpt = workdir / "checkpoints" / PROJECT / experiment
-    marker = ckpt / "latest_checkpointed_iteration.txt"
     start = time.monotonic()
     job = _launch(slurm, workdir, "requeue")
+    experiment = _JOB_NAMES[job]
+    assert experiment.startswith(_experiment(workdir, 0.5) + "-")
+    ckpt = workdir / "checkpoints" / PROJECT / experiment
+    marker = ckpt / "latest_checkpointed_iteration.txt"
     # requeue as soon as the first checkpoint exists and the run is not finished
     deadline = time.monotonic() + JOB_TIMEOUT_S
     while not (marker.exists() and marker.read_text().strip() in {"1", "2"}):
@@ -181,7 +177,7 @@ def test_requeue_mid_run_resumes_from_checkpoint_and_continues_the_wandb_run(slu
     assert state == "COMPLETED", f"job {job} ended {state}:\n{log[-6000:]}"
     assert slurm.job_field(job, "Restarts") == "1"
 
-    starts = _steps_per_start(log)
+    starts = steps_per_start(log)
     assert len(starts) == 2, log[-6000:]
     first, second = starts
     resumed = int(re.search(rf"Resuming from \S*{experiment}/global_step_(\d+)", log).group(1))
@@ -200,6 +196,19 @@ def test_requeue_mid_run_resumes_from_checkpoint_and_continues_the_wandb_run(slu
         ids[name.rsplit("-", 1)[1]] += 1
     assert ids[run_id] == 2, runs
     # the only other run in this W&B directory is test (a)'s
-    assert set(ids) <= {run_id, tracking.run_id(PROJECT, _experiment(workdir, GAMMA))}, runs
+    assert set(ids) <= {tracking.run_id(PROJECT, name) for name in _JOB_NAMES.values()}, runs
+    # the steps the first start logged after its last checkpoint were trimmed from its offline folder when the
+    # second start began (fgrpo_verl/launch/wandb_offline.py): no step twice, none out of order, every step the
+    # second start trained, with the console's values. A hard kill can lose W&B's unflushed tail: the row of the
+    # last step before the kill may be missing (W&B keeps a step's row open until the next step and buffers its
+    # offline log; seen here for step 1), which is why the time limit stops at a step boundary instead (test (e)).
+    from test_wandb_offline_on_cpu import read_history
+
+    history = [row for path in sorted((workdir / "wandb").glob(f"offline-run-*-{run_id}")) for row in
+               read_history(path / f"run-{run_id}.wandb") if "critic/score/mean" in row]
+    steps = [row["_step"] for row in history]
+    assert steps == sorted(set(steps)) and set(range(resumed + 1, 5)) <= set(steps) <= {1, 2, 3, 4}, history
+    for row in history:
+        assert _logged_metric(log, row["_step"], "critic/score/mean") == pytest.approx(row["critic/score/mean"])
     assert wait_no_processes(f"fgrpo-ray-{job}") == []
     print(f"(c) requeue at checkpoint {checkpoint_at_requeue}, resumed from {resumed}, job {job}: {wall:.1f} s wall")

@@ -5,6 +5,7 @@ bounded failure when a node never joins."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import stat
 import time
@@ -34,6 +35,8 @@ def _job_script(path: Path, body: str, nodes: int) -> Path:
 #SBATCH --output={path.parent}/%x-%j.out
 set -euo pipefail
 export FGRPO_GPUS_PER_NODE=0
+# a failed job's Ray logs go here (default: the submit directory, i.e. the checkout)
+export FGRPO_LOG_DIR={path.parent}
 source {REPO}/slurm/ray_cluster.sh
 {body}
 """
@@ -57,6 +60,8 @@ else
     echo "AUTH without token: rejected"
 fi
 echo "TOKEN length ${{#RAY_AUTH_TOKEN}}"
+echo "TOKEN from the submitting shell reused: $([[ $RAY_AUTH_TOKEN == shell-token-0123 ]] && echo yes || echo no)"
+echo "SESSION DIR mode $(stat -c %a "$FGRPO_RAY_SESSION_DIR") owner $(stat -c %u "$FGRPO_RAY_SESSION_DIR")"
 # the pattern goes to grep through a pipe: on grep's own command line it would find itself
 echo "TOKEN in command lines: $(printf '%s' "$RAY_AUTH_TOKEN" | grep -lsFf - /proc/[0-9]*/cmdline | wc -l)"
 echo "TOKEN in Ray session files: $(printf '%s' "$RAY_AUTH_TOKEN" | grep -rlsFf - "$FGRPO_RAY_SESSION_DIR" | wc -l)"
@@ -65,7 +70,8 @@ echo "TOKEN in this log: $(printf '%s' "$RAY_AUTH_TOKEN" | grep -csFf - {log})"
         nodes=2,
     )
     start = time.monotonic()
-    job = slurm.sbatch(script, options=["--output", str(log)])
+    # a token in the submitting shell (shared with who knows what) must not become the job's
+    job = slurm.sbatch(script, options=["--output", str(log)], env=dict(slurm.env, RAY_AUTH_TOKEN="shell-token-0123"))
     state = slurm.wait_done(job, timeout=240)
     wall = time.monotonic() - start
     text = log.read_text()
@@ -74,7 +80,10 @@ echo "TOKEN in this log: $(printf '%s' "$RAY_AUTH_TOKEN" | grep -csFf - {log})"
     assert probe["alive_ips"] == ["127.0.0.2", "127.0.0.3"]
     assert sorted((t["ip"], t["slurmd"]) for t in probe["tasks"]) == [("127.0.0.2", "n1"), ("127.0.0.3", "n2")]
     assert "AUTH without token: rejected" in text
-    assert "TOKEN length 64" in text
+    assert "TOKEN length 64" in text and "TOKEN from the submitting shell reused: no" in text
+    assert f"SESSION DIR mode 700 owner {os.geteuid()}" in text
+    # Ray offers each node exactly the CPUs of its Ray step (--cpus-per-task=2), not the node's
+    assert probe["cpus"] == 4.0
     assert "TOKEN in command lines: 0" in text
     assert "TOKEN in Ray session files: 0" in text
     assert "TOKEN in this log: 0" in text
@@ -97,7 +106,8 @@ def _ray_wrapper(tmp_path: Path, on_n2: str) -> Path:
     "broken, expected",
     [
         # a raylet that never registers (hangs): caught by the join timeout
-        ("exec sleep 600", r"node\(s\) n2 \(127\.0\.0\.3\) did not join the Ray cluster at 127\.0\.0\.2:\d+ within 25 s"),
+        # (under heavy load the head may not be up within 25 s either: then it is named too)
+        ("exec sleep 600", r"node\(s\) (n1 \(127\.0\.0\.2\) )?n2 \(127\.0\.0\.3\) did not join the Ray cluster at 127\.0\.0\.2:\d+ within 25 s"),
         # Ray that cannot start at all: caught as soon as its step exits
         ("echo 'ray: broken install' >&2; exit 3", r"the Ray step on node n2 \(127\.0\.0\.3\) exited with status 3 before joining"),
     ],
@@ -109,7 +119,7 @@ def test_worker_that_never_joins_fails_the_job_with_a_clear_error(slurm, tmp_pat
     wrapper = _ray_wrapper(tmp_path, broken)
     script = _job_script(
         tmp_path / "nojoin.sbatch",
-        f"""export FGRPO_RAY_CMD={wrapper} FGRPO_RAY_JOIN_TIMEOUT=25
+        f"""export FGRPO_RAY_CMD={wrapper} FGRPO_RAY_JOIN_TIMEOUT=25 FGRPO_LOG_DIR={tmp_path}
 fgrpo_ray_up
 echo "UNREACHABLE: the driver started"
 """,
@@ -128,4 +138,18 @@ echo "UNREACHABLE: the driver started"
     assert wall < 150, f"job took {wall:.0f} s"
     assert wait_no_processes(f"fgrpo-ray-{job}") == []
     assert wait_no_processes(str(wrapper)) == []
+    # the failed job's Ray logs were saved from the node-local session dir before it was removed
+    assert list((tmp_path / f"ray-{job}-n1" / "logs").glob("gcs_server.*")), sorted(p.name for p in tmp_path.iterdir())
     print(f"no-join job {job} ({broken}): failed after {wall:.1f} s wall")
+
+
+@pytest.mark.timeout(120)
+def test_multi_node_job_refuses_a_loopback_head_address(slurm, tmp_path):
+    """Both test nodes are 127.0.0.x: outside a one-machine cluster (FGRPO_ALLOW_LOOPBACK unset) the job must
+    refuse to start Ray rather than let every worker dial its own loopback."""
+    log = tmp_path / "loopback.out"
+    script = _job_script(tmp_path / "loopback.sbatch", "unset FGRPO_ALLOW_LOOPBACK\nfgrpo_ray_up\necho UNREACHABLE\n", nodes=2)
+    job = slurm.sbatch(script, options=["--output", str(log)])
+    assert slurm.wait_done(job, timeout=90) == "FAILED"
+    text = log.read_text()
+    assert "head node n1 resolves to the loopback address 127.0.0.2" in text and "UNREACHABLE" not in text

@@ -1,4 +1,5 @@
-"""``fgrpo-verl launch RECIPE [--only NAME ...] [--dry-run] [overrides ...]``: one Slurm job per recipe run."""
+"""``fgrpo-verl launch RECIPE [--only NAME ...] [--dry-run | --status] [--fresh] [--force] [overrides ...]``: one Slurm
+job per recipe run; the run lifecycle (identity, requeue, status) is described in docs/slurm.md."""
 
 from __future__ import annotations
 
@@ -13,11 +14,22 @@ def _add_arguments(parser: argparse.ArgumentParser, overrides_nargs) -> None:
     parser.add_argument(
         "--only",
         nargs="+",
+        action="extend",
         metavar="NAME",
         default=None,
-        help="submit only these runs (names as in the recipe); arguments containing '=' after it are overrides",
+        help="submit only these runs (names as in the recipe; repeatable: --only A --only B means both); "
+        "arguments containing '=' after it are overrides",
     )
     parser.add_argument("--dry-run", action="store_true", help="submit nothing; print every job's sbatch script")
+    parser.add_argument(
+        "--status", action="store_true", help="submit nothing; print each run's state: queued, running, done, failed"
+    )
+    parser.add_argument(
+        "--fresh", action="store_true", help="new runs of these configs (new checkpoint dirs and W&B runs), not resumes"
+    )
+    parser.add_argument(
+        "--force", action="store_true", help="submit runs that are already queued or running (held until those end)"
+    )
     parser.add_argument(
         "--script-dir", default=None, help="where the job scripts are written (default: slurm_jobs/<recipe>)"
     )
@@ -45,6 +57,9 @@ def _reparse(args: argparse.Namespace) -> argparse.Namespace:
         recipe=args.recipe,
         only=only or None,
         dry_run=args.dry_run or late.dry_run,
+        status=args.status or late.status,
+        fresh=args.fresh or late.fresh,
+        force=args.force or late.force,
         script_dir=late.script_dir or args.script_dir,
         log_dir=late.log_dir or args.log_dir or "slurm_logs",
         overrides=late.overrides,
@@ -62,29 +77,56 @@ def split_only(only: list[str] | None, overrides: list[str]) -> tuple[list[str] 
     return names, moved + list(overrides)
 
 
-def run(args: argparse.Namespace) -> int:
-    import sys
+def _disk_note(job) -> str:
+    from fgrpo_verl.launch.disk import checkpoint_disk
 
-    from fgrpo_verl.launch import plan_jobs, submit_jobs
+    return checkpoint_disk(job.config, job.total_steps)
+
+
+def run(args: argparse.Namespace) -> int:
+    import os
+    import sys
+    import time
+
+    from fgrpo_verl.launch import plan_jobs, run_states, submit_jobs
 
     args = _reparse(args)
     workdir = Path.cwd()
     log_dir = (workdir / args.log_dir).resolve()
+    submit = not (args.dry_run or args.status)
     try:
         only, overrides = split_only(args.only, args.overrides)
-        recipe, jobs = plan_jobs(args.recipe, only, overrides, log_dir, workdir)
+        recipe, jobs = plan_jobs(
+            args.recipe,
+            only,
+            overrides,
+            log_dir,
+            workdir,
+            fresh=time.strftime("%Y%m%dT%H%M%S", time.gmtime()) if args.fresh else None,
+            wandb_run_id=os.environ.get("WANDB_RUN_ID") or None,
+            require_data=submit,
+        )
     except ValueError as exc:
         print(f"fgrpo-verl launch: error: {exc}", file=sys.stderr)
         return 2
     if args.dry_run:
         for job in jobs:
-            print(f"### job {job.job_name}: {job.nodes} node(s) x {job.gpus_per_node} GPU(s)")
+            print(f"### job {job.job_name} (run {job.run.name}): {job.nodes} node(s) x {job.gpus_per_node} GPU(s); "
+                  f"{_disk_note(job)}")
             print(job.text)
         print(f"### {len(jobs)} job(s) from recipe {recipe.name} ({recipe.reproduces}); dry run, nothing submitted")
         return 0
-    script_dir = Path(args.script_dir) if args.script_dir else workdir / "slurm_jobs" / recipe.name
-    ids = submit_jobs(jobs, script_dir.resolve(), log_dir)
-    for job, job_id in zip(jobs, ids):
-        print(f"submitted {job.job_name}: job {job_id} ({job.nodes} node(s) x {job.gpus_per_node} GPU(s))")
-    print(f"{len(ids)} job(s) submitted from recipe {recipe.name}; scripts in {script_dir}, logs in {log_dir}")
+    try:
+        if args.status:
+            for job, status in zip(jobs, run_states(jobs)):
+                print(f"{job.run.name}  {status.line(job.job_name)}")
+            return 0
+        script_dir = Path(args.script_dir) if args.script_dir else workdir / "slurm_jobs" / recipe.name
+        submitted = submit_jobs(jobs, script_dir.resolve(), log_dir, force=args.force)
+    except (RuntimeError, ValueError) as exc:
+        print(f"fgrpo-verl launch: error: {exc}", file=sys.stderr)
+        return 1
+    for job, job_id in submitted:
+        print(f"submitted {job.run.name}: job {job_id} {job.job_name} ({job.nodes} node(s) x {job.gpus_per_node} GPU(s))")
+    print(f"{len(submitted)} job(s) submitted from recipe {recipe.name}; scripts in {script_dir}, logs in {log_dir}")
     return 0

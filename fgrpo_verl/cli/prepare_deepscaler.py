@@ -10,8 +10,8 @@ HELP = "Prepare DeepScaleR (local copy) as the paper did: <=1024-token prompts, 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input", action="append", required=True, help="DeepScaleR file (.parquet/.jsonl/.json); repeatable")
     parser.add_argument("--tokenizer", required=True, help="tokenizer of the model to train (local dir or cached hub id)")
-    parser.add_argument("--out-dir", required=True, help="writes train.parquet (val.parquet) and prepare.json here")
-    parser.add_argument("--val-input", action="append", default=[], help="held-out problems, same format; repeatable")
+    parser.add_argument("--out-dir", required=True, help="writes train.parquet, val.parquet and prepare.json here")
+    parser.add_argument("--val-input", action="append", default=[], help="held-out problems, same format; repeatable (default: val.parquet = 64 training prompts)")
     parser.add_argument("--max-prompt-tokens", type=int, default=1024, help="drop longer prompts (paper: 1024)")
 
 

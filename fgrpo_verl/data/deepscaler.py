@@ -141,10 +141,20 @@ def write_parquet(rows: list[dict], path: Path) -> Path:
     return path
 
 
+# rows of the default val.parquet (a sample of the training prompts) when no --val-input is given
+DEFAULT_VAL_ROWS = 64
+
+
 def prepare_files(
     inputs: list[str], tokenizer_path: str, out_dir: str, val_inputs: list[str] = (), max_prompt_tokens: int = MAX_PROMPT_TOKENS
 ) -> dict[str, PrepareStats]:
-    """Read ``inputs`` (and ``val_inputs``), write ``out_dir/train.parquet`` (``val.parquet``) and ``prepare.json``."""
+    """Read ``inputs`` (and ``val_inputs``), write ``out_dir/train.parquet``, ``val.parquet`` and ``prepare.json``.
+
+    Without ``val_inputs`` (the paper evaluates checkpoints offline, docs/evaluation.md) ``val.parquet`` holds the
+    first :data:`DEFAULT_VAL_ROWS` prepared training prompts, marked ``split=val`` and ``val_source=train_sample``
+    in prepare.json: verl's trainer always builds a validation loader from ``data.val_files``, so
+    ``dataset=deepscaler`` works out of the box. It is a smoke check of the reward, not a held-out set; pass
+    ``--val-input`` for one."""
     from transformers import AutoTokenizer
 
     if not inputs:
@@ -159,9 +169,13 @@ def prepare_files(
         rows, stats = prepare(records, tokenizer, split, max_prompt_tokens)
         write_parquet(rows, out / f"{split}.parquet")
         results[split] = stats
+        if split == "train" and not val_inputs:
+            sample = [{**row, "extra_info": {**row["extra_info"], "split": "val"}} for row in rows[:DEFAULT_VAL_ROWS]]
+            write_parquet(sample, out / "val.parquet")
     summary = {
         "inputs": [str(Path(f).resolve()) for f in inputs],
         "val_inputs": [str(Path(f).resolve()) for f in val_inputs],
+        "val_source": "val_inputs" if val_inputs else "train_sample",
         "tokenizer": tokenizer_path,
         "max_prompt_tokens": max_prompt_tokens,
         "system_prompt": SYSTEM_PROMPT,

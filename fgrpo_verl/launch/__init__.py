@@ -1,12 +1,15 @@
 """``fgrpo-verl launch``: one Slurm job per recipe run (recipe.py: the format, render.py: the job script).
 
-    plan_jobs()    load the recipe, compose + validate every selected run with verl, render its job script
-    submit_jobs()  write the scripts and ``sbatch`` each one; returns the Slurm job ids
+    plan_jobs()    load the recipe, compose + validate every selected run with verl, give it its identity
+                   (identity.py), check its steps against its data (steps.py), render its job script
+    run_states()   queued / running / done / failed / not started per planned run (queue.py)
+    submit_jobs()  skip runs that are done, queued or running; write the scripts, record and ``sbatch`` the rest
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import re
 import subprocess
 import sys
@@ -17,63 +20,127 @@ from fgrpo_verl.launch.render import JobScript, render_job
 
 
 def plan_jobs(
-    recipe_arg: str, only: list[str] | None, overrides: list[str], log_dir: Path, workdir: Path
+    recipe_arg: str,
+    only: list[str] | None,
+    overrides: list[str],
+    log_dir: Path,
+    workdir: Path,
+    fresh: str | None = None,
+    wandb_run_id: str | None = None,
+    require_data: bool = False,
 ) -> tuple[Recipe, list[JobScript]]:
     """Every selected run's job script. Each run's config is composed and checked by verl's
     ``validate_config`` first, so a typo fails here, not hours later on the cluster.
 
-    W&B naming (issue 6, fgrpo_verl/tracking.py): ``trainer.experiment_name`` is the run name
-    ``{algo}-g{γ}-n{N}-{model}-s{seed}[-<variant>]`` read from the composed config, the W&B group is the recipe
-    (the sweep), the tags are ``algo:/gamma:/n:`` plus ``group:<run group>``. The checkpoint dir follows the
-    experiment name, so a requeued job resumes it."""
+    Identity (identity.py): ``trainer.experiment_name`` is fgrpo_verl.tracking's readable run name
+    ``{algo}-g{γ}-n{N}-{model}-s{seed}[-<variant>]`` plus ``-<hash of the resolved config>``; the checkpoint dir,
+    the W&B run id and the Slurm job name follow from it. ``fresh`` salts the hash (a new run of the same
+    config); ``wandb_run_id`` (the user's explicit ``WANDB_RUN_ID``) replaces the derived id, for one run only.
+    ``require_data``: refuse runs whose training data is missing here (a submit), instead of not checking the
+    step count (a dry run)."""
     from fgrpo_verl.compose import compose, validate
+    from fgrpo_verl.launch.identity import check_record, check_user_overrides, experiment_name, fingerprint
     from fgrpo_verl.launch.jobenv import job_environment
+    from fgrpo_verl.launch.steps import step_plan, train_rows
     from fgrpo_verl.tracking import config_run_name, config_run_tags
 
+    check_user_overrides(overrides)
     recipe = load_recipe(recipe_arg)
+    runs = recipe.select(only)
+    if wandb_run_id is not None and len(runs) != 1:
+        raise ValueError(
+            f"WANDB_RUN_ID={wandb_run_id} is set but {len(runs)} runs are selected: one W&B run cannot hold them; "
+            "select one run with --only, or unset WANDB_RUN_ID"
+        )
     jobs, names = [], {}
-    for run in recipe.select(only):
+    for run in runs:
         run_overrides = recipe.run_overrides(run, overrides)
+        where = f"recipe {recipe.name}, run {run.name}"
         try:
+            check_user_overrides([*recipe.common, *run.overrides])
             config = compose(run_overrides)
-            experiment = config_run_name(config, run.variant)
+            rows = train_rows(config, workdir)
+            plan = None
+            if rows is not None:
+                plan = step_plan(config, rows)
+                if recipe.save_per_epoch:
+                    run_overrides.append(f"trainer.save_freq={plan.steps_per_epoch}")
+                    config.trainer.save_freq = plan.steps_per_epoch
+            elif require_data:
+                raise ValueError(
+                    f"training data {config.data.train_files} not found under {workdir}: prepare it first "
+                    "(docs/recipes.md), or launch from the directory that holds it"
+                )
+            digest = fingerprint(config, fresh)
+            experiment = experiment_name(config_run_name(config, run.variant), digest)
             # trainer.default_local_dir interpolates the experiment name: set it before anything reads the dir
             config.trainer.experiment_name = experiment
             run_overrides.append(f"trainer.experiment_name={experiment}")
             # verl prints its verdict on stdout, which --dry-run reserves for the scripts
             with contextlib.redirect_stdout(sys.stderr):
                 validate(config)
+            check_record(Path(workdir) / str(config.trainer.default_local_dir), digest)
         except Exception as exc:  # composition and validation errors carry the key; add the run
-            raise ValueError(f"recipe {recipe.name}, run {run.name}: invalid config: {exc}") from exc
-        if experiment in names:
-            # same name = same checkpoint dir and W&B run: the two jobs would resume each other
+            raise ValueError(f"{where}: invalid config: {exc}") from exc
+        if digest in names:
+            # same config = same experiment, whatever the labels: one of them would only repeat the other
             raise ValueError(
-                f"recipe {recipe.name}: runs {names[experiment]!r} and {run.name!r} both get the run name "
-                f"{experiment!r}; give one of them a `variant:` naming what differs"
+                f"recipe {recipe.name}: runs {names[digest]!r} and {run.name!r} have the same config (run "
+                f"{experiment!r}); remove one, or make a setting differ (a `variant:` label alone does not)"
             )
-        names[experiment] = run.name
+        names[digest] = run.name
         env = job_environment(config, recipe.name, [*config_run_tags(config), f"group:{run.group}"])
-        jobs.append(render_job(recipe, run, run_overrides, config, env, log_dir, workdir))
+        if wandb_run_id is not None:
+            env["WANDB_RUN_ID"] = wandb_run_id
+        job = render_job(recipe, run, run_overrides, config, env, log_dir, workdir, experiment, digest)
+        jobs.append(dataclasses.replace(job, total_steps=None if plan is None else plan.total_steps))
     return recipe, jobs
 
 
-def submit_jobs(jobs: list[JobScript], script_dir: Path, log_dir: Path) -> list[str]:
-    """Write each script to ``script_dir/<job name>.sbatch`` and submit it; returns Slurm job ids in order."""
+def run_states(jobs: list[JobScript]) -> list:
+    """:class:`fgrpo_verl.launch.queue.RunStatus` of each planned job, from ``squeue`` and its checkpoint dir."""
+    from fgrpo_verl.launch.identity import read_record
+    from fgrpo_verl.launch.queue import active_jobs, run_status
+
+    queue = active_jobs([job.job_name for job in jobs])
+    return [
+        run_status(job.checkpoint_dir, job.total_steps, queue.get(job.job_name, []), read_record(job.checkpoint_dir))
+        for job in jobs
+    ]
+
+
+def submit_jobs(
+    jobs: list[JobScript], script_dir: Path, log_dir: Path, force: bool = False, out=print
+) -> list[tuple[JobScript, str]]:
+    """Write each script to ``script_dir/<job name>.sbatch`` and submit it; returns ``(job, Slurm job id)`` for
+    the submitted ones. Runs that are done are never submitted (a finished run is not trained further); runs
+    already queued or running are skipped unless ``force`` (then Slurm's singleton dependency holds the new job
+    until the old one ends)."""
+    from fgrpo_verl.launch.identity import write_record
+
     script_dir.mkdir(parents=True, exist_ok=True)
     log_dir.mkdir(parents=True, exist_ok=True)
-    ids = []
-    for job in jobs:
+    submitted = []
+    for job, status in zip(jobs, run_states(jobs)):
+        if status.state == "done":
+            out(f"skipped {job.run.name}: {status.line(job.job_name)}")
+            continue
+        if status.state in ("queued", "running") and not force:
+            out(f"skipped {job.run.name}: {status.line(job.job_name)}; --force submits another (held by singleton)")
+            continue
+        write_record(job.checkpoint_dir, job.fingerprint, job.job_name, job.overrides)
         path = script_dir / f"{job.job_name}.sbatch"
         path.write_text(job.text, encoding="utf-8")
         done = subprocess.run(["sbatch", "--parsable", str(path)], capture_output=True, text=True)
         if done.returncode != 0:
             raise RuntimeError(
                 f"sbatch {path} failed (exit {done.returncode}): {done.stderr.strip() or done.stdout.strip()}"
-                + (f"; submitted before it: {ids}" if ids else "")
+                + (f"; submitted before it: {[i for _, i in submitted]}" if submitted else "")
             )
         # --parsable prints "<id>" or "<id>;<cluster>"
         match = re.match(r"^(\d+)", done.stdout.strip())
         if not match:
             raise RuntimeError(f"sbatch {path}: unexpected output {done.stdout!r}")
-        ids.append(match.group(1))
-    return ids
+        write_record(job.checkpoint_dir, job.fingerprint, job.job_name, job.overrides, job_id=match.group(1))
+        submitted.append((job, match.group(1)))
+    return submitted

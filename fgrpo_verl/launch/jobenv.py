@@ -11,7 +11,9 @@ continue. So every job exports
 All naming, id and W&B logic lives in ``fgrpo_verl/tracking.py``; this module only reads the composed config.
 ``fgrpo-verl launch`` renders these into each job script; the plain ``sbatch slurm/train.sbatch`` path runs
 ``python -m fgrpo_verl.launch.jobenv [overrides]`` inside the job, which prints the same exports for ``eval``;
-without ``trainer.experiment_name`` among the overrides the name is tracking's ``{algo}-g{γ}-n{N}-{model}-s{seed}``.
+without ``trainer.experiment_name`` among the overrides the name is tracking's ``{algo}-g{γ}-n{N}-{model}-s{seed}``
+plus ``-<config hash>`` (fgrpo_verl/launch/identity.py). Inside a Slurm job it also checks and writes the run record
+of the checkpoint dir (a directory of another config is refused) and refuses secret-looking overrides.
 API keys never pass through here: W&B reads ``WANDB_API_KEY`` / ``~/.netrc`` from the user's environment.
 """
 
@@ -19,10 +21,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import re
 import shlex
 import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from fgrpo_verl.tracking import config_run_name, config_run_tags, wandb_env
 
@@ -56,15 +60,42 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from fgrpo_verl.compose import compose, validate
 
+    from fgrpo_verl.launch.identity import (
+        check_record,
+        experiment_name,
+        fingerprint,
+        is_secret_key,
+        override_key,
+        write_record,
+    )
+
+    secret = [override_key(o) for o in args.overrides if is_secret_key(override_key(o))]
+    if secret:
+        print(f"fgrpo jobenv: error: override(s) {secret} look like secrets: export them instead", file=sys.stderr)
+        return 2
     config = compose(args.overrides)
-    if not any(o.lstrip("+").startswith("trainer.experiment_name=") for o in args.overrides):
+    digest = fingerprint(config)
+    if not any(override_key(o) == "trainer.experiment_name" for o in args.overrides):
         # the W&B naming convention; train.sbatch passes it back as trainer.experiment_name=$FGRPO_EXPERIMENT
-        config.trainer.experiment_name = config_run_name(config)
+        config.trainer.experiment_name = experiment_name(config_run_name(config), digest)
     # Fail before a Ray cluster is started for a config verl would reject anyway. verl reports on stdout,
     # which is what the job evals: send it to stderr.
     with contextlib.redirect_stdout(sys.stderr):
         validate(config)
-    print(shell_exports(job_environment(config, args.wandb_group, config_run_tags(config))))
+    checkpoint_dir = Path(str(config.trainer.default_local_dir))
+    try:
+        if os.environ.get("SLURM_JOB_ID"):
+            write_record(checkpoint_dir, digest, str(config.trainer.experiment_name), args.overrides, os.environ["SLURM_JOB_ID"])
+        else:
+            check_record(checkpoint_dir, digest)
+    except ValueError as exc:
+        print(f"fgrpo jobenv: error: {exc}", file=sys.stderr)
+        return 1
+    env = job_environment(config, args.wandb_group, config_run_tags(config))
+    env["FGRPO_FINGERPRINT"] = digest
+    # for slurm/lifecycle.sh: absolute, the trainer (a Ray actor) may run in another directory or on another node
+    env["FGRPO_STOP_FILE"] = str(checkpoint_dir.resolve() / ".fgrpo-stop")
+    print(shell_exports(env))
     return 0
 
 

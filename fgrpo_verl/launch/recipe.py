@@ -1,12 +1,13 @@
 """Recipes: a sweep as data. A recipe YAML names its runs; each run is a list of Hydra overrides.
 
-    name: paper_main                # recipe name: W&B group of every run, prefix of every Slurm job name
+    name: paper_main                # recipe name: W&B group of every run
     project: fgrpo-paper            # W&B project (trainer.project_name)
     reproduces: F-GRPO Tables 1, 6  # free text, shown by --dry-run
     resources:                      # sbatch settings shared by all runs (a run may override them)
       time: "7-00:00:00"
       cpus_per_task: 64
     env: {}                         # extra environment exported by every job (never secrets)
+    save_per_epoch: true            # trainer.save_freq = steps per epoch, from the prepared data's row count
     common: [dataset=deepscaler, cluster=2x8]    # overrides every run gets first
     runs:
       - name: qwen25_7b-grpo-g0p5
@@ -17,8 +18,8 @@
 
 A run's full override list is ``common + run.overrides + command-line overrides + trainer.project_name``, then
 ``trainer.experiment_name`` = fgrpo_verl.tracking's ``{algo}-g{γ}-n{N}-{model}-s{seed}[-<variant>]`` read from the
-composed config (launch/__init__.py). The run's ``name`` selects it (``--only``) and names its Slurm job
-(``<recipe>-<name>``). Nodes and GPUs per node are
+composed config plus ``-<config hash>`` (launch/identity.py), which is also the Slurm job name. The run's
+``name`` selects it (``--only``). Nodes and GPUs per node are
 not resources: they are read from the composed ``trainer.nnodes`` / ``trainer.n_gpus_per_node`` (config group
 ``cluster``), so ``trainer.nnodes=4`` on the command line resizes both the Slurm allocation and verl.
 """
@@ -33,8 +34,6 @@ from fgrpo_verl.paths import recipes_dir
 
 # Slurm job names and experiment names end up in paths, W&B and shell scripts: keep them plain.
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-# Secrets belong in the user's environment or ~/.netrc, never in a recipe or a rendered job script.
-_SECRET = re.compile(r"(API_?KEY|TOKEN|SECRET|PASSWORD)", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -111,9 +110,10 @@ class Recipe:
     common: tuple[str, ...]
     env: dict[str, str]
     runs: tuple[Run, ...] = field(default=())
+    save_per_epoch: bool = False
 
     def job_name(self, run: Run) -> str:
-        """The Slurm job name of ``run``: ``<recipe>-<run name>``."""
+        """``<recipe>-<run name>``: the job name of a script rendered without a run identity (render_job's default)."""
         return f"{self.name}-{run.name}"
 
     def run_overrides(self, run: Run, extra: tuple[str, ...] | list[str] = ()) -> list[str]:
@@ -162,11 +162,13 @@ def load_recipe(recipe: str) -> Recipe:
     """Parse and check a recipe file (see the module docstring for the format)."""
     import yaml
 
+    from fgrpo_verl.launch.identity import is_secret_key
+
     path = resolve_recipe_path(recipe)
     data = yaml.safe_load(path.read_text(encoding="utf-8"))
     if not isinstance(data, dict):
         raise ValueError(f"{path}: a recipe is a mapping with keys name, project, runs, ...; got {type(data).__name__}")
-    allowed = {"name", "project", "reproduces", "resources", "env", "common", "runs"}
+    allowed = {"name", "project", "reproduces", "resources", "env", "common", "runs", "save_per_epoch"}
     unknown = sorted(set(data) - allowed)
     if unknown:
         raise ValueError(f"{path}: unknown recipe key(s) {unknown}; valid keys: {sorted(allowed)}")
@@ -176,12 +178,16 @@ def load_recipe(recipe: str) -> Recipe:
     if not isinstance(env, dict):
         raise ValueError(f"{path}: env must be a mapping NAME: value, got {env!r}")
     for key in env:
-        if _SECRET.search(str(key)):
+        # secrets belong in the user's environment or ~/.netrc, never in a recipe or a rendered job script
+        if is_secret_key(str(key)):
             raise ValueError(
                 f"{path}: env.{key} looks like a secret; export it in your shell (or use ~/.netrc for W&B) "
                 "instead of writing it into a recipe and its job scripts"
             )
     resources = Resources.from_dict(data.get("resources"), f"{path}: resources")
+    save_per_epoch = data.get("save_per_epoch", False)
+    if not isinstance(save_per_epoch, bool):
+        raise ValueError(f"{path}: save_per_epoch must be true or false, got {save_per_epoch!r}")
     raw_runs = data.get("runs")
     if not isinstance(raw_runs, list) or not raw_runs:
         raise ValueError(f"{path}: runs must be a non-empty list of {{name, group, overrides}} entries")
@@ -216,4 +222,5 @@ def load_recipe(recipe: str) -> Recipe:
         common=_string_list(data.get("common"), f"{path}: common"),
         env={str(k): str(v) for k, v in env.items()},
         runs=tuple(runs),
+        save_per_epoch=save_per_epoch,
     )

@@ -1,13 +1,25 @@
 """Render one Slurm job script per recipe run from ``slurm/job.sbatch.template``.
 
-The script holds everything a reader needs to see what runs: the ``#SBATCH`` lines, the exports (W&B run
-identity), and the exact ``fgrpo-verl train`` command with every override. Values Slurm only knows at run
-time (node count, GPUs per node, head IP) appear as shell variables set by ``slurm/ray_cluster.sh``.
+The script holds everything a reader needs to see what runs: the ``#SBATCH`` lines, the exports (run identity,
+W&B), and the exact training command with every override. Values Slurm only knows at run time (node count, GPUs
+per node, head IP) appear as shell variables set by ``slurm/ray_cluster.sh``.
+
+Rendering is hardened against values that would otherwise become code or silently change the job:
+
+- one pass: ``{{NAME}}`` placeholders are replaced by a single regex substitution, so a value that itself
+  contains ``{{...}}`` is never expanded again;
+- any control character (newline, CR, tab, NUL, ESC, ...) in any value is refused: a newline in an ``#SBATCH``
+  value would end sbatch's directive scan (dropping ``--requeue`` and everything after it) or start a command;
+- every ``#SBATCH`` value is double-quoted with ``\\`` and ``"`` backslash-escaped (sbatch's own directive
+  parser honours both; an unquoted ``#`` would start a comment, a space would split the argument);
+- every shell word is ``shlex.quote``d; the interpreter is ``sys.executable``, not whatever PATH finds.
 """
 
 from __future__ import annotations
 
+import re
 import shlex
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +27,11 @@ from fgrpo_verl.launch.recipe import Recipe, Resources, Run
 from fgrpo_verl.paths import slurm_dir
 
 TEMPLATE = "job.sbatch.template"
+# Seconds between Slurm's USR1 and the time limit when neither the recipe nor the config says (cluster groups set
+# slurm.signal_lead_s): enough for one LLM step plus a checkpoint at the paper's scale.
+DEFAULT_SIGNAL_LEAD_S = 900
+_PLACEHOLDER = re.compile(r"\{\{([A-Z_]+)\}\}")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 # Appended to every training command. The job, not the recipe, knows the allocation: these come last so that
 # they win over the cluster preset (Hydra applies overrides in order). verl's ray.init then joins the job's
@@ -38,57 +55,149 @@ class JobScript:
     text: str
     # the composed config the job was validated with (what `fgrpo-verl train` will compose from the same overrides)
     config: object
+    # absolute checkpoint directory and config fingerprint (fgrpo_verl/launch/identity.py)
+    checkpoint_dir: Path | None = None
+    fingerprint: str = ""
+    # steps the run trains (None: its data is not on this machine, fgrpo_verl/launch/steps.py)
+    total_steps: int | None = None
+
+
+def check_value(what: str, value) -> str:
+    """``value`` as text, refused when it holds a control character (names ``what`` and the character)."""
+    text = str(value)
+    bad = _CONTROL.search(text)
+    if bad:
+        raise ValueError(
+            f"{what}={text!r} contains the control character {bad.group()!r}: it would become a new line of the "
+            "job script; remove it"
+        )
+    return text
+
+
+def sbatch_quote(what: str, value) -> str:
+    """A value for an ``#SBATCH --opt=<value>`` line: double-quoted, ``\\`` and ``"`` escaped."""
+    text = check_value(what, value)
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def sbatch_directives(
-    job_name: str, nodes: int, gpus_per_node: int, resources: Resources, log_dir: Path, workdir: Path
+    job_name: str,
+    nodes: int,
+    gpus_per_node: int,
+    resources: Resources,
+    log_dir: Path,
+    workdir: Path,
+    time_limit: str | None = None,
+    signal_lead_s: int = DEFAULT_SIGNAL_LEAD_S,
 ) -> list[str]:
-    lines = [
-        f"--job-name={job_name}",
+    log_dir_text = check_value("log dir", log_dir)
+    if "%" in log_dir_text:
+        raise ValueError(f"log dir {log_dir_text!r} contains '%', which sbatch expands in --output; pick another")
+    options: list[tuple[str, object | None]] = [
+        ("job-name", job_name),
         # relative paths (checkpoints/<project>/<experiment>, data/...) resolve here, on every (re)start
-        f"--chdir={workdir}",
-        f"--nodes={nodes}",
+        ("chdir", workdir),
+        ("nodes", nodes),
         # one task per node: the Ray head or worker; Ray schedules the GPUs itself
-        "--ntasks-per-node=1",
+        ("ntasks-per-node", 1),
     ]
     if resources.request_gpus:
-        lines.append(f"--gpus-per-node={gpus_per_node}")
+        options.append(("gpus-per-node", gpus_per_node))
     if resources.cpus_per_task:
-        lines.append(f"--cpus-per-task={resources.cpus_per_task}")
-    for key in ("time", "partition", "account", "qos", "mem"):
+        options.append(("cpus-per-task", resources.cpus_per_task))
+    time = resources.time or time_limit
+    if time is not None:
+        options.append(("time", time))
+    for key in ("partition", "account", "qos", "mem"):
         value = getattr(resources, key)
         if value is not None:
-            lines.append(f"--{key}={value}")
-    if resources.exclusive:
-        lines.append("--exclusive")
-    lines += [
+            options.append((key, value))
+    options += [
+        # USR1 to the batch shell ahead of the limit: checkpoint at the step boundary, then requeue (lifecycle.sh)
+        ("signal", f"B:USR1@{int(signal_lead_s)}"),
+        # never two jobs of one run (same name = same run identity) running at once, whoever submitted them
+        ("dependency", "singleton"),
         # a preempted or requeued job runs again (and resumes), appending to the same log
-        "--requeue",
-        "--open-mode=append",
-        f"--output={log_dir}/%x-%j.out",
-        *resources.extra,
+        ("requeue", None),
+        ("open-mode", "append"),
+        ("output", f"{log_dir_text}/%x-%j.out"),
     ]
-    return [f"#SBATCH {line}" for line in lines]
+    if resources.exclusive:
+        options.append(("exclusive", None))
+    lines = [
+        f"#SBATCH --{key}" if value is None else f"#SBATCH --{key}={sbatch_quote(f'sbatch --{key}', value)}"
+        for key, value in options
+    ]
+    for extra in resources.extra:
+        name, sep, value = check_value("resources.extra", extra).partition("=")
+        if not re.fullmatch(r"--[a-z][a-z0-9-]*", name):
+            raise ValueError(f"resources.extra entry {extra!r}: expected --option or --option=value")
+        lines.append(f"#SBATCH {name}" + (f"={sbatch_quote(f'sbatch {name}', value)}" if sep else ""))
+    return lines
 
 
 def train_command(overrides: tuple[str, ...] | list[str]) -> str:
-    parts = ["fgrpo-verl train", "trainer.resume_mode=auto", *(shlex.quote(o) for o in overrides), *RUNTIME_OVERRIDES]
-    return " \\\n    ".join(parts)
+    words = ['"$FGRPO_PYTHON" -m fgrpo_verl train', "trainer.resume_mode=auto"]
+    words += [shlex.quote(check_value("override", o)) for o in overrides]
+    return " \\\n    ".join([*words, *RUNTIME_OVERRIDES])
+
+
+def shell_exports(env: dict[str, str]) -> str:
+    from fgrpo_verl.launch.jobenv import shell_exports as exports
+
+    for name, value in env.items():
+        check_value(f"export {name}", value)
+    return exports(env)
+
+
+def render_template(template: str, values: dict[str, str]) -> str:
+    """Replace every ``{{NAME}}`` of ``template`` in one pass; unknown names are an error."""
+
+    def sub(match: re.Match) -> str:
+        name = match.group(1)
+        if name not in values:
+            raise ValueError(f"job template: no value for placeholder {{{{{name}}}}}")
+        return values[name]
+
+    return _PLACEHOLDER.sub(sub, template)
 
 
 def render_job(
-    recipe: Recipe, run: Run, overrides: list[str], config, env: dict[str, str], log_dir: Path, workdir: Path
+    recipe: Recipe,
+    run: Run,
+    overrides: list[str],
+    config,
+    env: dict[str, str],
+    log_dir: Path,
+    workdir: Path,
+    job_name: str | None = None,
+    fingerprint: str = "",
 ) -> JobScript:
-    """The job script of ``run``; ``config`` is its composed config (sizes the allocation)."""
-    from fgrpo_verl.launch.jobenv import shell_exports
-
+    """The job script of ``run``; ``config`` is its composed config (sizes the allocation, gives the time limit
+    and signal lead of its cluster group), ``job_name`` its run identity (default ``<recipe>-<run>``)."""
     nodes, gpus = int(config.trainer.nnodes), int(config.trainer.n_gpus_per_node)
     for key, value in (("trainer.nnodes", nodes), ("trainer.n_gpus_per_node", gpus)):
         if value < 1:
             raise ValueError(f"run {run.name}: {key} must be >= 1 to size a Slurm job, got {value}")
-    job_name = recipe.job_name(run)
+    job_name = job_name or recipe.job_name(run)
+    slurm_cfg = config.get("slurm") or {}
+    lead = slurm_cfg.get("signal_lead_s", DEFAULT_SIGNAL_LEAD_S)
+    if isinstance(lead, bool) or not isinstance(lead, int) or not 10 <= lead <= 65535:
+        raise ValueError(f"run {run.name}: slurm.signal_lead_s must be an integer number of seconds in 10..65535, got {lead!r}")
+    checkpoint_dir = Path(workdir) / str(config.trainer.default_local_dir)
     exports = dict(recipe.env)
     exports.update(env)
+    exports.update(
+        FGRPO_RUN=run.name,
+        FGRPO_PYTHON=sys.executable,
+        FGRPO_SLURM_DIR=str(slurm_dir()),
+        FGRPO_LOG_DIR=str(log_dir),
+        FGRPO_CHECKPOINT_DIR=str(checkpoint_dir),
+        FGRPO_FINGERPRINT=fingerprint,
+        FGRPO_STOP_FILE=str(checkpoint_dir / ".fgrpo-stop"),
+        # the trainer gets most of the lead to finish its step; the rest is for the requeue itself
+        FGRPO_STOP_GRACE=str(lead - max(10, min(60, lead // 10))),
+    )
     if not run.resources.request_gpus:
         # no GPUs from Slurm: Ray nodes offer trainer.n_gpus_per_node logical GPUs (backend=cpu)
         exports["FGRPO_GPUS_PER_NODE"] = str(gpus)
@@ -96,16 +205,29 @@ def render_job(
         exports["FGRPO_RAY_NUM_CPUS"] = str(run.resources.ray_num_cpus)
     if run.resources.ray_join_timeout:
         exports["FGRPO_RAY_JOIN_TIMEOUT"] = str(run.resources.ray_join_timeout)
+    directives = sbatch_directives(
+        job_name, nodes, gpus, run.resources, log_dir, workdir, slurm_cfg.get("time"), lead
+    )
     template = (slurm_dir() / TEMPLATE).read_text(encoding="utf-8")
-    text = (
-        template.replace("{{SBATCH}}", "\n".join(sbatch_directives(job_name, nodes, gpus, run.resources, log_dir, workdir)))
-        .replace("{{RECIPE_PATH}}", str(recipe.path))
-        .replace("{{RUN}}", run.name)
-        .replace("{{CHECKPOINT_DIR}}", str(config.trainer.default_local_dir))
-        .replace("{{EXPORTS}}", shell_exports(exports))
-        .replace("{{SLURM_DIR}}", shlex.quote(str(slurm_dir())))
-        .replace("{{TRAIN_COMMAND}}", train_command(overrides))
+    text = render_template(
+        template,
+        {
+            "SBATCH": "\n".join(directives),
+            "RECIPE": shlex.quote(check_value("recipe path", recipe.path)),
+            "RUN": check_value("run name", run.name),
+            "SIGNAL_LEAD": str(lead),
+            "EXPORTS": shell_exports(exports),
+            "TRAIN_COMMAND": train_command(overrides),
+        },
     )
     return JobScript(
-        run=run, job_name=job_name, overrides=tuple(overrides), nodes=nodes, gpus_per_node=gpus, text=text, config=config
+        run=run,
+        job_name=job_name,
+        overrides=tuple(overrides),
+        nodes=nodes,
+        gpus_per_node=gpus,
+        text=text,
+        config=config,
+        checkpoint_dir=checkpoint_dir,
+        fingerprint=fingerprint,
     )

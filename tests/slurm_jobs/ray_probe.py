@@ -23,7 +23,9 @@ def main() -> None:
         where.options(scheduling_strategy=ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote()
         for n in nodes
     ]
-    print("PROBE " + json.dumps({"alive_ips": sorted(n["NodeManagerAddress"] for n in nodes), "tasks": ray.get(refs, timeout=120)}), flush=True)
+    cpus = ray.cluster_resources().get("CPU")
+    tasks = ray.get(refs, timeout=120)
+    print("PROBE " + json.dumps({"alive_ips": sorted(n["NodeManagerAddress"] for n in nodes), "tasks": tasks, "cpus": cpus}), flush=True)
     ray.shutdown()
 
 

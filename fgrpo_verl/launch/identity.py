@@ -1,0 +1,172 @@
+"""One identity per run: the experiment is its full resolved config, so the name carries a hash of it.
+
+    fingerprint   = sha256 of the resolved config (canonical JSON, sorted keys), launcher-owned keys left out,
+                    plus ``fresh=<salt>`` for an explicit fresh rerun (``fgrpo-verl launch --fresh``)
+    experiment    = ``{algo}-g{γ}-n{N}-{model}-s{seed}[-<variant>]-<fingerprint[:8]>``
+    checkpoints   = ``trainer.default_local_dir`` = ``checkpoints/<project>/<experiment>``
+    W&B run id    = fgrpo_verl.tracking.run_id(project, experiment), or an explicit ``WANDB_RUN_ID``
+    Slurm job     = ``<experiment>`` (with ``--dependency=singleton``: one job per run per user at a time)
+
+So a different override (a learning rate, a data file) gives a different name, directory, W&B run and job, and a
+requeue or a relaunch of the *same* config resumes the same run. Two recipes that contain the same config
+(``paper_main``'s ``qwen25_7b-grpo-g0p5`` and ``group_size``'s ``fgrpo-n8-g0p5``) are one run with one job name.
+
+The first launch writes a run record, ``<checkpoint dir>/fgrpo_run.json`` (fingerprint, overrides, submitted
+job ids). A later launch or job start that finds a record with another fingerprint in the directory refuses:
+the directory belongs to a different experiment (a hash prefix collision, a hand-set experiment name, a copied
+directory).
+
+Left out of the fingerprint (:data:`UNHASHED`): what the launcher itself sets (the name, the directory it
+implies, the resume mode) and the ``slurm`` block (time limit and signal lead: how a run is scheduled, not what
+it computes).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+
+RECORD = "fgrpo_run.json"
+SHORT = 8
+# Overrides the launcher owns: it sets them itself (from the identity, the allocation or the recipe), so a user
+# value would be replaced silently. Refused instead, with the reason.
+OWNED = {
+    "trainer.experiment_name": "the launcher names each run from its config hash (docs/slurm.md, lifecycle)",
+    "trainer.project_name": "the recipe's `project:` sets it; copy the recipe to change it",
+    "trainer.default_local_dir": "checkpoints go to checkpoints/<project>/<experiment> under the launch directory",
+    "trainer.resume_mode": "jobs always resume (auto) from their own checkpoint directory",
+    "trainer.resume_from_path": "jobs resume from their own checkpoint directory; start a new run instead",
+    "ray_kwargs.ray_init.num_cpus": "the job's Ray cluster is sized from the Slurm allocation",
+    "ray_kwargs.ray_init.num_gpus": "the job's Ray cluster is sized from the Slurm allocation",
+    "ray_kwargs.ray_init._node_ip_address": "the job sets the Ray head's address",
+}
+UNHASHED = ("trainer.experiment_name", "trainer.default_local_dir", "trainer.resume_mode", "slurm")
+# The last component of a key, as an environment variable would spell it: *API_KEY*, *SECRET*, *PASSWORD*,
+# *_TOKEN / TOKEN (HF_TOKEN, RAY_AUTH_TOKEN). Not `tokenizer`, `max_num_batched_tokens`, `ppo_max_token_len`.
+_SECRET_KEY = re.compile(r"(API_?KEY|SECRET|PASSWORD|ACCESS_?KEY|(^|_)TOKEN$)", re.IGNORECASE)
+_PLACEHOLDER = "__fgrpo_experiment__"
+
+
+def override_key(override: str) -> str:
+    """``+a.b=1`` / ``++a.b=1`` / ``~a.b`` -> ``a.b``."""
+    return override.split("=", 1)[0].lstrip("+~").strip()
+
+
+def is_secret_key(key: str) -> bool:
+    return bool(_SECRET_KEY.search(key.rsplit(".", 1)[-1]))
+
+
+def check_user_overrides(overrides) -> None:
+    """Refuse launcher-owned and secret-looking overrides, naming the key and why."""
+    for override in overrides:
+        key = override_key(override)
+        if key in OWNED:
+            raise ValueError(f"override {override!r}: {key} is set by the launcher ({OWNED[key]}); remove it")
+        if is_secret_key(key):
+            raise ValueError(
+                f"override {key}=...: looks like a secret; verl prints and logs its config and the job script is "
+                "a file: export it in your shell (or use ~/.netrc for W&B) instead"
+            )
+
+
+def _drop(tree: dict, dotted: str) -> None:
+    *parents, last = dotted.split(".")
+    for part in parents:
+        tree = tree.get(part)
+        if not isinstance(tree, dict):
+            return
+    tree.pop(last, None)
+
+
+def fingerprint(config, fresh: str | None = None) -> str:
+    """sha256 (hex) of the resolved ``config`` without :data:`UNHASHED`, salted with ``fresh`` when given.
+
+    The experiment name is replaced by a constant before resolving, so values that interpolate it (the checkpoint
+    directory) do not feed the name back into its own hash."""
+    from omegaconf import OmegaConf
+
+    copy = OmegaConf.create(OmegaConf.to_container(config, resolve=False))
+    OmegaConf.update(copy, "trainer.experiment_name", _PLACEHOLDER, force_add=True)
+    tree = OmegaConf.to_container(copy, resolve=True)
+    for key in UNHASHED:
+        _drop(tree, key)
+    text = json.dumps(tree, sort_keys=True, default=str, separators=(",", ":"))
+    if fresh is not None:
+        text += f"\nfresh={fresh}"
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def experiment_name(readable: str, digest: str) -> str:
+    return f"{readable}-{digest[:SHORT]}"
+
+
+def read_record(checkpoint_dir: Path) -> dict | None:
+    path = Path(checkpoint_dir) / RECORD
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path}: unreadable run record ({exc}); move it away if the directory is yours") from exc
+
+
+def check_record(checkpoint_dir: Path, digest: str) -> dict | None:
+    """The run record of ``checkpoint_dir``; refuses when it belongs to another config. A directory that holds
+    checkpoints but no record (made by hand or by an older launcher) is refused too: it is not provably this run."""
+    checkpoint_dir = Path(checkpoint_dir)
+    record = read_record(checkpoint_dir)
+    if record is None:
+        if any(checkpoint_dir.glob("global_step_*")):
+            raise ValueError(
+                f"{checkpoint_dir} holds checkpoints but no {RECORD}: it was not written by this config's launch; "
+                "move it away or launch with --fresh"
+            )
+        return None
+    if record.get("fingerprint") != digest:
+        raise ValueError(
+            f"{checkpoint_dir} holds a run of a different config (fingerprint {str(record.get('fingerprint'))[:12]}, "
+            f"this config {digest[:12]}): refusing to resume or overwrite it. Its overrides: "
+            f"{record.get('overrides')}. Launch with --fresh for a new run, or move the directory away."
+        )
+    return record
+
+
+def write_record(checkpoint_dir: Path, digest: str, experiment: str, overrides, job_id: str | None = None) -> dict:
+    """Create or update the run record (atomically: a reader never sees half a file); appends ``job_id``."""
+    checkpoint_dir = Path(checkpoint_dir)
+    record = check_record(checkpoint_dir, digest) or {
+        "fingerprint": digest,
+        "experiment": experiment,
+        "overrides": list(overrides),
+        "jobs": [],
+    }
+    if job_id is not None:
+        record["jobs"] = [*record.get("jobs", []), str(job_id)]
+    checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    tmp = checkpoint_dir / f".{RECORD}.{os.getpid()}"
+    tmp.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    tmp.replace(checkpoint_dir / RECORD)
+    return record
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m fgrpo_verl.launch.identity check DIR FINGERPRINT``: what a job runs before training."""
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 3 or args[0] != "check":
+        print("usage: python -m fgrpo_verl.launch.identity check CHECKPOINT_DIR FINGERPRINT", file=sys.stderr)
+        return 2
+    try:
+        check_record(Path(args[1]), args[2])
+    except ValueError as exc:
+        print(f"fgrpo: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,69 @@
+"""How many steps a run takes, checked at launch against its data: verl stops at whichever comes first of
+``trainer.total_training_steps`` and ``trainer.total_epochs`` epochs.
+
+    steps per epoch  S = rows // data.train_batch_size      (verl's loader drops the last partial batch)
+    total steps      T = trainer.total_training_steps, or S * trainer.total_epochs when it is null
+
+A run whose ``total_training_steps`` exceeds ``S * total_epochs`` would stop early without saying so (the maze
+recipe once stopped at 1,170 of its 20,000 steps): refused at launch, naming the epochs it needs,
+ceil(T / S). ``rows`` is the parquet row count; verl may drop overlong prompts at load time, so S is an upper
+bound and the check never refuses a run that would reach T.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    rows: int
+    steps_per_epoch: int
+    total_steps: int
+
+
+def _files(value) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    return [str(v) for v in value]
+
+
+def train_rows(config, workdir: Path) -> int | None:
+    """Rows of the run's training parquet files (relative paths resolve against ``workdir``); None when a file is
+    missing (on a login node the data may only exist where the job runs)."""
+    import pyarrow.parquet as pq
+
+    total = 0
+    files = _files(config.data.train_files)
+    if not files:
+        return None
+    for name in files:
+        path = Path(workdir) / name
+        if not path.is_file():
+            return None
+        total += pq.ParquetFile(path).metadata.num_rows
+    return total
+
+
+def step_plan(config, rows: int) -> StepPlan:
+    """:class:`StepPlan` of ``config`` for ``rows`` training rows; ValueError when T is unreachable."""
+    batch = int(config.data.train_batch_size)
+    per_epoch = rows // batch
+    if per_epoch < 1:
+        raise ValueError(f"data.train_batch_size={batch} is larger than the {rows} training rows: no step fits")
+    epochs = int(config.trainer.total_epochs)
+    requested = config.trainer.get("total_training_steps")
+    if requested is None:
+        return StepPlan(rows, per_epoch, per_epoch * epochs)
+    requested = int(requested)
+    if requested > per_epoch * epochs:
+        raise ValueError(
+            f"trainer.total_training_steps={requested} is not reachable: verl also stops after "
+            f"trainer.total_epochs={epochs} epochs of {per_epoch} steps ({rows} rows // data.train_batch_size={batch})"
+            f" = {per_epoch * epochs} steps; set trainer.total_epochs={math.ceil(requested / per_epoch)} (or more data)"
+        )
+    return StepPlan(rows, per_epoch, requested)

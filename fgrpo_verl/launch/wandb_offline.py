@@ -1,0 +1,128 @@
+"""Offline W&B runs after a hard kill: drop the abandoned steps before the next start logs them again.
+
+Each start of a run in ``WANDB_MODE=offline`` writes its own folder ``<WANDB_DIR>/wandb/offline-run-<time>-<id>``
+with the same run id. After a hard kill (node failure, preemption without notice) the killed start has logged
+steps k+1..j past its last checkpoint k; the next start resumes from k and logs k+1.. again, with other values.
+``wandb sync`` of both folders would keep the first values (W&B drops non-monotonic steps). So every start runs,
+before training,
+
+    python -m fgrpo_verl.launch.wandb_offline trim WANDB_ROOT RUN_ID K
+
+which rewrites the run's existing offline folders without the history records of steps > K (K = the checkpoint
+the start resumes from). The folders then hold steps 1..K and the new start k+1..: synced in order they are the
+resumed trajectory, once each.
+
+The file format (``run-<id>.wandb``): a 7-byte header (``:W&B``, magic 0xBEE1 little-endian, version 0), then
+LevelDB-style log records in 32 KiB blocks: CRC-32 (IEEE, over the type byte and payload) u32, length u16,
+type u8 (1 full, 2 first, 3 middle, 4 last), payload; fewer than 7 bytes left in a block are zero padding.
+Each payload is a ``wandb_internal_pb2.Record``. Written here from that description (wandb ships no Python
+reader or writer for it).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import sys
+import zlib
+from pathlib import Path
+
+HEADER = struct.pack("<4sHB", b":W&B", 0xBEE1, 0)
+BLOCK = 32768
+_FULL, _FIRST, _MIDDLE, _LAST = 1, 2, 3, 4
+
+
+def _checksum(kind: int, chunk: bytes) -> int:
+    # W&B's writer uses the IEEE CRC-32 over the type byte and the chunk, unmasked (LevelDB itself uses a
+    # masked CRC-32C); checked against W&B's own files in tests/test_wandb_offline_on_cpu.py
+    return zlib.crc32(bytes([kind]) + chunk)
+
+
+def read_payloads(path: Path) -> list[bytes]:
+    """The record payloads of a ``.wandb`` file, in order (checksums verified)."""
+    data = Path(path).read_bytes()
+    if data[:7] != HEADER:
+        raise ValueError(f"{path}: not a W&B transaction log (header {data[:7]!r})")
+    pos, pending, payloads = 7, b"", []
+    while pos + 7 <= len(data):
+        if BLOCK - pos % BLOCK < 7:
+            pos += BLOCK - pos % BLOCK
+            continue
+        crc, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        if kind == 0:
+            break
+        chunk = data[pos + 7 : pos + 7 + length]
+        if _checksum(kind, chunk) != crc:
+            raise ValueError(f"{path}: checksum mismatch at byte {pos}")
+        pos += 7 + length
+        pending = chunk if kind in (_FULL, _FIRST) else pending + chunk
+        if kind in (_FULL, _LAST):
+            payloads.append(pending)
+    return payloads
+
+
+def write_payloads(path: Path, payloads: list[bytes]) -> None:
+    """A ``.wandb`` file holding ``payloads`` (written next to ``path``, then renamed over it)."""
+    out = bytearray(HEADER)
+    for payload in payloads:
+        rest, first = payload, True
+        while True:
+            room = BLOCK - len(out) % BLOCK
+            if room < 7:
+                out += b"\0" * room
+                room = BLOCK
+            chunk, rest = rest[: room - 7], rest[room - 7 :]
+            kind = (_FULL if not rest else _FIRST) if first else (_LAST if not rest else _MIDDLE)
+            out += struct.pack("<IHB", _checksum(kind, chunk), len(chunk), kind) + chunk
+            first = False
+            if not rest:
+                break
+    tmp = Path(f"{path}.fgrpo-tmp")
+    tmp.write_bytes(bytes(out))
+    os.replace(tmp, path)
+
+
+def history_step(payload: bytes) -> int | None:
+    """The step of a history record, None for any other record."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    record = pb.Record()
+    record.ParseFromString(payload)
+    if record.WhichOneof("record_type") != "history":
+        return None
+    if record.history.HasField("step"):
+        return int(record.history.step.num)
+    for item in record.history.item:
+        if (item.key or "/".join(item.nested_key)) == "_step":
+            return int(float(item.value_json))
+    return None
+
+
+def trim(wandb_root: Path, run_id: str, keep_through: int) -> list[tuple[Path, int]]:
+    """Drop history of steps > ``keep_through`` from every offline folder of ``run_id`` under ``wandb_root``
+    (``$WANDB_DIR``, whose ``wandb/`` holds the folders). Returns (file, records dropped) per changed file."""
+    changed = []
+    for folder in sorted((Path(wandb_root) / "wandb").glob(f"offline-run-*-{run_id}")):
+        path = folder / f"run-{run_id}.wandb"
+        if not path.is_file():
+            continue
+        payloads = read_payloads(path)
+        kept = [p for p in payloads if (step := history_step(p)) is None or step <= keep_through]
+        if len(kept) != len(payloads):
+            write_payloads(path, kept)
+            changed.append((path, len(payloads) - len(kept)))
+    return changed
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 4 or args[0] != "trim" or not args[3].isdigit():
+        print("usage: python -m fgrpo_verl.launch.wandb_offline trim WANDB_ROOT RUN_ID KEEP_THROUGH_STEP", file=sys.stderr)
+        return 2
+    for path, dropped in trim(Path(args[1]), args[2], int(args[3])):
+        print(f"[fgrpo] {path}: dropped {dropped} history record(s) after step {args[3]} (abandoned by a hard kill)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,279 @@
+"""Unit tests of the run lifecycle (issue 10) without Slurm: identity, hardened rendering, status, step checks,
+the trainer's stop-at-step-boundary hook and the private Ray directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import types
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from fgrpo_verl.launch import identity, preempt, queue, render, steps
+from fgrpo_verl.launch.private_dir import ensure_private_dir
+from fgrpo_verl.launch.recipe import Resources
+
+NASTY = ["new\nline", "car\rriage", "tab\there", "nul\x00", "esc\x1b[2J"]
+
+
+# ---------------------------------------------------------------- identity
+
+
+def _cfg(**over):
+    base = {
+        "trainer": {"experiment_name": "x", "default_local_dir": "checkpoints/p/${trainer.experiment_name}",
+                    "resume_mode": "auto", "project_name": "p"},
+        "actor_rollout_ref": {"actor": {"optim": {"lr": 1e-6}}},
+        "slurm": {"time": "1-00:00:00"},
+    }
+    cfg = OmegaConf.create(base)
+    for key, value in over.items():
+        OmegaConf.update(cfg, key, value, force_add=True)
+    return cfg
+
+
+def test_fingerprint_follows_the_config_but_not_launcher_owned_keys():
+    a = identity.fingerprint(_cfg())
+    # same config, other experiment name / time limit / resume mode: the same run
+    assert identity.fingerprint(_cfg(**{"trainer.experiment_name": "y", "slurm.time": "2:00",
+                                        "trainer.resume_mode": "disable"})) == a
+    # any setting that changes what is computed: another run
+    assert identity.fingerprint(_cfg(**{"actor_rollout_ref.actor.optim.lr": 3e-4})) != a
+    assert identity.fingerprint(_cfg(**{"trainer.project_name": "q"})) != a
+    # --fresh: a salt makes a new run of the same config; the same salt is the same run again
+    assert identity.fingerprint(_cfg(), fresh="t1") not in (a, identity.fingerprint(_cfg(), fresh="t2"))
+    assert identity.fingerprint(_cfg(), fresh="t1") == identity.fingerprint(_cfg(), fresh="t1")
+    assert re.fullmatch(r"run-[0-9a-f]{8}", identity.experiment_name("run", a))
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("trainer.experiment_name=mine", "set by the launcher"),
+        ("+trainer.project_name=p2", "set by the launcher"),
+        ("trainer.default_local_dir=/x", "set by the launcher"),
+        ("trainer.resume_mode=disable", "set by the launcher"),
+        ("++ray_kwargs.ray_init.num_cpus=4", "set by the launcher"),
+        ("+ray_kwargs.ray_init.runtime_env.env_vars.WANDB_API_KEY=abc", "looks like a secret"),
+        ("+ray_kwargs.ray_init.runtime_env.env_vars.HF_TOKEN=abc", "looks like a secret"),
+        ("+x.db_password=abc", "looks like a secret"),
+        ("+x.CLIENT_SECRET=abc", "looks like a secret"),
+    ],
+)
+def test_launcher_owned_and_secret_overrides_are_refused(override, message):
+    with pytest.raises(ValueError, match=message) as err:
+        identity.check_user_overrides([override])
+    assert "abc" not in str(err.value)
+
+
+def test_ordinary_keys_with_token_in_their_name_are_not_secrets():
+    identity.check_user_overrides(
+        ["actor_rollout_ref.actor.ppo_max_token_len_per_gpu=1", "data.tokenizer=x", "rollout.max_num_batched_tokens=2"]
+    )
+
+
+def test_run_record_refuses_a_directory_of_another_config(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    assert identity.check_record(ckpt, "a" * 64) is None
+    identity.write_record(ckpt, "a" * 64, "run-aaaaaaaa", ["x=1"], job_id="7")
+    record = identity.write_record(ckpt, "a" * 64, "run-aaaaaaaa", ["x=1"], job_id="9")
+    assert record["jobs"] == ["7", "9"] and json.loads((ckpt / identity.RECORD).read_text())["jobs"] == ["7", "9"]
+    with pytest.raises(ValueError, match="holds a run of a different config"):
+        identity.check_record(ckpt, "b" * 64)
+    # the job's own check (job.sbatch.template) exits non-zero with the reason
+    assert identity.main(["check", str(ckpt), "b" * 64]) == 1
+    assert identity.main(["check", str(ckpt), "a" * 64]) == 0
+    # checkpoints without a record are not provably this run
+    (tmp_path / "bare" / "global_step_3").mkdir(parents=True)
+    with pytest.raises(ValueError, match="no fgrpo_run.json"):
+        identity.check_record(tmp_path / "bare", "a" * 64)
+
+
+# ---------------------------------------------------------------- rendering
+
+
+@pytest.mark.parametrize("value", NASTY)
+def test_control_characters_are_refused_everywhere_they_could_reach_the_script(tmp_path, value):
+    res = Resources()
+    with pytest.raises(ValueError, match="control character"):
+        render.sbatch_directives("j", 1, 1, res, tmp_path / value, tmp_path)
+    with pytest.raises(ValueError, match="control character"):
+        render.sbatch_directives("j", 1, 1, res, tmp_path, tmp_path / value)
+    with pytest.raises(ValueError, match="control character"):
+        render.sbatch_directives("j", 1, 1, Resources(time=value), tmp_path, tmp_path)
+    with pytest.raises(ValueError, match="control character"):
+        render.sbatch_directives("j", 1, 1, Resources(extra=(f"--comment={value}",)), tmp_path, tmp_path)
+    with pytest.raises(ValueError, match="control character"):
+        render.train_command([f"trainer.default_local_dir={value}"])
+    with pytest.raises(ValueError, match="control character"):
+        render.shell_exports({"FGRPO_X": value})
+
+
+def test_directive_values_are_quoted_for_sbatchs_parser_and_placeholders_expand_once(tmp_path):
+    weird = tmp_path / "a b'c\"d$(id)#e\\f"
+    lines = render.sbatch_directives("job", 1, 1, Resources(time="1:00"), tmp_path, weird)
+    assert '#SBATCH --chdir="' + str(weird).replace("\\", "\\\\").replace('"', '\\"') + '"' in lines
+    assert "#SBATCH --signal=\"B:USR1@900\"" in lines and "#SBATCH --dependency=\"singleton\"" in lines
+    with pytest.raises(ValueError, match="'%'"):
+        render.sbatch_directives("job", 1, 1, Resources(), tmp_path / "100%", tmp_path)
+    # one pass: a value holding a placeholder is not expanded again
+    assert render.render_template("{{A}}-{{B}}", {"A": "{{B}}", "B": "x"}) == "{{B}}-x"
+    with pytest.raises(ValueError, match="no value for placeholder"):
+        render.render_template("{{C}}", {})
+
+
+def test_train_command_words_reach_the_program_unchanged(tmp_path):
+    overrides = ["a.b=x y", "c='q'", 'd="$(touch pwned)"', "e=`id`;rm -rf /"]
+    script = "printf '%s\\n' " + render.train_command(overrides).split(" -m fgrpo_verl train ", 1)[1]
+    script = script.replace('"${SLURM_NNODES}"', "").replace("\\\n", " ")
+    env = dict(os.environ, SLURM_NNODES="1", FGRPO_GPUS_PER_NODE="1", FGRPO_HEAD_IP="10.0.0.1")
+    out = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, check=True).stdout
+    words = out.splitlines()
+    assert words[: 1 + len(overrides)] == ["trainer.resume_mode=auto", *overrides]
+    assert not (tmp_path / "pwned").exists()
+
+
+# ---------------------------------------------------------------- status
+
+
+def test_run_status_from_queue_checkpoint_and_record(tmp_path, monkeypatch):
+    ckpt = tmp_path / "c"
+    assert queue.run_status(ckpt, 10, [], None).state == "not started"
+    assert queue.run_status(ckpt, 10, [("5", "PENDING")], None).state == "queued"
+    assert queue.run_status(ckpt, 10, [("5", "PENDING"), ("6", "RUNNING")], None).job == "6"
+    ckpt.mkdir()
+    (ckpt / "latest_checkpointed_iteration.txt").write_text("4")
+    running = queue.run_status(ckpt, 10, [("6", "RUNNING")], None)
+    assert (running.state, running.step, running.total) == ("running", 4, 10)
+    monkeypatch.setattr(queue, "finished_job_state", lambda job: "TIMEOUT")
+    failed = queue.run_status(ckpt, 10, [], {"jobs": ["3", "6"]})
+    assert (failed.state, failed.job) == ("failed", "6") and "TIMEOUT" in failed.detail
+    assert "failed job 6, 4/10 steps" in failed.line("r")
+    (ckpt / "latest_checkpointed_iteration.txt").write_text("10")
+    assert queue.run_status(ckpt, 10, [], {"jobs": ["6"]}).state == "done"
+
+
+# ---------------------------------------------------------------- steps
+
+
+def test_total_steps_must_be_reachable_within_total_epochs():
+    cfg = OmegaConf.create({"data": {"train_batch_size": 256}, "trainer": {"total_epochs": 30, "total_training_steps": 20000}})
+    # 10k mazes: 39 steps per epoch x 30 epochs = 1,170 steps, not 20,000 (the maze recipe's old failure)
+    with pytest.raises(ValueError, match=r"not reachable.*= 1170 steps; set trainer.total_epochs=513"):
+        steps.step_plan(cfg, 10_000)
+    plan = steps.step_plan(cfg, 1_000_000)
+    assert (plan.steps_per_epoch, plan.total_steps) == (3906, 20000)
+    cfg.trainer.total_training_steps = None
+    assert steps.step_plan(cfg, 39_202).total_steps == 153 * 30
+    with pytest.raises(ValueError, match="larger than the 100 training rows"):
+        steps.step_plan(cfg, 100)
+
+
+# ---------------------------------------------------------------- trainer hook
+
+
+class _Base:
+    def on_step_end(self):
+        self.base_calls = getattr(self, "base_calls", 0) + 1
+
+
+def _trainer(step, total, save_freq):
+    cls = preempt.stop_at_step_boundary(type("T", (_Base,), {}))
+    t = cls()
+    t.global_steps, t.total_training_steps = step, total
+    t.config = types.SimpleNamespace(trainer=types.SimpleNamespace(save_freq=save_freq))
+    t.saved = []
+    t._save_checkpoint = lambda: t.saved.append(t.global_steps)
+    return t
+
+
+def test_stop_request_saves_the_step_and_ends_the_loop_there(tmp_path, monkeypatch):
+    stop = tmp_path / "stop"
+    monkeypatch.setenv(preempt.STOP_ENV, str(stop))
+    t = _trainer(3, 10, 5)
+    t.on_step_end()
+    assert (t.base_calls, t.saved, t.total_training_steps) == (1, [], 10)  # no request: nothing happens
+    stop.touch()
+    t.on_step_end()
+    assert (t.saved, t.total_training_steps, (tmp_path / "stop.ack").read_text()) == ([3], 3, "3\n")
+    # verl saved this step already (save_freq): not saved twice
+    t = _trainer(5, 10, 5)
+    t.on_step_end()
+    assert (t.saved, t.total_training_steps) == ([], 5)
+    # the last step: the run finishes normally
+    (tmp_path / "stop.ack").unlink()
+    t = _trainer(10, 10, 5)
+    t.on_step_end()
+    assert (t.saved, t.total_training_steps, (tmp_path / "stop.ack").exists()) == ([], 10, False)
+
+
+def test_the_fgrpo_trainers_carry_the_hook():
+    from fgrpo_verl.trainer import TRAINERS
+
+    for cls in TRAINERS:
+        assert cls.on_step_end.__module__ == preempt.__name__
+
+
+# ---------------------------------------------------------------- Ray temp dir
+
+
+def test_private_dir_is_0700_and_refuses_symlinks_and_open_modes(tmp_path):
+    made = ensure_private_dir(tmp_path / "ray")
+    assert (made.stat().st_mode & 0o777) == 0o700
+    ensure_private_dir(tmp_path / "ray")  # ours already: fine (a requeued job reuses its id)
+    (tmp_path / "target").mkdir(mode=0o700)
+    (tmp_path / "link").symlink_to(tmp_path / "target")
+    with pytest.raises(ValueError, match="symlink"):
+        ensure_private_dir(tmp_path / "link")
+    (tmp_path / "open").mkdir()
+    (tmp_path / "open").chmod(0o755)
+    with pytest.raises(ValueError, match="mode 755"):
+        ensure_private_dir(tmp_path / "open")
+    with pytest.raises(ValueError, match="does not exist"):
+        ensure_private_dir(tmp_path / "no" / "parent")
+
+
+# ---------------------------------------------------------------- plain sbatch path
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [("algo=no_such_algo", "no_such_algo"), ("+ray_kwargs.ray_init.runtime_env.env_vars.WANDB_API_KEY=k", "look like secrets")],
+)
+def test_train_sbatch_stops_when_its_config_does_not_compose(tmp_path, override, message):
+    """`eval "$(jobenv ...)"` would eval nothing and go on to start Ray; the script must end there instead."""
+    import sys
+
+    repo = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, FGRPO_PYTHON=sys.executable, SLURM_JOB_ID="1", SLURM_JOB_NODELIST="n1")
+    out = subprocess.run(["bash", str(repo / "slurm" / "train.sbatch"), override], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert message in out.stderr and "the config does not compose" in out.stderr
+    assert "fgrpo-ray" not in out.stdout + out.stderr
+
+
+def test_wandb_continue_rewinds_online_runs_to_the_resumed_checkpoint_when_asked(tmp_path):
+    """Online, with FGRPO_WANDB_REWIND=1: a restart at checkpoint 5 exports WANDB_RESUME_FROM=<id>?_step=5 and
+    drops WANDB_RESUME (W&B refuses both), and W&B's own settings parse it as a rewind to step 5 of that run."""
+    import sys
+
+    repo = Path(__file__).resolve().parent.parent
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("5")
+    script = f'source {repo}/slurm/lifecycle.sh; fgrpo_wandb_continue; echo "from=${{WANDB_RESUME_FROM:-}} resume=${{WANDB_RESUME:-unset}}"'
+    base = dict(os.environ, FGRPO_CHECKPOINT_DIR=str(tmp_path), WANDB_RUN_ID="abc123", WANDB_RESUME="allow",
+                WANDB_MODE="online", FGRPO_PYTHON=sys.executable)
+    out = subprocess.run(["bash", "-c", script], env=dict(base, FGRPO_WANDB_REWIND="1"), capture_output=True, text=True)
+    assert "from=abc123?_step=5 resume=unset" in out.stdout, out.stderr
+    # not asked: W&B resumes as before
+    out = subprocess.run(["bash", "-c", script], env=base, capture_output=True, text=True)
+    assert "from= resume=allow" in out.stdout
+    import wandb
+
+    settings = wandb.Settings()
+    settings.update_from_env_vars({"WANDB_RESUME_FROM": "abc123?_step=5", "WANDB_RUN_ID": "abc123"})
+    assert (settings.resume_from.run, settings.resume_from.value, settings.resume_from.metric) == ("abc123", 5, "_step")

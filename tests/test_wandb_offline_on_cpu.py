@@ -1,0 +1,84 @@
+"""Offline W&B continuity after a hard kill (fgrpo_verl/launch/wandb_offline.py), on real W&B offline files:
+start 1 logs steps 1..7 and is killed with its last checkpoint at 5; start 2 trims the abandoned steps, resumes
+at 6 and logs 6..9 with other values. The offline folders then hold exactly the resumed trajectory."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fgrpo_verl.launch import wandb_offline
+
+RUN_ID = "fgrpotrimtest0001"
+START = """
+import sys, wandb
+run = wandb.init(project="p", name="n")
+first, last, scale = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+for step in range(first, last + 1):
+    run.log({"score": scale * step, "pad": "x" * int(sys.argv[4])}, step=step)
+run.finish()
+"""
+
+
+def _start(root: Path, first: int, last: int, scale: float, pad: int = 0) -> None:
+    env = dict(os.environ, WANDB_MODE="offline", WANDB_DIR=str(root), WANDB_RUN_ID=RUN_ID, WANDB_RESUME="allow",
+               WANDB_SILENT="true")
+    subprocess.run([sys.executable, "-c", START, str(first), str(last), str(scale), str(pad)], env=env, check=True,
+                   timeout=120)
+
+
+def read_history(path: Path) -> list[dict]:
+    """History rows of one ``run-<id>.wandb`` file, each with its ``_step``."""
+    import json
+
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    rows = []
+    for payload in wandb_offline.read_payloads(path):
+        record = pb.Record()
+        record.ParseFromString(payload)
+        if record.WhichOneof("record_type") == "history":
+            row = {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in record.history.item}
+            rows.append({**row, "_step": wandb_offline.history_step(payload)})
+    return rows
+
+
+def _history(root: Path) -> list[tuple[int, float]]:
+    return [
+        (row["_step"], float(row["score"]))
+        for folder in sorted((root / "wandb").glob(f"offline-run-*-{RUN_ID}"))
+        for row in read_history(folder / f"run-{RUN_ID}.wandb")
+    ]
+
+
+@pytest.mark.timeout(300)
+def test_trim_leaves_exactly_the_resumed_trajectory(tmp_path):
+    # large values make records span 32 KiB blocks (FIRST/MIDDLE/LAST fragments)
+    _start(tmp_path, 1, 7, 1.0, pad=20000)
+    (path,) = (tmp_path / "wandb").glob(f"offline-run-*-{RUN_ID}/run-{RUN_ID}.wandb")
+    original = path.read_bytes()
+    # the writer reproduces W&B's own file byte for byte (format and checksums right)
+    wandb_offline.write_payloads(path, wandb_offline.read_payloads(path))
+    assert path.read_bytes() == original
+    assert [s for s, _ in _history(tmp_path)] == [1, 2, 3, 4, 5, 6, 7]
+    # killed after step 7, last checkpoint 5: the next start trims 6 and 7, then logs 6..9 anew
+    assert wandb_offline.main(["trim", str(tmp_path), RUN_ID, "5"]) == 0
+    _start(tmp_path, 6, 9, 10.0)
+    assert _history(tmp_path) == [(1, 1.0), (2, 2.0), (3, 3.0), (4, 4.0), (5, 5.0), (6, 60.0), (7, 70.0), (8, 80.0), (9, 90.0)]
+    # a start that resumes where the last one stopped cleanly changes nothing
+    assert wandb_offline.trim(tmp_path, RUN_ID, 9) == []
+
+
+def test_corrupt_file_is_refused(tmp_path):
+    path = tmp_path / "run-x.wandb"
+    wandb_offline.write_payloads(path, [b"abc", b"def"])
+    assert wandb_offline.read_payloads(path) == [b"abc", b"def"]
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="checksum mismatch"):
+        wandb_offline.read_payloads(path)
