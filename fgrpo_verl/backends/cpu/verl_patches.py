@@ -2,11 +2,12 @@
 
 Both wrappers defer to verl's original unless the process runs on the ``cpu`` platform.
 
-1. gloo process groups. verl 0.9.1 builds the backend string ``f"cpu:gloo,{device}:{ccl}"`` in ``verl.utils.distributed``
-(``initialize_global_process_group_ray`` for RL workers, ``initialize_global_process_group`` for the SFT
-trainer). With device ``cpu`` that is ``"cpu:gloo,cpu:gloo"``, which ``torch.distributed.init_process_group``
-rejects ("Duplicate device type cpu"). verl offers no hook for the string, so :func:`install` wraps the two
-functions: on the ``cpu`` platform they pass plain ``"gloo"``.
+1. gloo process groups. verl 0.9.1 builds the backend string ``f"cpu:gloo,{device}:{ccl}"`` in
+``verl.utils.distributed.initialize_global_process_group_ray`` (the RL workers' init). With device ``cpu`` that
+is ``"cpu:gloo,cpu:gloo"``, which ``torch.distributed.init_process_group`` rejects ("Duplicate device type cpu").
+verl offers no hook for the string, so :func:`install` wraps the function: on the ``cpu`` platform it passes
+plain ``"gloo"``. (verl's torchrun-style init for its SFT trainer has the same string; nothing here runs verl's
+SFT trainer, so it is left alone.)
 
 2. unpinned FSDP2 CPU offload. verl's FSDP engine gives every forward-only FSDP2 model (the reference policy
 used by ``use_kl_loss`` / ``use_kl_in_reward``) ``CPUOffloadPolicy(pin_memory=True)``, and pinning host memory
@@ -15,9 +16,6 @@ to use ``pin_memory=False`` on the ``cpu`` platform, where the "offload" target 
 """
 
 from __future__ import annotations
-
-import os
-from datetime import timedelta
 
 _ORIGINALS: dict[str, object] = {}
 
@@ -35,23 +33,6 @@ def initialize_global_process_group_ray(timeout_second=None, backend=None):
     return _ORIGINALS["initialize_global_process_group_ray"](timeout_second=timeout_second, backend=backend)
 
 
-def initialize_global_process_group(timeout_second=36000):
-    """verl's torchrun-style process-group init (SFT trainer); gloo on the cpu platform.
-
-    Returns ``(local_rank, rank, world_size)`` like verl's function.
-    """
-    if not _on_cpu_platform():
-        return _ORIGINALS["initialize_global_process_group"](timeout_second=timeout_second)
-    import torch.distributed
-
-    torch.distributed.init_process_group(
-        backend="gloo",
-        timeout=timedelta(seconds=timeout_second),
-        init_method=os.environ.get("DIST_INIT_METHOD", None),
-    )
-    return int(os.environ["LOCAL_RANK"]), int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-
-
 def apply_fsdp2(model, fsdp_kwargs, config):
     """verl's ``apply_fsdp2`` with an unpinned ``CPUOffloadPolicy`` on the cpu platform."""
     policy = fsdp_kwargs.get("offload_policy")
@@ -65,7 +46,7 @@ def apply_fsdp2(model, fsdp_kwargs, config):
 def install() -> None:
     """Swap the verl functions above for their wrappers (idempotent).
 
-    Both ``verl.utils.distributed`` and modules that imported the names already (``from ... import``) are
+    The defining modules and modules that imported the names already (``from ... import``) are
     patched, so the result does not depend on import order.
     """
     import sys
@@ -78,7 +59,6 @@ def install() -> None:
         # verl builds "cpu:gloo,cpu:gloo" (invalid) on the cpu platform; no config knob reaches the string
         (dist, "initialize_global_process_group_ray", initialize_global_process_group_ray,
          ("verl.workers.engine_workers",)),
-        (dist, "initialize_global_process_group", initialize_global_process_group, ("verl.trainer.sft_trainer",)),
         # verl hard-codes CPUOffloadPolicy(pin_memory=True) for forward-only FSDP2 models; pinning needs a GPU
         (fsdp_utils, "apply_fsdp2", apply_fsdp2, ("verl.workers.engine.fsdp.transformer_impl",)),
     ]

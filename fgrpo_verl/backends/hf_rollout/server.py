@@ -28,7 +28,7 @@ from verl.utils.torch_dtypes import PrecisionType
 from verl.workers.config import HFModelConfig
 from verl.workers.rollout.replica import TokenOutput
 
-from fgrpo_verl.backends.cpu.sampling import SamplingParams, sample_batch
+from fgrpo_verl.backends.hf_rollout.sampling import SamplingParams, sample_batch
 
 logger = logging.getLogger(__name__)
 logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "INFO"))
