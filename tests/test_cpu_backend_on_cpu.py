@@ -124,6 +124,26 @@ def test_cpu_platform_resolves_and_gloo_process_group_initialises():
     assert "backend gloo" in out.stdout and "sum 3.0" in out.stdout
 
 
+def test_replay_buffer_polls_fast_on_the_cpu_platform_only():
+    """verl polls TransferQueue every 2 s for a step's rollouts; the cpu backend shortens the default only."""
+    code = (
+        "import sys, verl\n"
+        "assert 'verl.trainer.ppo.v1.replay_buffer' not in sys.modules\n"
+        "from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer\n"
+        "from verl.utils.device import get_device_name\n"
+        "args = dict(trainer_mode='sync', trainer_config={}, max_off_policy_threshold=None,\n"
+        "            max_off_policy_strategy='drop', sampler_kwargs={})\n"
+        "print(get_device_name(), ReplayBuffer(**args).poll_interval, ReplayBuffer(**args, poll_interval=1.5).poll_interval)\n"
+    )
+    cpu = _python(code, **{**_CLEAN, "VERL_USE_EXTERNAL_MODULES": "fgrpo_verl.backends.cpu", "VERL_PLATFORM": "cpu"})
+    assert cpu.returncode == 0, cpu.stderr[-3000:]
+    assert cpu.stdout.split()[-3:] == ["cpu", "0.02", "1.5"]
+    # backend loaded, but a GPU platform: verl's own default stays
+    gpu = _python(code, **{**_CLEAN, "VERL_USE_EXTERNAL_MODULES": "fgrpo_verl.backends.cpu", "VERL_PLATFORM": "nvidia"})
+    assert gpu.returncode == 0, gpu.stderr[-3000:]
+    assert gpu.stdout.split()[-3:] == ["cuda", "2.0", "1.5"]
+
+
 # ---------------------------------------------------------------- sampling
 @pytest.fixture(scope="module")
 def tiny_model():
@@ -256,6 +276,26 @@ def test_server_batches_concurrent_requests_and_reports_global_steps(server):
         assert 1 <= len(out.token_ids) <= 6 and len(out.log_probs) == len(out.token_ids)
         assert out.stop_reason == "completed" and out.extra_fields["global_steps"] == server.global_steps
     assert no_lp.log_probs is None
+
+
+def test_server_samples_staggered_requests_as_one_batch(server, monkeypatch):
+    """verl's agent loop sends one request per sample, a few ms apart: they must be sampled in one pass."""
+    from fgrpo_verl.backends.hf_rollout import server as server_module
+
+    batches = []
+    real = server_module.sample_batch
+    monkeypatch.setattr(server_module, "sample_batch", lambda model, prompts, *a: batches.append(len(prompts))
+                        or real(model, prompts, *a))
+
+    async def go():
+        async def late(i):
+            await asyncio.sleep(0.004 * i)  # arrivals spread over 44 ms, gaps well under the quiet window
+            return await server.generate([3, 4, 5], {"temperature": 1.0}, f"s{i}")
+
+        return await asyncio.gather(*[late(i) for i in range(12)])
+
+    outs = asyncio.run(go())
+    assert len(outs) == 12 and batches == [12]
 
 
 def test_server_update_weights_loads_the_actor_state_and_rejects_foreign_names(server):
