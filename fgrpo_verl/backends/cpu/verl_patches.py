@@ -25,8 +25,9 @@ explicit ``poll_interval`` (a custom sampler's) is kept. Each poll is one Transf
 
 from __future__ import annotations
 
-import importlib.abc
 import sys
+
+from fgrpo_verl.backends.import_hooks import when_imported
 
 _ORIGINALS: dict[str, object] = {}
 # seconds between the replay buffer's TransferQueue polls on the cpu platform (verl: 2.0)
@@ -64,39 +65,6 @@ def replay_buffer_init(self, *args, **kwargs):
     return _ORIGINALS["ReplayBuffer.__init__"](self, *args, **kwargs)
 
 
-class _PatchOnImport(importlib.abc.MetaPathFinder):
-    """Runs ``patch(module)`` right after ``name`` is executed, before any other module can bind its names."""
-
-    def __init__(self, name: str, patch):
-        self.name, self.patch = name, patch
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname != self.name:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                execute, patch = spec.loader.exec_module, self.patch
-
-                def exec_module(module):
-                    execute(module)
-                    patch(module)
-
-                spec.loader.exec_module = exec_module  # this loader object belongs to this one module
-                return spec
-        return None
-
-
-def _when_imported(name: str, patch) -> None:
-    """``patch(module)`` now if ``name`` is imported already, else right after it is."""
-    if name in sys.modules:
-        patch(sys.modules[name])
-    elif not any(isinstance(f, _PatchOnImport) and f.name == name for f in sys.meta_path):
-        sys.meta_path.insert(0, _PatchOnImport(name, patch))
-
-
 def _wrap(module, name: str, wrapper, importers=()) -> None:
     """Set ``module.<name>`` (dotted: an attribute of a class in it) to ``wrapper``, keeping the original."""
     owner_name, _, attr = name.rpartition(".")
@@ -119,12 +87,22 @@ def install() -> None:
     Modules that already bound an original with ``from ... import`` are patched too, so the result does not
     depend on import order.
     """
+    when_imported("verl.utils.distributed", _patch_distributed)
+    when_imported("verl.utils.fsdp_utils", _patch_fsdp_utils)
+    when_imported("verl.trainer.ppo.v1.replay_buffer", _patch_replay_buffer)
+
+
+def _patch_distributed(module) -> None:
     # verl builds "cpu:gloo,cpu:gloo" (invalid) on the cpu platform; no config knob reaches the string
-    _when_imported("verl.utils.distributed", lambda m: _wrap(
-        m, "initialize_global_process_group_ray", initialize_global_process_group_ray,
-        ("verl.workers.engine_workers",)))
+    _wrap(module, "initialize_global_process_group_ray", initialize_global_process_group_ray,
+          ("verl.workers.engine_workers",))
+
+
+def _patch_fsdp_utils(module) -> None:
     # verl hard-codes CPUOffloadPolicy(pin_memory=True) for forward-only FSDP2 models; pinning needs a GPU
-    _when_imported("verl.utils.fsdp_utils", lambda m: _wrap(
-        m, "apply_fsdp2", apply_fsdp2, ("verl.workers.engine.fsdp.transformer_impl",)))
+    _wrap(module, "apply_fsdp2", apply_fsdp2, ("verl.workers.engine.fsdp.transformer_impl",))
+
+
+def _patch_replay_buffer(module) -> None:
     # verl polls TransferQueue every 2 s for a step's rollouts; no config reaches the interval
-    _when_imported("verl.trainer.ppo.v1.replay_buffer", lambda m: _wrap(m, "ReplayBuffer.__init__", replay_buffer_init))
+    _wrap(module, "ReplayBuffer.__init__", replay_buffer_init)

@@ -24,11 +24,22 @@ def _load_replica():
     return HFReplica
 
 
-def register() -> None:
-    """Register the ``hf`` rollout's replica (trainer side) and adapter (worker side) with verl (idempotent)."""
-    from verl.workers.rollout import base as rollout_base
-    from verl.workers.rollout.replica import RolloutReplicaRegistry
+def _register_replica(replica_module) -> None:
+    replica_module.RolloutReplicaRegistry.register(ROLLOUT_NAME, _load_replica)
 
-    RolloutReplicaRegistry.register(ROLLOUT_NAME, _load_replica)
+
+def _register_adapter(base_module) -> None:
     # get_rollout_class() reads only this private dict (name, mode) -> "module.Class"; it has no register().
-    rollout_base._ROLLOUT_REGISTRY[(ROLLOUT_NAME, "async")] = _ADAPTER_FQN
+    base_module._ROLLOUT_REGISTRY[(ROLLOUT_NAME, "async")] = _ADAPTER_FQN
+
+
+def register() -> None:
+    """Register the ``hf`` rollout's replica (trainer side) and adapter (worker side) with verl (idempotent).
+
+    Each entry is added when verl's registry module is imported (now, if it is already): processes that never
+    touch a rollout (TransferQueue, reward workers) do not import verl's rollout stack for it.
+    """
+    from fgrpo_verl.backends.import_hooks import when_imported
+
+    when_imported("verl.workers.rollout.replica", _register_replica)
+    when_imported("verl.workers.rollout.base", _register_adapter)
