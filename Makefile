@@ -34,6 +34,7 @@ doctor: venv
 
 bench: venv
 	$(PY) benchmarks/bench_estimator.py
+	$(PY) benchmarks/bench_cpu_step.py
 
 # Real Slurm for the Slurm tests (scripts/slurm_cluster.sh): Debian's packages, installed only as root when
 # missing (CI runs as root on a fresh machine); elsewhere those tests skip and say why.

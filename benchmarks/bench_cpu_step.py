@@ -66,7 +66,7 @@ def _response_log_probs(model, ids, attn, positions, p_width, temperature):
 
 
 def bare_step(model, optimizer, tokenizer, prompts, truths, n, max_tokens, generator, clip=0.2):
-    """One on-policy GRPO/PPO step in plain torch; returns the mean reward (so the work cannot be skipped)."""
+    """One on-policy GRPO/PPO step in plain torch; returns the seconds spent sampling and training."""
     import torch
 
     from fgrpo_verl.backends.hf_rollout.sampling import SamplingParams, sample_batch
@@ -76,7 +76,9 @@ def bare_step(model, optimizer, tokenizer, prompts, truths, n, max_tokens, gener
     params = SamplingParams(temperature=1.0, top_p=1.0, top_k=-1, max_tokens=max_tokens, stop_token_ids=eos)
     rows = [p for p in prompts for _ in range(n)]
     model.eval()
+    started = time.perf_counter()
     samples = sample_batch(model, rows, [params] * len(rows), tokenizer.pad_token_id, generator)
+    sampled = time.perf_counter()
     responses = [s.token_ids for s in samples]
     texts = tokenizer.batch_decode(responses, skip_special_tokens=True)
     scores = torch.tensor([compute_score("maze", t, truths[i // n]) for i, t in enumerate(texts)])
@@ -97,7 +99,7 @@ def bare_step(model, optimizer, tokenizer, prompts, truths, n, max_tokens, gener
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     optimizer.step()
-    return float(scores.mean())
+    return {"sample_s": sampled - started, "train_s": time.perf_counter() - sampled}
 
 
 def time_bare(build, args) -> dict:
@@ -111,7 +113,7 @@ def time_bare(build, args) -> dict:
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     frame = pd.read_parquet(build.train_file)
     generator = torch.Generator().manual_seed(0)
-    times = []
+    times, parts = [], []
     for rep in range(args.bare_repeats + 1):  # +1: the first call warms torch's allocator and thread pool
         chunk = frame.iloc[(rep * args.batch_size) % len(frame) :][: args.batch_size]
         prompts = [tokenizer.apply_chat_template(list(m), add_generation_prompt=True, tokenize=True)
@@ -119,18 +121,21 @@ def time_bare(build, args) -> dict:
         prompts = [list(p["input_ids"]) if isinstance(p, dict) or hasattr(p, "keys") else list(p) for p in prompts]
         truths = [r["ground_truth"] for r in chunk["reward_model"]]
         t0 = time.perf_counter()
-        bare_step(model, optimizer, tokenizer, prompts, truths, args.n, build.max_response_length, generator)
+        part = bare_step(model, optimizer, tokenizer, prompts, truths, args.n, build.max_response_length, generator)
         if rep:
             times.append(time.perf_counter() - t0)
-    return {"step_s": statistics.median(times), "steps_s": times}
+            parts.append(part)
+    return {"step_s": statistics.median(times), "steps_s": times,
+            "sample_s": statistics.median(p["sample_s"] for p in parts),
+            "train_s": statistics.median(p["train_s"] for p in parts)}
 
 
 # ---------------------------------------------------------------------------------------------------- verl runs
 def verl_overrides(build, args, run_dir: Path, tuned: bool) -> list[str]:
     """The demo's overrides (``fgrpo_verl.tasks.maze.rl.maze_overrides``) minus validation, plus file logging.
 
-    ``tuned``: this checkout's ``fast_overrides`` and ``--override``s; otherwise the micro-batch main's demo
-    picks (the largest <= 64 dividing a step's rollouts).
+    Both runs use the micro-batch main's demo picks (the largest <= 64 dividing a step's rollouts); ``tuned``
+    adds this checkout's ``fast_overrides()`` and the ``--override``s.
     """
     import math
 
@@ -146,24 +151,32 @@ def verl_overrides(build, args, run_dir: Path, tuned: bool) -> list[str]:
     if tuned:
         from fgrpo_verl.backends.cpu.tuning import fast_overrides
 
-        overrides += [*fast_overrides(rollouts), *args.override]
+        overrides += [*fast_overrides(), *args.override]
     return overrides
 
 
-def run_verl(python: str, cwd: Path, overrides: list[str], run_dir: Path, timeout: float, env_extra=None) -> dict:
-    """Run ``fgrpo-verl train`` with ``python`` in ``cwd``; time start-up/teardown from the console lines."""
+def run_verl(python: str, cwd: Path, overrides: list[str], run_dir: Path, timeout: float, session=None) -> dict:
+    """Run ``fgrpo-verl train`` with ``python`` in ``cwd`` (joining ``session``, a started ``RaySession``, if
+    given); time start-up/teardown from the console lines."""
     run_dir.mkdir(parents=True, exist_ok=True)
     metrics_file = run_dir / "metrics.jsonl"
-    env = {**os.environ, "VERL_FILE_LOGGER_PATH": str(metrics_file), "WANDB_MODE": "disabled", **(env_extra or {})}
+    run_env = {"VERL_FILE_LOGGER_PATH": str(metrics_file), "WANDB_MODE": "disabled"}
+    env = {**os.environ, **run_env}
+    if session is not None:
+        overrides = [*overrides, *session.run_overrides(run_env)]
+        env.update(session.env)
     env.pop("PYTHONPATH", None)
     log = open(run_dir / "train.log", "w")
     t0 = time.monotonic()
     step_lines: list[float] = []
+    driver_ready = None  # main_ppo prints its ray.init kwargs once the driver has imported and composed
     proc = subprocess.Popen([python, "-m", "fgrpo_verl", "train", *overrides], cwd=cwd, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         for line in proc.stdout:
-            log.write(line)
+            log.write(f"{time.monotonic() - t0:8.2f} {line}")
+            if driver_ready is None and line.startswith("ray init kwargs"):
+                driver_ready = time.monotonic() - t0
             if "step:" in line and " - " in line and "timing_s/step" in line:
                 step_lines.append(time.monotonic() - t0)
             if time.monotonic() - t0 > timeout:
@@ -192,6 +205,7 @@ def run_verl(python: str, cwd: Path, overrides: list[str], run_dir: Path, timeou
         "steps_s": [m["timing_s/step"] for m in ordered],
         "phases_s": phases,
         "startup_s": step_lines[0] - ordered[0]["timing_s/step"],
+        "driver_ready_s": driver_ready,
         "teardown_s": wall - step_lines[-1],
         "adv_share": phases["adv"] / step,
         "response_length": statistics.median(m.get("response_length/mean", 0.0) for m in timed),
@@ -208,7 +222,8 @@ def report(result: dict) -> list[str]:
     bare, ours, base = result["bare"], result["verl"], result.get("baseline")
     cols = [("verl", ours)] + ([("baseline", base)] if base else [])
     print(f"\nshape: {result['shape']}; load average before/after: {result['load_before']} / {result['load_after']}")
-    print(f"bare-torch step (median of {len(bare['steps_s'])}): {bare['step_s']:.3f} s")
+    print(f"bare-torch step (median of {len(bare['steps_s'])}): {bare['step_s']:.3f} s "
+          f"(sampling {bare['sample_s']:.3f} s, scoring + advantages + PPO update {bare['train_s']:.3f} s)")
     if "session_start_s" in result:
         print(f"shared Ray session: started once in {result['session_start_s']:.1f} s (not in verl's start-up below)")
     print(f"{'':<26}" + "".join(f"{name:>12}" for name, _ in cols))
@@ -218,6 +233,7 @@ def report(result: dict) -> list[str]:
         print(f"{label:<26}" + "".join(f"{c[key]:>12.2f}" for _, c in cols))
     for p in PHASES:
         print(f"{'  timing_s/' + p:<26}" + "".join(f"{c['phases_s'][p]:>12.3f}" for _, c in cols))
+    print(f"{'driver ready for Ray (s)':<26}" + "".join(f"{c['driver_ready_s'] or float('nan'):>12.2f}" for _, c in cols))
     missed = []
     checks = [("verl step / bare step", ours["step_s"] / bare["step_s"], "<=", TARGETS["step_vs_bare_max"]),
               ("start-up s", ours["startup_s"], "<=", TARGETS["startup_max_s"]),
@@ -281,8 +297,7 @@ def main(argv=None) -> int:
         t0 = time.monotonic()
         with RaySession() as session:
             result["session_start_s"] = time.monotonic() - t0
-            result["verl"] = run_verl(sys.executable, REPO, overrides + session.overrides, work / "verl",
-                                      args.timeout, env_extra=session.env)
+            result["verl"] = run_verl(sys.executable, REPO, overrides, work / "verl", args.timeout, session=session)
     else:
         result["verl"] = run_verl(sys.executable, REPO, overrides, work / "verl", args.timeout)
     if baseline_python:

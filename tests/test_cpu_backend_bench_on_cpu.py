@@ -44,15 +44,10 @@ def test_bench_rejects_a_missing_baseline_checkout(tmp_path):
     assert proc.returncode == 2 and "--baseline-dir" in proc.stderr and "make venv" in proc.stderr
 
 
-def test_fast_overrides_cover_a_step_in_one_micro_batch():
+def test_fast_overrides_skip_the_old_log_prob_forward():
     from fgrpo_verl.backends.cpu.tuning import fast_overrides
 
-    overrides = fast_overrides(128)
-    assert "algorithm.rollout_correction.bypass_mode=true" in overrides
-    assert "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=128" in overrides
-    for bad in (0, -1, 1.5, True, "128"):
-        with pytest.raises(ValueError, match="rollouts_per_step must be an int >= 1"):
-            fast_overrides(bad)
+    assert fast_overrides() == ["algorithm.rollout_correction.bypass_mode=true"]
 
 
 def test_fast_overrides_compose_and_pass_verl_validation():
@@ -60,7 +55,7 @@ def test_fast_overrides_compose_and_pass_verl_validation():
     from fgrpo_verl.compose import compose, validate
 
     cfg = compose(["backend=cpu", "data.train_batch_size=16", "actor_rollout_ref.actor.ppo_mini_batch_size=16",
-                   "actor_rollout_ref.rollout.n=8", *fast_overrides(128)])
+                   "actor_rollout_ref.rollout.n=8", *fast_overrides()])
     validate(cfg)
     assert cfg.algorithm.rollout_correction.bypass_mode is True
 
@@ -76,4 +71,21 @@ def test_ray_session_rejects_bad_resources_and_use_before_start(monkeypatch):
     monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")
     with pytest.raises(RuntimeError, match="RAY_ADDRESS='127.0.0.1:1' is set"):
         RaySession().__enter__()
-    assert RaySession().overrides == ["ray_kwargs.ray_init.num_cpus=null", "ray_kwargs.ray_init.num_gpus=null"]
+    session = RaySession()
+    assert session.run_overrides() == ["ray_kwargs.ray_init.num_cpus=null", "ray_kwargs.ray_init.num_gpus=null"]
+    with pytest.raises(ValueError, match="env var name 'A B' is invalid"):
+        session.run_overrides({"A B": "1"})
+
+
+def test_ray_session_env_overrides_survive_hydra_parsing_with_awkward_values():
+    """A child's env vars travel as Hydra overrides: quotes, spaces, commas, '=' and brackets must come back
+    exactly (a path with a space is an ordinary thing to have)."""
+    from fgrpo_verl.backends.cpu.session import RaySession
+    from fgrpo_verl.compose import compose
+
+    values = {"VERL_FILE_LOGGER_PATH": "/tmp/my runs/a,b=c [1]/metrics.jsonl", "WANDB_NOTES": "it's \\ fine", "X": "a\\'b\\"}
+    cfg = compose(["backend=cpu", *RaySession().run_overrides(values)])
+    env = cfg.ray_kwargs.ray_init.runtime_env.env_vars
+    assert {k: env[k] for k in values} == values
+    assert env.VERL_PLATFORM == "cpu"  # the backend's own variables stay
+    assert cfg.ray_kwargs.ray_init.num_cpus is None and cfg.ray_kwargs.ray_init.num_gpus is None

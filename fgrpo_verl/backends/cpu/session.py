@@ -6,18 +6,31 @@ cluster named by ``$RAY_ADDRESS`` when that is set. So a parent (the demo) can s
 child run the cluster's address: the child skips starting the GCS, raylet and agents and stopping them again
 (measured in docs/cpu_backend.md), and its actors still end with its job. Each run is a separate Ray job with
 its own namespace, so verl's named actors (rollout servers, TransferQueue) of two runs never collide.
+The run's workers are started by the session's raylet, so they see the parent's environment plus the run's
+``runtime_env``, not the child's environment (:meth:`RaySession.run_overrides`).
 
 Joining a cluster rejects ``num_cpus``/``num_gpus`` (Ray raises), so the child's values are nulled and the
 parent declares the logical resources ``backend=cpu`` asks for.
 
     with RaySession() as ray_session:
         for gamma in gammas:
-            train_maze(..., extra_overrides=ray_session.overrides, env={**os.environ, **ray_session.env})
+            run_env = {"VERL_FILE_LOGGER_PATH": ..., "WANDB_MODE": ...}  # what the run's workers must see
+            train_maze(..., extra_overrides=ray_session.run_overrides(run_env),
+                       env={**os.environ, **run_env, **ray_session.env})
 """
 
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Mapping
+
+
+def _hydra_quoted(value: str) -> str:
+    """``value`` as a single-quoted Hydra override string: Hydra unescapes only quotes and the backslashes
+    that precede a quote or end the string."""
+    value = re.sub(r"(\\+)(?='|$)", lambda m: m.group(1) * 2, value)
+    return "'" + value.replace("'", "\\'") + "'"
 
 
 class RaySession:
@@ -70,7 +83,17 @@ class RaySession:
             raise RuntimeError("RaySession is not started (use it as a context manager)")
         return {"RAY_ADDRESS": self.address}
 
-    @property
-    def overrides(self) -> list[str]:
-        """Hydra overrides of a child run: no resource declaration (Ray rejects it when joining)."""
-        return ["ray_kwargs.ray_init.num_cpus=null", "ray_kwargs.ray_init.num_gpus=null"]
+    def run_overrides(self, env_vars: Mapping[str, str] | None = None) -> list[str]:
+        """Hydra overrides of a child run: no resource declaration (Ray rejects it when joining), and
+        ``env_vars`` in the run's Ray ``runtime_env``.
+
+        A child's own environment does not reach its Ray workers: they are started by this session's raylet,
+        which has the parent's environment. Whatever the run's workers must see (``VERL_FILE_LOGGER_PATH``,
+        ``WANDB_*``, ...) has to travel in ``runtime_env.env_vars``, as ``backend=cpu``'s own variables do.
+        """
+        overrides = ["ray_kwargs.ray_init.num_cpus=null", "ray_kwargs.ray_init.num_gpus=null"]
+        for name, value in (env_vars or {}).items():
+            if not isinstance(name, str) or not name.isidentifier():
+                raise ValueError(f"env var name {name!r} is invalid: expected letters, digits and _ only")
+            overrides.append(f"++ray_kwargs.ray_init.runtime_env.env_vars.{name}={_hydra_quoted(str(value))}")
+        return overrides
