@@ -10,7 +10,8 @@ The run's workers are started by the session's raylet, so they see the parent's 
 ``runtime_env``, not the child's environment (:meth:`RaySession.run_overrides`).
 
 Joining a cluster rejects ``num_cpus``/``num_gpus`` (Ray raises), so the child's values are nulled and the
-parent declares the logical resources ``backend=cpu`` asks for.
+parent declares the logical resources ``backend=cpu`` asks for. Runs share those: with the default single logical
+GPU, run them one after another (a second concurrent run waits for the first's GPU bundle).
 
     with RaySession() as ray_session:
         for gamma in gammas:
