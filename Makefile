@@ -36,6 +36,7 @@ bench: venv
 	$(PY) benchmarks/bench_estimator.py
 	$(PY) benchmarks/bench_import.py
 	$(PY) benchmarks/bench_pass_at_k.py
+	$(PY) benchmarks/bench_cpu_step.py
 
 # Real Slurm for the Slurm tests (scripts/slurm_cluster.sh): Debian's packages, installed only as root when
 # missing (CI runs as root on a fresh machine); elsewhere those tests skip and say why.
