@@ -24,33 +24,67 @@ def _python(code: str, **env) -> subprocess.CompletedProcess:
 
 PROBE = (
     "import sys, verl\n"
-    "from verl.plugin.platform import PlatformRegistry\n"
+    "from verl.plugin.platform import platform_manager, PlatformRegistry\n"
+    "frozen = platform_manager._current_platform is not None\n"
     "from verl.workers.rollout.base import _ROLLOUT_REGISTRY\n"
+    "import verl.utils.distributed as dist\n"
     "print('cpu_module', 'fgrpo_verl.backends.cpu' in sys.modules)\n"
     "print('platform', 'cpu' in PlatformRegistry.registered_names())\n"
     "print('rollout', ('hf', 'async') in _ROLLOUT_REGISTRY)\n"
+    "print('patched', dist.initialize_global_process_group_ray.__module__.startswith('fgrpo_verl'))\n"
+    "print('frozen_by_import', frozen)\n"
 )
+# VERL_USE_EXTERNAL_PLUGINS=none: verl's loader alone, without fgrpo-verl's entry point (whose import policy is
+# tested elsewhere), must register the backend
+_CLEAN = {"VERL_USE_EXTERNAL_MODULES": None, "VERL_PLATFORM": None, "VERL_USE_EXTERNAL_PLUGINS": "none"}
 
 
-def test_plain_import_of_verl_does_not_load_the_cpu_backend():
-    env = {k: None for k in ("FGRPO_VERL_BACKEND", "VERL_PLATFORM")}
-    out = _python(PROBE, **env)
+@pytest.mark.parametrize("plugins", ["none", "auto"])
+def test_plain_import_of_verl_does_not_load_any_backend(plugins):
+    """Also with fgrpo-verl's entry point loaded (``auto``): it calls ``backends.register_selected()``."""
+    out = _python(PROBE, **{**_CLEAN, "VERL_USE_EXTERNAL_PLUGINS": plugins})
     assert out.returncode == 0, out.stderr
     assert "cpu_module False" in out.stdout and "platform False" in out.stdout and "rollout False" in out.stdout
+    assert "patched False" in out.stdout
 
 
-def test_backend_env_var_registers_platform_and_rollout_through_the_plugin():
-    out = _python(PROBE, FGRPO_VERL_BACKEND="cpu")
+def test_verl_external_modules_loads_the_cpu_backend():
+    out = _python(PROBE, **{**_CLEAN, "VERL_USE_EXTERNAL_MODULES": "fgrpo_verl.backends.cpu"})
     assert out.returncode == 0, out.stderr
     assert "cpu_module True" in out.stdout and "platform True" in out.stdout and "rollout True" in out.stdout
+    assert "patched True" in out.stdout
+    # loading the backend must not resolve verl's platform: VERL_PLATFORM / detection decide later
+    assert "frozen_by_import False" in out.stdout
 
 
-def test_unknown_backend_name_is_a_clear_error(monkeypatch):
+def test_gpu_hf_backend_installs_the_rollout_and_no_cpu_code():
+    """GPU nodes (backend=gpu_hf) get the hf rollout only: no cpu platform, no wrapped verl function."""
+    out = _python(PROBE, **{**_CLEAN, "VERL_USE_EXTERNAL_MODULES": "fgrpo_verl.backends.gpu_hf"})
+    assert out.returncode == 0, out.stderr
+    assert "rollout True" in out.stdout
+    assert "cpu_module False" in out.stdout and "platform False" in out.stdout and "patched False" in out.stdout
+    assert "frozen_by_import False" in out.stdout
+
+
+def test_a_misspelt_backend_module_fails_import_verl_loudly():
+    """verl's loader raises (unlike entry-point plugins, whose errors verl swallows)."""
+    out = _python("import verl", **{**_CLEAN, "VERL_USE_EXTERNAL_MODULES": "fgrpo_verl.backends.cpuu"})
+    assert out.returncode != 0
+    assert "No module named 'fgrpo_verl.backends.cpuu'" in out.stderr
+
+
+def test_register_selected_names_the_valid_backend_modules(monkeypatch):
     from fgrpo_verl import backends
 
-    monkeypatch.setenv(backends.BACKEND_ENV, "tpu")
-    with pytest.raises(ValueError, match=r"FGRPO_VERL_BACKEND='tpu' is invalid: valid backends are cpu"):
-        backends.selected_backend()
+    monkeypatch.delenv(backends.EXTERNAL_MODULES_ENV, raising=False)
+    assert backends.register_selected() == []
+    # other teams' modules in the same variable are theirs: ignored here, imported by verl
+    monkeypatch.setenv(backends.EXTERNAL_MODULES_ENV, " other_team.plugin , ")
+    assert backends.selected_backends() == []
+    monkeypatch.setenv(backends.EXTERNAL_MODULES_ENV, "other_team.plugin,fgrpo_verl.backends.tpu")
+    with pytest.raises(ValueError, match=r"lists 'fgrpo_verl.backends.tpu', which is not a backend: valid modules "
+                                         r"are fgrpo_verl.backends.cpu, fgrpo_verl.backends.gpu_hf"):
+        backends.selected_backends()
 
 
 # ---------------------------------------------------------------- platform + gloo process group
@@ -82,12 +116,32 @@ def test_cpu_platform_resolves_and_gloo_process_group_initialises():
         "x = torch.tensor([3.0]); dist.all_reduce(x); print('sum', float(x))\n"
         "dist.destroy_process_group()\n"
     )
-    out = _python(code, FGRPO_VERL_BACKEND="cpu", VERL_PLATFORM="cpu", RANK="0", WORLD_SIZE="1",
+    out = _python(code, VERL_USE_EXTERNAL_MODULES="fgrpo_verl.backends.cpu", VERL_PLATFORM="cpu", RANK="0", WORLD_SIZE="1",
                   MASTER_ADDR="127.0.0.1", MASTER_PORT=_free_port())
     assert out.returncode == 0, out.stderr[-3000:]
     assert "cpu gloo GPU" in out.stdout
     assert "verl string rejected True" in out.stdout
     assert "backend gloo" in out.stdout and "sum 3.0" in out.stdout
+
+
+def test_replay_buffer_polls_fast_on_the_cpu_platform_only():
+    """verl polls TransferQueue every 2 s for a step's rollouts; the cpu backend shortens the default only."""
+    code = (
+        "import sys, verl\n"
+        "assert 'verl.trainer.ppo.v1.replay_buffer' not in sys.modules\n"
+        "from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer\n"
+        "from verl.utils.device import get_device_name\n"
+        "args = dict(trainer_mode='sync', trainer_config={}, max_off_policy_threshold=None,\n"
+        "            max_off_policy_strategy='drop', sampler_kwargs={})\n"
+        "print(get_device_name(), ReplayBuffer(**args).poll_interval, ReplayBuffer(**args, poll_interval=1.5).poll_interval)\n"
+    )
+    cpu = _python(code, **{**_CLEAN, "VERL_USE_EXTERNAL_MODULES": "fgrpo_verl.backends.cpu", "VERL_PLATFORM": "cpu"})
+    assert cpu.returncode == 0, cpu.stderr[-3000:]
+    assert cpu.stdout.split()[-3:] == ["cpu", "0.02", "1.5"]
+    # backend loaded, but a GPU platform: verl's own default stays
+    gpu = _python(code, **{**_CLEAN, "VERL_USE_EXTERNAL_MODULES": "fgrpo_verl.backends.cpu", "VERL_PLATFORM": "nvidia"})
+    assert gpu.returncode == 0, gpu.stderr[-3000:]
+    assert gpu.stdout.split()[-3:] == ["cuda", "2.0", "1.5"]
 
 
 # ---------------------------------------------------------------- sampling
@@ -111,7 +165,7 @@ def _forward_log_probs(model, prompt, tokens, temperature):
 
 
 def test_sampled_log_probs_match_a_full_forward_pass(tiny_model):
-    from fgrpo_verl.backends.cpu.sampling import SamplingParams, sample_batch
+    from fgrpo_verl.backends.hf_rollout.sampling import SamplingParams, sample_batch
 
     prompts = [[3, 4, 5, 6, 7], [8, 9], [10, 11, 12, 13, 14, 15, 16, 17], [5]]
     params = [
@@ -129,7 +183,7 @@ def test_sampled_log_probs_match_a_full_forward_pass(tiny_model):
 
 
 def test_greedy_rows_pick_the_argmax_and_top_k_1_is_greedy(tiny_model):
-    from fgrpo_verl.backends.cpu.sampling import SamplingParams, sample_batch
+    from fgrpo_verl.backends.hf_rollout.sampling import SamplingParams, sample_batch
 
     prompt = [3, 4, 5]
     greedy = sample_batch(tiny_model, [prompt], [SamplingParams(0.0, 1.0, -1, 8, frozenset())], 0)[0]
@@ -144,7 +198,7 @@ def test_greedy_rows_pick_the_argmax_and_top_k_1_is_greedy(tiny_model):
 
 
 def test_top_p_and_top_k_restrict_the_sampled_support(tiny_model):
-    from fgrpo_verl.backends.cpu.sampling import SamplingParams, _choose_tokens
+    from fgrpo_verl.backends.hf_rollout.sampling import SamplingParams, _choose_tokens
 
     logits = torch.tensor([[4.0, 3.0, 0.0, -1.0, -2.0]]).repeat(400, 1)
     gen = torch.Generator().manual_seed(0)
@@ -169,14 +223,14 @@ def test_top_p_and_top_k_restrict_the_sampled_support(tiny_model):
     ],
 )
 def test_bad_sampling_params_raise_naming_the_key(params, match):
-    from fgrpo_verl.backends.cpu.sampling import SamplingParams
+    from fgrpo_verl.backends.hf_rollout.sampling import SamplingParams
 
     with pytest.raises(ValueError, match=match):
         SamplingParams.from_request(params, default_max_tokens=4, eos_token_ids=frozenset({1}))
 
 
 def test_ignore_eos_and_stop_token_ids():
-    from fgrpo_verl.backends.cpu.sampling import SamplingParams
+    from fgrpo_verl.backends.hf_rollout.sampling import SamplingParams
 
     p = SamplingParams.from_request({"ignore_eos": True, "stop_token_ids": [7]}, 4, frozenset({1}))
     assert p.stop_token_ids == frozenset({7}) and p.max_tokens == 4
@@ -189,7 +243,7 @@ def test_ignore_eos_and_stop_token_ids():
 def server(tmp_path_factory, tiny_model):
     from omegaconf import OmegaConf
 
-    from fgrpo_verl.backends.cpu.server import HFRolloutServer
+    from fgrpo_verl.backends.hf_rollout.server import HFRolloutServer
     from fgrpo_verl.tasks.maze.tokenizer import build_tokenizer
 
     tokenizer = build_tokenizer()
@@ -224,6 +278,26 @@ def test_server_batches_concurrent_requests_and_reports_global_steps(server):
     assert no_lp.log_probs is None
 
 
+def test_server_samples_staggered_requests_as_one_batch(server, monkeypatch):
+    """verl's agent loop sends one request per sample, a few ms apart: they must be sampled in one pass."""
+    from fgrpo_verl.backends.hf_rollout import server as server_module
+
+    batches = []
+    real = server_module.sample_batch
+    monkeypatch.setattr(server_module, "sample_batch", lambda model, prompts, *a: batches.append(len(prompts))
+                        or real(model, prompts, *a))
+
+    async def go():
+        async def late(i):
+            await asyncio.sleep(0.004 * i)  # arrivals spread over 44 ms, gaps well under the quiet window
+            return await server.generate([3, 4, 5], {"temperature": 1.0}, f"s{i}")
+
+        return await asyncio.gather(*[late(i) for i in range(12)])
+
+    outs = asyncio.run(go())
+    assert len(outs) == 12 and batches == [12]
+
+
 def test_server_update_weights_loads_the_actor_state_and_rejects_foreign_names(server):
     new_state = {name: torch.randn_like(p) for name, p in server.model.named_parameters()}
     asyncio.run(server.update_weights(new_state, global_steps=7))
@@ -246,7 +320,7 @@ def test_backend_config_group_sets_cpu_knobs_and_gpu_is_the_default():
     assert "env_vars" not in gpu.ray_kwargs.ray_init.runtime_env
     cpu = compose(["backend=cpu"])
     env = cpu.ray_kwargs.ray_init.runtime_env.env_vars
-    assert env.FGRPO_VERL_BACKEND == "cpu" and env.VERL_PLATFORM == "cpu" and env.VERL_ENGINE_DEVICE == "cuda"
+    assert env.VERL_USE_EXTERNAL_MODULES == "fgrpo_verl.backends.cpu" and env.VERL_PLATFORM == "cpu" and env.VERL_ENGINE_DEVICE == "cuda"
     r = cpu.actor_rollout_ref
     assert r.rollout.name == "hf" and r.actor.strategy == "fsdp2" and r.ref.strategy == "fsdp2"
     assert r.actor.fsdp_config.mixed_precision.param_dtype == "fp32"
@@ -261,7 +335,8 @@ def test_gpu_hf_backend_swaps_only_the_rollout():
     cfg = compose(["backend=gpu_hf"])
     assert cfg.actor_rollout_ref.rollout.name == "hf"
     assert cfg.actor_rollout_ref.rollout.tensor_model_parallel_size == 1
-    assert dict(cfg.ray_kwargs.ray_init.runtime_env.env_vars) == {"FGRPO_VERL_BACKEND": "cpu"}  # no VERL_PLATFORM
+    # no VERL_PLATFORM: the GPU platform stays verl's own detection
+    assert dict(cfg.ray_kwargs.ray_init.runtime_env.env_vars) == {"VERL_USE_EXTERNAL_MODULES": "fgrpo_verl.backends.gpu_hf"}
     assert cfg.actor_rollout_ref.actor.strategy == compose([]).actor_rollout_ref.actor.strategy
 
 
@@ -289,7 +364,7 @@ class _FakeRemote:
 def test_adapter_ships_the_drained_weights_to_its_replica_server(monkeypatch):
     from omegaconf import OmegaConf
 
-    from fgrpo_verl.backends.cpu import replica
+    from fgrpo_verl.backends.hf_rollout import replica
 
     rollout = OmegaConf.create({"_target_": "verl.workers.config.RolloutConfig", "name": "hf",
                                 "tensor_model_parallel_size": 1})

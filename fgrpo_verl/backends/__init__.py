@@ -1,37 +1,56 @@
-"""Execution backends that let verl run where it otherwise cannot (see ``fgrpo_verl/backends/cpu``).
+"""Execution backends that let verl run where it otherwise cannot.
 
-This package is deliberately tiny: ``fgrpo_verl.plugin`` imports it in every process that imports verl, and
-only imports a backend's subpackage when that backend is selected, so a GPU run never loads CPU code.
+- ``fgrpo_verl.backends.cpu``: verl's trainer on a machine without an accelerator (platform ``cpu``, gloo,
+  the ``hf`` rollout). Selected by ``backend=cpu``.
+- ``fgrpo_verl.backends.gpu_hf``: only the ``hf`` rollout (a transformers model in a Ray actor), on verl's own
+  GPU platform. Selected by ``backend=gpu_hf``. No CPU code is installed.
+
+Each is loaded through verl's own ``VERL_USE_EXTERNAL_MODULES`` (``hydra_configs/backend/<name>.yaml`` sets it in
+``ray_kwargs.ray_init.runtime_env.env_vars``; ``fgrpo-verl train`` exports the same variables into the driver).
+verl imports those modules inside ``import verl``, before any entry-point plugin and before anything asks for the
+platform, and an import error fails ``import verl`` loudly. Importing a backend module registers it.
+
+This package itself is tiny and imports nothing: a process that selects no backend never loads backend code.
 """
 
 from __future__ import annotations
 
 import os
 
-# Environment variable that selects a backend in every process of a run. ``hydra_configs/backend/cpu.yaml``
-# sets it in ``ray_kwargs.ray_init.runtime_env.env_vars`` (every Ray actor inherits it) and ``fgrpo-verl
-# train`` exports the same variables into the driver.
-BACKEND_ENV = "FGRPO_VERL_BACKEND"
-
-# backend name -> module exposing ``register()``
-BACKENDS = {"cpu": "fgrpo_verl.backends.cpu"}
+# verl's variable: a comma-separated list of modules that ``import verl`` imports (verl/__init__.py).
+EXTERNAL_MODULES_ENV = "VERL_USE_EXTERNAL_MODULES"
+_PREFIX = "fgrpo_verl.backends."
+# backend name -> the module that registers it when imported
+BACKENDS = {"cpu": _PREFIX + "cpu", "gpu_hf": _PREFIX + "gpu_hf"}
 
 
-def selected_backend() -> str | None:
-    """The backend named by ``$FGRPO_VERL_BACKEND`` (None when unset or empty); unknown names raise."""
-    name = os.environ.get(BACKEND_ENV, "").strip()
-    if not name:
-        return None
-    if name not in BACKENDS:
-        raise ValueError(f"{BACKEND_ENV}={name!r} is invalid: valid backends are {', '.join(sorted(BACKENDS))} (or unset)")
-    return name
+def selected_backends() -> list[str]:
+    """Backend names whose modules ``$VERL_USE_EXTERNAL_MODULES`` lists; an unknown ``fgrpo_verl.backends.*``
+    module there raises (verl would fail with a bare ModuleNotFoundError)."""
+    modules = [m.strip() for m in os.environ.get(EXTERNAL_MODULES_ENV, "").split(",") if m.strip()]
+    by_module = {module: name for name, module in BACKENDS.items()}
+    selected = []
+    for module in modules:
+        if module in by_module:
+            selected.append(by_module[module])
+        elif module.startswith(_PREFIX):
+            raise ValueError(
+                f"{EXTERNAL_MODULES_ENV} lists {module!r}, which is not a backend: valid modules are "
+                f"{', '.join(sorted(by_module))}"
+            )
+    return selected
 
 
-def register_selected() -> str | None:
-    """Import and register the selected backend, if any; return its name."""
+def register_selected() -> list[str]:
+    """Import (= register) the backends ``$VERL_USE_EXTERNAL_MODULES`` names; return their names.
+
+    Usually a no-op: verl already imported them during ``import verl``. It matters in a process that imported
+    verl before the variable was set (e.g. a driver that exported the config's env vars late). Costs one
+    environment lookup when no backend is selected.
+    """
     import importlib
 
-    name = selected_backend()
-    if name is not None:
-        importlib.import_module(BACKENDS[name]).register()
-    return name
+    names = selected_backends()
+    for name in names:
+        importlib.import_module(BACKENDS[name])
+    return names

@@ -1,25 +1,37 @@
-"""The two verl functions the CPU backend wraps, because verl offers no configuration that reaches them.
+"""The three verl internals the CPU backend wraps, because verl offers no configuration that reaches them.
 
-Both wrappers defer to verl's original unless the process runs on the ``cpu`` platform.
+Every wrapper defers to verl's original unless the process runs on the ``cpu`` platform. Each is installed
+when verl's module is imported (a post-import hook), so a process that never imports, say, verl's FSDP utilities
+does not pay for importing them, and ``import verl`` resolves no platform.
 
-1. gloo process groups. verl 0.9.1 builds the backend string ``f"cpu:gloo,{device}:{ccl}"`` in ``verl.utils.distributed``
-(``initialize_global_process_group_ray`` for RL workers, ``initialize_global_process_group`` for the SFT
-trainer). With device ``cpu`` that is ``"cpu:gloo,cpu:gloo"``, which ``torch.distributed.init_process_group``
-rejects ("Duplicate device type cpu"). verl offers no hook for the string, so :func:`install` wraps the two
-functions: on the ``cpu`` platform they pass plain ``"gloo"``.
+1. gloo process groups. verl 0.9.1 builds the backend string ``f"cpu:gloo,{device}:{ccl}"`` in
+``verl.utils.distributed.initialize_global_process_group_ray`` (the RL workers' init). With device ``cpu`` that
+is ``"cpu:gloo,cpu:gloo"``, which ``torch.distributed.init_process_group`` rejects ("Duplicate device type cpu").
+verl offers no hook for the string, so :func:`install` wraps the function: on the ``cpu`` platform it passes
+plain ``"gloo"``. (verl's torchrun-style init for its SFT trainer has the same string; nothing here runs verl's
+SFT trainer, so it is left alone.)
 
 2. unpinned FSDP2 CPU offload. verl's FSDP engine gives every forward-only FSDP2 model (the reference policy
 used by ``use_kl_loss`` / ``use_kl_in_reward``) ``CPUOffloadPolicy(pin_memory=True)``, and pinning host memory
 needs an accelerator ("Cannot access accelerator device when none is available"). ``apply_fsdp2`` is wrapped
 to use ``pin_memory=False`` on the ``cpu`` platform, where the "offload" target is already the compute device.
+
+3. the replay buffer's poll interval. verl's v1 trainer waits for a step's rollouts by polling TransferQueue
+every ``poll_interval`` seconds, 2.0 by default, and builds its ``ReplayBuffer`` without passing one (no config
+key reaches it). Generation therefore takes a whole multiple of 2 s: 4.0 s per step at the demo shape when
+sampling itself needs ~1.5 s. On the ``cpu`` platform the default becomes :data:`CPU_POLL_INTERVAL_S`; an
+explicit ``poll_interval`` (a custom sampler's) is kept. Each poll is one TransferQueue metadata round trip.
 """
 
 from __future__ import annotations
 
-import os
-from datetime import timedelta
+import sys
+
+from fgrpo_verl.backends.import_hooks import when_imported
 
 _ORIGINALS: dict[str, object] = {}
+# seconds between the replay buffer's TransferQueue polls on the cpu platform (verl: 2.0)
+CPU_POLL_INTERVAL_S = 0.02
 
 
 def _on_cpu_platform() -> bool:
@@ -35,23 +47,6 @@ def initialize_global_process_group_ray(timeout_second=None, backend=None):
     return _ORIGINALS["initialize_global_process_group_ray"](timeout_second=timeout_second, backend=backend)
 
 
-def initialize_global_process_group(timeout_second=36000):
-    """verl's torchrun-style process-group init (SFT trainer); gloo on the cpu platform.
-
-    Returns ``(local_rank, rank, world_size)`` like verl's function.
-    """
-    if not _on_cpu_platform():
-        return _ORIGINALS["initialize_global_process_group"](timeout_second=timeout_second)
-    import torch.distributed
-
-    torch.distributed.init_process_group(
-        backend="gloo",
-        timeout=timedelta(seconds=timeout_second),
-        init_method=os.environ.get("DIST_INIT_METHOD", None),
-    )
-    return int(os.environ["LOCAL_RANK"]), int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-
-
 def apply_fsdp2(model, fsdp_kwargs, config):
     """verl's ``apply_fsdp2`` with an unpinned ``CPUOffloadPolicy`` on the cpu platform."""
     policy = fsdp_kwargs.get("offload_policy")
@@ -62,33 +57,52 @@ def apply_fsdp2(model, fsdp_kwargs, config):
     return _ORIGINALS["apply_fsdp2"](model, fsdp_kwargs, config)
 
 
+def replay_buffer_init(self, *args, **kwargs):
+    """verl's ``ReplayBuffer.__init__`` with ``poll_interval`` defaulting to :data:`CPU_POLL_INTERVAL_S` on the
+    cpu platform."""
+    if "poll_interval" not in kwargs and len(args) < 6 and _on_cpu_platform():
+        kwargs["poll_interval"] = CPU_POLL_INTERVAL_S
+    return _ORIGINALS["ReplayBuffer.__init__"](self, *args, **kwargs)
+
+
+def _wrap(module, name: str, wrapper, importers=()) -> None:
+    """Set ``module.<name>`` (dotted: an attribute of a class in it) to ``wrapper``, keeping the original."""
+    owner_name, _, attr = name.rpartition(".")
+    owner = getattr(module, owner_name) if owner_name else module
+    current = getattr(owner, attr)
+    if current is wrapper:
+        return
+    _ORIGINALS.setdefault(name, current)
+    setattr(owner, attr, wrapper)
+    for importer_name in importers:
+        importer = sys.modules.get(importer_name)
+        if importer is not None and getattr(importer, name, None) is _ORIGINALS[name]:
+            # imported verl's original by name before the wrapper was installed
+            setattr(importer, name, wrapper)
+
+
 def install() -> None:
-    """Swap the verl functions above for their wrappers (idempotent).
+    """Install the wrappers above, each when (or now, if) verl's module is imported (idempotent).
 
-    Both ``verl.utils.distributed`` and modules that imported the names already (``from ... import``) are
-    patched, so the result does not depend on import order.
+    Modules that already bound an original with ``from ... import`` are patched too, so the result does not
+    depend on import order.
     """
-    import sys
+    when_imported("verl.utils.distributed", _patch_distributed)
+    when_imported("verl.utils.fsdp_utils", _patch_fsdp_utils)
+    when_imported("verl.trainer.ppo.v1.replay_buffer", _patch_replay_buffer)
 
-    import verl.utils.distributed as dist
-    import verl.utils.fsdp_utils as fsdp_utils
 
-    # (defining module, function, wrapper, modules that bind the name with `from ... import`)
-    targets = [
-        # verl builds "cpu:gloo,cpu:gloo" (invalid) on the cpu platform; no config knob reaches the string
-        (dist, "initialize_global_process_group_ray", initialize_global_process_group_ray,
-         ("verl.workers.engine_workers",)),
-        (dist, "initialize_global_process_group", initialize_global_process_group, ("verl.trainer.sft_trainer",)),
-        # verl hard-codes CPUOffloadPolicy(pin_memory=True) for forward-only FSDP2 models; pinning needs a GPU
-        (fsdp_utils, "apply_fsdp2", apply_fsdp2, ("verl.workers.engine.fsdp.transformer_impl",)),
-    ]
-    for module, name, wrapper, importers in targets:
-        current = getattr(module, name)
-        if current is not wrapper:
-            _ORIGINALS.setdefault(name, current)
-            setattr(module, name, wrapper)
-        for importer_name in importers:
-            importer = sys.modules.get(importer_name)
-            if importer is not None and getattr(importer, name, None) is _ORIGINALS[name]:
-                # imported verl's original by name before install() ran
-                setattr(importer, name, wrapper)
+def _patch_distributed(module) -> None:
+    # verl builds "cpu:gloo,cpu:gloo" (invalid) on the cpu platform; no config knob reaches the string
+    _wrap(module, "initialize_global_process_group_ray", initialize_global_process_group_ray,
+          ("verl.workers.engine_workers",))
+
+
+def _patch_fsdp_utils(module) -> None:
+    # verl hard-codes CPUOffloadPolicy(pin_memory=True) for forward-only FSDP2 models; pinning needs a GPU
+    _wrap(module, "apply_fsdp2", apply_fsdp2, ("verl.workers.engine.fsdp.transformer_impl",))
+
+
+def _patch_replay_buffer(module) -> None:
+    # verl polls TransferQueue every 2 s for a step's rollouts; no config reaches the interval
+    _wrap(module, "ReplayBuffer.__init__", replay_buffer_init)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -28,10 +29,14 @@ from verl.utils.torch_dtypes import PrecisionType
 from verl.workers.config import HFModelConfig
 from verl.workers.rollout.replica import TokenOutput
 
-from fgrpo_verl.backends.cpu.sampling import SamplingParams, sample_batch
+from fgrpo_verl.backends.hf_rollout.sampling import SamplingParams, sample_batch
 
 logger = logging.getLogger(__name__)
 logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "INFO"))
+
+# batching window (see HFRolloutServer._gather): quiet time that closes a batch, and the longest wait
+GATHER_QUIET_S = 0.02
+GATHER_MAX_S = 1.0
 
 
 @dataclass
@@ -151,11 +156,25 @@ class HFRolloutServer:
             self._model_lock = self._model_lock or asyncio.Lock()
             self._worker = asyncio.get_running_loop().create_task(self._serve_batches())
 
+    async def _gather(self) -> None:
+        """Wait while requests keep arriving, so that one step's requests are sampled as one batch.
+
+        verl's agent loop sends one request per sample, spread over tens of milliseconds (more on a loaded
+        machine). Sampling cost grows far slower than the batch, so starting early with part of them and
+        sampling the rest in a second pass costs a whole extra pass. Wait until no request has arrived for
+        :data:`GATHER_QUIET_S`, the batch is full, or :data:`GATHER_MAX_S` passed.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + GATHER_MAX_S
+        seen = -1
+        while seen != len(self._pending) and len(self._pending) < self.max_batch and loop.time() < deadline:
+            seen = len(self._pending)
+            await asyncio.sleep(GATHER_QUIET_S)
+
     async def _serve_batches(self) -> None:
         while True:
             await self._wakeup.wait()
-            # Yield once so that requests sent together (the n samples of a prompt, a whole batch) land together.
-            await asyncio.sleep(0.005)
+            await self._gather()
             batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch :]
             if not self._pending:
                 self._wakeup.clear()
@@ -163,6 +182,7 @@ class HFRolloutServer:
                 continue
             try:
                 async with self._model_lock:
+                    started = time.perf_counter()
                     results = await asyncio.to_thread(
                         sample_batch, self.model, [r.prompt_ids for r in batch], [r.params for r in batch],
                         self.pad_token_id, self.generator,
@@ -172,6 +192,8 @@ class HFRolloutServer:
                     if not request.future.done():
                         request.future.set_exception(exc)
                 continue
+            logger.debug("hf rollout: sampled %d requests in %.3f s (%d pending)", len(batch),
+                         time.perf_counter() - started, len(self._pending))
             for request, result in zip(batch, results, strict=True):
                 if not request.future.done():
                     request.future.set_result(result)

@@ -134,12 +134,14 @@ def sample_batch(
     active = [True] * batch
     for step in range(max(p.max_tokens for p in params)):
         tokens, logps = _choose_tokens(logits, params, generator)
+        # one conversion per step: per-element tensor indexing costs microseconds per row
+        token_list, logp_list = tokens.tolist(), logps.tolist()
         for row in range(batch):
             if not active[row]:
                 continue
-            token = int(tokens[row])
+            token = token_list[row]
             results[row].token_ids.append(token)
-            results[row].log_probs.append(float(logps[row]))
+            results[row].log_probs.append(logp_list[row])
             if token in params[row].stop_token_ids:
                 results[row].finish_reason = "stop"
                 active[row] = False

@@ -21,8 +21,8 @@ from verl.utils.device import get_device_name, get_resource_name
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica
 
-from fgrpo_verl.backends.cpu import ROLLOUT_NAME
-from fgrpo_verl.backends.cpu.server import HFRolloutServer
+from fgrpo_verl.backends.hf_rollout import ROLLOUT_NAME
+from fgrpo_verl.backends.hf_rollout.server import HFRolloutServer
 
 logger = logging.getLogger(__name__)
 logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "INFO"))

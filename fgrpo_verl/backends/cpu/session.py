@@ -1,0 +1,76 @@
+"""One local Ray cluster shared by several ``fgrpo-verl train backend=cpu`` runs.
+
+Each run is its own process (fresh Hydra state, memory returned when it ends), but verl's ``main_ppo`` only
+calls ``ray.init(**ray_kwargs.ray_init)`` when the process is not connected yet, and ``ray.init`` joins the
+cluster named by ``$RAY_ADDRESS`` when that is set. So a parent (the demo) can start Ray once and hand each
+child run the cluster's address: the child skips starting the GCS, raylet and agents and stopping them again
+(measured in docs/cpu_backend.md), and its actors still end with its job. Each run is a separate Ray job with
+its own namespace, so verl's named actors (rollout servers, TransferQueue) of two runs never collide.
+
+Joining a cluster rejects ``num_cpus``/``num_gpus`` (Ray raises), so the child's values are nulled and the
+parent declares the logical resources ``backend=cpu`` asks for.
+
+    with RaySession() as ray_session:
+        for gamma in gammas:
+            train_maze(..., extra_overrides=ray_session.overrides, env={**os.environ, **ray_session.env})
+"""
+
+from __future__ import annotations
+
+import os
+
+
+class RaySession:
+    """Start a local Ray cluster with the ``backend=cpu`` resources on enter; shut it down on exit.
+
+    ``num_cpus`` / ``num_gpus`` default to ``hydra_configs/backend/cpu.yaml``'s (logical) values; ``num_gpus``
+    must be ``trainer.nnodes * trainer.n_gpus_per_node`` of the runs, as in that file.
+    """
+
+    def __init__(self, num_cpus: int | None = None, num_gpus: int | None = None):
+        for name, value in (("num_cpus", num_cpus), ("num_gpus", num_gpus)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"RaySession({name}={value!r}): expected an int >= 1 or None (the cpu config's)")
+        self.num_cpus, self.num_gpus = num_cpus, num_gpus
+        self.address: str | None = None
+
+    @staticmethod
+    def _cpu_config_resources() -> tuple[int, int]:
+        from fgrpo_verl.compose import compose
+
+        ray_init = compose(["backend=cpu"]).ray_kwargs.ray_init
+        return int(ray_init.num_cpus), int(ray_init.num_gpus)
+
+    def __enter__(self) -> "RaySession":
+        import ray
+
+        if ray.is_initialized():
+            raise RuntimeError("RaySession: this process is already connected to Ray; use one session per process")
+        if os.environ.get("RAY_ADDRESS"):
+            raise RuntimeError(
+                f"RaySession: RAY_ADDRESS={os.environ['RAY_ADDRESS']!r} is set, so ray.init would join that cluster "
+                "instead of starting one; unset it"
+            )
+        cpus, gpus = self._cpu_config_resources()
+        ray.init(num_cpus=self.num_cpus or cpus, num_gpus=self.num_gpus or gpus, include_dashboard=False,
+                 log_to_driver=False)
+        self.address = ray.get_runtime_context().gcs_address
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import ray
+
+        ray.shutdown()
+        self.address = None
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Environment of a child run: the cluster to join."""
+        if self.address is None:
+            raise RuntimeError("RaySession is not started (use it as a context manager)")
+        return {"RAY_ADDRESS": self.address}
+
+    @property
+    def overrides(self) -> list[str]:
+        """Hydra overrides of a child run: no resource declaration (Ray rejects it when joining)."""
+        return ["ray_kwargs.ray_init.num_cpus=null", "ray_kwargs.ray_init.num_gpus=null"]

@@ -1,0 +1,45 @@
+"""The ``hf`` rollout: sampling from a transformers model in a Ray actor, for verl's agent loop.
+
+Used by both backends (``cpu`` on the host, ``gpu_hf`` on the training worker's GPU). Importing this package
+registers nothing; :func:`register` does.
+
+=====================================================  ===============================================================
+verl internal                                          why
+=====================================================  ===============================================================
+``RolloutReplicaRegistry.register("hf", ...)``          verl ships vllm/sglang/trtllm replicas only
+``verl.workers.rollout.base._ROLLOUT_REGISTRY``         the worker-side rollout class is looked up in this private dict
+(private dict, one new key)                             and nowhere else
+=====================================================  ===============================================================
+"""
+
+from __future__ import annotations
+
+ROLLOUT_NAME = "hf"
+_ADAPTER_FQN = "fgrpo_verl.backends.hf_rollout.replica.HFServerAdapter"
+
+
+def _load_replica():
+    from fgrpo_verl.backends.hf_rollout.replica import HFReplica
+
+    return HFReplica
+
+
+def _register_replica(replica_module) -> None:
+    replica_module.RolloutReplicaRegistry.register(ROLLOUT_NAME, _load_replica)
+
+
+def _register_adapter(base_module) -> None:
+    # get_rollout_class() reads only this private dict (name, mode) -> "module.Class"; it has no register().
+    base_module._ROLLOUT_REGISTRY[(ROLLOUT_NAME, "async")] = _ADAPTER_FQN
+
+
+def register() -> None:
+    """Register the ``hf`` rollout's replica (trainer side) and adapter (worker side) with verl (idempotent).
+
+    Each entry is added when verl's registry module is imported (now, if it is already): processes that never
+    touch a rollout (TransferQueue, reward workers) do not import verl's rollout stack for it.
+    """
+    from fgrpo_verl.backends.import_hooks import when_imported
+
+    when_imported("verl.workers.rollout.replica", _register_replica)
+    when_imported("verl.workers.rollout.base", _register_adapter)
