@@ -11,14 +11,16 @@ verl's trainer on the CPU backend, with exact rare-mass metrics per step.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import time
 from dataclasses import asdict
 from pathlib import Path
 
 from fgrpo_verl.tasks.raremode.stats import paired_difference, t_interval
 
-QUICK = dict(seeds=2, gammas="0,1", control_gamma=None, rl_steps=16)
+QUICK = dict(seeds=3, gammas="0,1", control_gamma=None, rl_steps=16)
 FULL = dict(seeds=5, gammas="0,0.5,1", control_gamma=1.0, rl_steps=40)
 
 
@@ -26,7 +28,7 @@ def add_arguments(g) -> None:
     g.add_argument("--k", type=int, default=4, help="[raremode] symbols = correct answers per prompt")
     g.add_argument("--warm", default="0.3,0.09,0.5",
                    help="[raremode] warm-start answer mass: anchor, rare (all rare together), distractor")
-    g.add_argument("--seeds", type=int, default=None, help="[raremode] seeds per configuration (quick 2, --full 5)")
+    g.add_argument("--seeds", type=int, default=None, help="[raremode] seeds per configuration (quick 3, --full 5)")
     g.add_argument("--control-gamma", type=float, default=None,
                    help="[raremode] add GRPO at lr x m_gamma for this gamma (quick: none, --full: 1)")
     g.add_argument("--pass-n", type=int, default=256, help="[raremode] samples per held-out prompt for pass@k")
@@ -44,13 +46,12 @@ def run(args, memory) -> int:
 
     from fgrpo_verl.evaluation import ks_up_to
     from fgrpo_verl.tasks.maze.model import save_model_dir
-    from fgrpo_verl.tasks.maze.rl import RLSettings, read_metrics
+    from fgrpo_verl.tasks.maze.rl import RLSettings
     from fgrpo_verl.tasks.raremode.build import build
-    from fgrpo_verl.tasks.raremode.evaluate import load_policy, sampled_pass_at_k, step_metrics
-    from fgrpo_verl.tasks.raremode.experiment import configs, run_one
+    from fgrpo_verl.tasks.raremode.evaluate import sampled_pass_at_k
+    from fgrpo_verl.tasks.raremode.experiment import configs
     from fgrpo_verl.tasks.raremode.generator import WarmStart
     from fgrpo_verl.tasks.raremode.measure import candidate_probs, exact_metrics, rare_mask
-    from fgrpo_verl.tasks.raremode.plots import plot_curves
     from fgrpo_verl.tasks.raremode.sft import SFTConfig, sft
 
     preset = FULL if args.full else QUICK
@@ -106,11 +107,41 @@ def run(args, memory) -> int:
           f"{settings.batch_size} prompts x N={settings.n}, lr {lr:g}", flush=True)
     results: dict[str, dict[int, dict]] = {c.name: {} for c in cfgs}
     failed = []
+    with _cpu_session(args.backend, settings.batch_size * settings.n) as (session_overrides, env):
+        _run_all(args, b, sft_dir, cfgs, seeds, settings, out, tok, splits, base, rare, ks, results, failed,
+                 session_overrides, env)
+    t_rl = time.time() - t0 - t_sft
+    return _report(args, out, done_results=results, failed=failed, base_metrics=base_metrics, base_pass=base_pass,
+                   ks=ks, settings=settings, lr=lr, n_val=n_val, n_train=n_train, seeds=seeds, cfgs=cfgs, warm=warm,
+                   sft_cfg=sft_cfg, t0=t0, t_sft=t_sft, t_rl=t_rl, memory=memory)
+
+
+@contextlib.contextmanager
+def _cpu_session(backend: str, rollouts_per_step: int):
+    """On the cpu backend: one Ray cluster for all runs and the backend's speed overrides (same computation,
+    ``fgrpo_verl.backends.cpu.tuning``); elsewhere nothing."""
+    if backend != "cpu":
+        yield [], None
+        return
+    from fgrpo_verl.backends.cpu.session import RaySession
+    from fgrpo_verl.backends.cpu.tuning import fast_overrides
+
+    with RaySession() as session:
+        yield [*fast_overrides(rollouts_per_step), *session.overrides], {**os.environ, **session.env}
+
+
+def _run_all(args, b, sft_dir, cfgs, seeds, settings, out, tok, splits, base, rare, ks, results, failed,
+             session_overrides, env):
+    from fgrpo_verl.tasks.maze.rl import read_metrics
+    from fgrpo_verl.tasks.raremode.evaluate import load_policy, sampled_pass_at_k, step_metrics
+    from fgrpo_verl.tasks.raremode.experiment import run_one
+
     for seed in range(seeds):
         for cfg in cfgs:
             t_run = time.time()
             run_dir = out / "runs" / f"{cfg.name}_s{seed}"
-            r = run_one(b, sft_dir, cfg, seed, settings, run_dir, list(args.overrides), backend=args.backend)
+            r = run_one(b, sft_dir, cfg, seed, settings, run_dir, [*session_overrides, *args.overrides],
+                        backend=args.backend, env=env)
             if r.returncode != 0:
                 failed.append(r.name)
                 print(f"[demo] run {r.name} failed (exit {r.returncode}); log: {run_dir}/train.log", flush=True)
@@ -129,8 +160,13 @@ def run(args, memory) -> int:
             f = curve[last]
             print(f"[demo]   {r.name}: Q_pos {f.q_pos:.3f}  M_ret {f.m_ret:.3f}  dNLL_rare {f.delta_nll_rare:+.3f}  "
                   f"pass@1 {passes[1]:.3f}  pass@{ks[-1]} {passes[ks[-1]]:.3f}  ({time.time() - t_run:.0f} s)", flush=True)
-    t_rl = time.time() - t0 - t_sft
 
+
+def _report(args, out, done_results, failed, base_metrics, base_pass, ks, settings, lr, n_val, n_train, seeds, cfgs,
+            warm, sft_cfg, t0, t_sft, t_rl, memory) -> int:
+    from fgrpo_verl.tasks.raremode.plots import plot_curves
+
+    results = done_results
     print("[demo] 4/4 results", flush=True)
     done = {n: v for n, v in results.items() if v}
     plot = plot_curves({n: {s: {int(t): m for t, m in r["curve"].items()} for s, r in v.items()} for n, v in done.items()},

@@ -59,9 +59,9 @@ def run_overrides(config: Config, seed: int) -> list[str]:
 
 
 def run_one(build: RareBuild, sft_dir: str, config: Config, seed: int, settings: RLSettings, run_dir: Path,
-            extra_overrides: list[str] = (), backend: str = "cpu") -> RunResult:
+            extra_overrides: list[str] = (), backend: str = "cpu", env: dict | None = None) -> RunResult:
     name = f"{config.name}_s{seed}"
     return train_maze(
         build, sft_dir, config.gamma, settings, run_dir, name,
-        extra_overrides=[*run_overrides(config, seed), *extra_overrides], backend=backend,
+        extra_overrides=[*run_overrides(config, seed), *extra_overrides], backend=backend, env=env,
     )
