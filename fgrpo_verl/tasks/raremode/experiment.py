@@ -43,8 +43,16 @@ def configs(gammas: list[float], lr: float, control_gamma: float | None) -> list
     return out
 
 
-def run_overrides(config: Config, seed: int) -> list[str]:
+def run_overrides(config: Config, seed: int, run_dir: Path | None = None) -> list[str]:
+    # train_maze puts the file logger's path and WANDB_DIR into the child's environment; a run that joins a shared
+    # Ray cluster (RaySession) runs its TaskRunner in workers of that cluster, which do not see it, so they also go
+    # into the job's runtime_env
+    env = [] if run_dir is None else [
+        f"+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH={Path(run_dir).resolve() / 'metrics.jsonl'}",
+        f"+ray_kwargs.ray_init.runtime_env.env_vars.WANDB_DIR={Path(run_dir).resolve()}",
+    ]
     return [
+        *env,
         f"reward.custom_reward_function.path={REWARD_PATH}",
         "trainer.project_name=fgrpo-verl-raremode",
         f"actor_rollout_ref.actor.optim.lr={config.lr}",
@@ -63,5 +71,5 @@ def run_one(build: RareBuild, sft_dir: str, config: Config, seed: int, settings:
     name = f"{config.name}_s{seed}"
     return train_maze(
         build, sft_dir, config.gamma, settings, run_dir, name,
-        extra_overrides=[*run_overrides(config, seed), *extra_overrides], backend=backend, env=env,
+        extra_overrides=[*run_overrides(config, seed, run_dir), *extra_overrides], backend=backend, env=env,
     )
