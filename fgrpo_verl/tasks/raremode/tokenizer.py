@@ -18,7 +18,8 @@ id    token              role
 
 from __future__ import annotations
 
-from fgrpo_verl.tasks.maze.tokenizer import CHAT_TEMPLATE, EOS_TOKEN, IM_END_TOKEN, VOCAB_SIZE, _byte_level
+from fgrpo_verl.tasks.maze.tokenizer import EOS_TOKEN, IM_END_TOKEN, VOCAB_SIZE, _byte_level
+from fgrpo_verl.tasks.maze.tokenizer import build_tokenizer as build_qwen2_tokenizer
 
 ANSWER_MARKER = ">"
 SYMBOLS = tuple("abcdefghijklmnopqrst")
@@ -33,12 +34,4 @@ def vocab() -> dict[str, int]:
 
 def build_tokenizer():
     """The rare-mode tokenizer (eos = pad = unk = ``<|endoftext|>``, left padding, concatenating chat template)."""
-    from transformers.models.qwen2.tokenization_qwen2 import Qwen2Tokenizer
-
-    tokenizer = Qwen2Tokenizer(
-        vocab=vocab(), merges=[], unk_token=EOS_TOKEN, eos_token=EOS_TOKEN, pad_token=EOS_TOKEN, padding_side="left"
-    )
-    tokenizer.chat_template = CHAT_TEMPLATE
-    if len(tokenizer) != VOCAB_SIZE:
-        raise RuntimeError(f"rare-mode tokenizer has {len(tokenizer)} tokens, expected {VOCAB_SIZE}")
-    return tokenizer
+    return build_qwen2_tokenizer(vocab())
