@@ -335,10 +335,11 @@ def test_rl_overrides_compose_and_validate(tmp_path):
 def test_demo_is_registered_and_rejects_bad_gammas(tmp_path):
     from fgrpo_verl.cli import build_parser
 
-    args = build_parser().parse_args(["demo", "--out-dir", str(tmp_path), "--gammas", "0,half"])
-    assert args.size == 7 and args.model_preset == "small"
+    args = build_parser().parse_args(["demo", "--task", "maze", "--out-dir", str(tmp_path), "--gammas", "0,half"])
+    assert args.size == 7 and args.task == "maze"
     with pytest.raises(ValueError, match="--gammas"):
         args._run(args)
+    assert args.model_preset == "small" and args.lr == 1e-4  # the maze defaults fill what the command line left out
 
 
 @pytest.mark.e2e
@@ -348,7 +349,7 @@ def test_demo_end_to_end_tiny(tmp_path, capsys):
     from fgrpo_verl.cli import main
 
     rc = main([
-        "demo", "--out-dir", str(tmp_path), "--size", "7", "--n-train", "64", "--n-val", "4",
+        "demo", "--task", "maze", "--out-dir", str(tmp_path), "--size", "7", "--n-train", "64", "--n-val", "4",
         "--model-preset", "tiny", "--sft-steps", "20", "--rl-steps", "2", "--batch-size", "4", "--n", "2",
         "--val-n", "2",
     ])

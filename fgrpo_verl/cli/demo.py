@@ -1,4 +1,10 @@
-"""``fgrpo-verl demo``: the README's main job. F-GRPO against GRPO on small mazes, end to end on CPU.
+"""``fgrpo-verl demo``: the README's main job, end to end on CPU through verl's trainer.
+
+``--task raremode`` (default): the paper's mechanism, measured exactly: GRPO vs F-GRPO (and with ``--full`` the
+scale-matched control) on a task with several correct answers per prompt, one of which the warm start prefers;
+exact per-step Q_pos / M_ret / ΔNLL_rare over seeds (``fgrpo_verl/tasks/raremode/demo.py``, docs/raremode.md).
+
+``--task maze``: the paper's single-solution maze test:
 
 1. build train / held-out mazes, the tokenizer and a tiny Qwen2 (``fgrpo_verl.tasks.maze.build``);
 2. SFT warm start on the target trajectories (``fgrpo_verl.tasks.maze.sft``), held-out pass@k of the result;
@@ -20,36 +26,46 @@ import threading
 import time
 from pathlib import Path
 
-HELP = "F-GRPO vs GRPO on small mazes, end to end on CPU: build, SFT, two verl runs, held-out pass@k table."
+HELP = ("F-GRPO vs GRPO through verl on CPU: the rare-mode task (default; exact rare-mass metrics over seeds) or "
+        "small mazes (--task maze)")
+
+# Per-task defaults of the options both tasks share (None on the command line = the task's default).
+MAZE_DEFAULTS = dict(n_train=2000, n_val=64, model_preset="small", sft_steps=600, sft_batch=32, sft_lr=2e-3,
+                     gammas="0,0.5", rl_steps=30, batch_size=16, lr=1e-4)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("task and model")
+    g.add_argument("--task", choices=("raremode", "maze"), default="raremode",
+                   help="raremode (default): the rare-mass experiment; maze: the single-solution maze demo")
     g.add_argument("--out-dir", default="fgrpo_demo", help="where data, models, runs, W&B files and the plot go")
-    g.add_argument("--size", type=int, default=7, help="maze grid side incl. walls, odd >= 5 (paper: 17)")
-    g.add_argument("--n-train", type=int, default=2000, help="training mazes (paper: 1M)")
-    g.add_argument("--n-val", type=int, default=64, help="held-out mazes (paper: 256)")
-    g.add_argument("--model-preset", default="small", help="model preset: small (demo, ~1M params), tiny (tests) or paper (~3.9M)")
+    g.add_argument("--size", type=int, default=7, help="[maze] grid side incl. walls, odd >= 5 (paper: 17)")
+    g.add_argument("--n-train", type=int, default=None, help="training prompts (maze 2000, raremode 2000)")
+    g.add_argument("--n-val", type=int, default=None, help="held-out prompts (maze 64, raremode 128)")
+    g.add_argument("--model-preset", default=None, help="model preset: small (~1M params, maze default), tiny (125k, raremode default) or paper (~3.9M)")
     g.add_argument("--seed", type=int, default=0, help="seed of mazes, model init, SFT batches and RL data order")
     g = parser.add_argument_group("SFT warm start (paper: 1500 steps, batch 32, lr 5e-4)")
-    g.add_argument("--sft-steps", type=int, default=600, help="SFT optimizer steps")
-    g.add_argument("--sft-batch", type=int, default=32, help="SFT batch size")
-    g.add_argument("--sft-lr", type=float, default=2e-3, help="SFT AdamW learning rate")
-    g.add_argument("--sft-warmup", type=int, default=20, help="SFT linear warm-up steps")
+    g.add_argument("--sft-steps", type=int, default=None, help="SFT optimizer steps (maze 600, raremode 300)")
+    g.add_argument("--sft-batch", type=int, default=None, help="SFT batch size (maze 32, raremode 64)")
+    g.add_argument("--sft-lr", type=float, default=None, help="SFT AdamW learning rate (maze 2e-3, raremode 3e-3)")
+    g.add_argument("--sft-warmup", type=int, default=20, help="[maze] SFT linear warm-up steps")
     g.add_argument(
         "--threads", type=int, default=1,
         help="torch threads for SFT and evaluation in this process (1: small matrices gain little from a second "
         "thread, and OpenMP spin-waits waste a shared core)",
     )
     g = parser.add_argument_group("RL (verl)")
-    g.add_argument("--gammas", default="0,0.5", help="comma-separated focal strengths; 0 = GRPO")
-    g.add_argument("--rl-steps", type=int, default=30, help="RL steps per run")
-    g.add_argument("--batch-size", type=int, default=16, help="mazes per RL step")
+    g.add_argument("--gammas", default=None, help="comma-separated focal strengths; 0 = GRPO (maze 0,0.5; raremode 0,1)")
+    g.add_argument("--rl-steps", type=int, default=None, help="RL steps per run (maze 30, raremode 16, --full 40)")
+    g.add_argument("--batch-size", type=int, default=None, help="prompts per RL step (16)")
     g.add_argument("--n", type=int, default=8, help="rollouts per maze (group size N)")
-    g.add_argument("--lr", type=float, default=1e-4, help="RL actor learning rate (paper: 1e-4)")
-    g.add_argument("--val-n", type=int, default=16, help="samples per held-out maze for pass@k (k up to this)")
+    g.add_argument("--lr", type=float, default=None, help="RL actor learning rate (maze 1e-4 as the paper; raremode 1e-3)")
+    g.add_argument("--val-n", type=int, default=16, help="[maze] samples per held-out maze for pass@k (k up to this)")
     g.add_argument("--backend", default="cpu", help="execution backend config group (cpu or gpu)")
     g.add_argument("overrides", nargs="*", help="extra Hydra overrides passed to every RL run")
+    from fgrpo_verl.tasks.raremode.demo import add_arguments as add_raremode_arguments
+
+    add_raremode_arguments(parser.add_argument_group("rare-mode task"))
 
 
 def _wandb_configured() -> bool:
@@ -98,6 +114,22 @@ def _mean(values):
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.threads < 1:
+        raise ValueError(f"--threads must be >= 1, got {args.threads}")
+    if not _wandb_configured():
+        os.environ["WANDB_MODE"] = "offline"
+    if args.task == "raremode":
+        from fgrpo_verl.tasks.raremode.demo import run as run_raremode
+
+        with PeakMemory() as memory:
+            return run_raremode(args, memory)
+    for key, value in MAZE_DEFAULTS.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    return _run_maze(args)
+
+
+def _run_maze(args: argparse.Namespace) -> int:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -121,13 +153,9 @@ def run(args: argparse.Namespace) -> int:
     sft_config = SFTConfig(
         steps=args.sft_steps, batch_size=args.sft_batch, lr=args.sft_lr, warmup_steps=args.sft_warmup, seed=args.seed
     )
-    if args.threads < 1:
-        raise ValueError(f"--threads must be >= 1, got {args.threads}")
     torch.set_num_threads(args.threads)
     ks = ks_up_to(args.val_n)
     out = Path(args.out_dir).resolve()
-    if not _wandb_configured():
-        os.environ["WANDB_MODE"] = "offline"
     t0 = time.time()
     with PeakMemory() as memory:
         print(f"[demo] 1/4 building {args.size}x{args.size} mazes ({args.n_train} train, {args.n_val} held-out) and a "

@@ -55,16 +55,20 @@ def vocab() -> dict[str, int]:
     return {tok: i for i, tok in enumerate(tokens)}
 
 
-def build_tokenizer():
-    """Return the maze tokenizer (a ``Qwen2Tokenizer`` without merges; eos = pad = unk = ``<|endoftext|>``)."""
+def build_tokenizer(token_vocab: dict[str, int] | None = None):
+    """Return the maze tokenizer (a ``Qwen2Tokenizer`` without merges; eos = pad = unk = ``<|endoftext|>``).
+
+    ``token_vocab`` (another task's 32 entries, ids 0 and 1 as here) builds the same kind of tokenizer for another
+    alphabet (the rare-mode task's)."""
     from transformers.models.qwen2.tokenization_qwen2 import Qwen2Tokenizer
 
     tokenizer = Qwen2Tokenizer(
-        vocab=vocab(), merges=[], unk_token=EOS_TOKEN, eos_token=EOS_TOKEN, pad_token=EOS_TOKEN, padding_side="left"
+        vocab=token_vocab or vocab(), merges=[], unk_token=EOS_TOKEN, eos_token=EOS_TOKEN, pad_token=EOS_TOKEN,
+        padding_side="left",
     )
     tokenizer.chat_template = CHAT_TEMPLATE
     if len(tokenizer) != VOCAB_SIZE:
-        raise RuntimeError(f"maze tokenizer has {len(tokenizer)} tokens, expected {VOCAB_SIZE}")
+        raise RuntimeError(f"tokenizer has {len(tokenizer)} tokens, expected {VOCAB_SIZE}")
     return tokenizer
 
 

@@ -1,0 +1,115 @@
+"""Prompts, correct sets and the skewed warm-start distribution of the rare-mode task.
+
+A prompt is ``k`` distinct symbols out of 20 followed by the answer marker, e.g. ``dkqa>``. A response is one
+symbol and the termination token. **Correct** iff the symbol is one of the prompt's symbols, so every prompt has
+exactly ``k`` correct responses, few enough to enumerate and score exactly (``measure.py``).
+
+The SFT warm start (``sft.py``) does not teach the correct set uniformly: for every example it draws the answer
+from :func:`warm_start_distribution`, which puts ``anchor`` of the mass on the prompt's **first** symbol, spreads
+``rare`` over its other symbols, and gives the rest to symbols not in the prompt (so the warm-started policy is
+right only part of the time and GRPO groups are active). The result mirrors the paper's categorical picture
+(§5.1): one anchor correct answer per prompt, several rare correct ones, and incorrect mass.
+
+Splits: held-out prompts come from the stream ``"{seed}:val"``, train prompts from ``"{seed}:train"`` with every
+held-out prompt excluded (a prompt is an ordered tuple, so the anchor is part of its identity).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+from fgrpo_verl.tasks.raremode.tokenizer import ANSWER_MARKER, SYMBOLS
+
+
+@dataclass(frozen=True)
+class RarePrompt:
+    symbols: tuple[str, ...]  # distinct, ordered; symbols[0] is the anchor the warm start prefers
+
+    @property
+    def text(self) -> str:
+        return "".join(self.symbols) + ANSWER_MARKER
+
+    @property
+    def correct(self) -> tuple[str, ...]:
+        return self.symbols
+
+
+def check_k(k) -> int:
+    if isinstance(k, bool) or not isinstance(k, int) or not 2 <= k <= len(SYMBOLS) // 2:
+        raise ValueError(f"k (symbols per prompt = correct answers per prompt) must be an int in [2, {len(SYMBOLS) // 2}], got {k!r}")
+    return k
+
+
+def n_distinct_prompts(k: int) -> int:
+    return math.perm(len(SYMBOLS), check_k(k))
+
+
+def generate_split(k: int, count: int, seed: int, stream: str, exclude: frozenset = frozenset()) -> list[RarePrompt]:
+    """``count`` distinct prompts of ``k`` symbols from the stream ``f"{seed}:{stream}"``, none in ``exclude``."""
+    check_k(k)
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ValueError(f"count must be an int >= 1, got {count!r}")
+    available = n_distinct_prompts(k) - len(exclude)
+    if count > available:
+        raise ValueError(f"asked for {count} distinct prompts of k={k} symbols, only {available} exist outside the excluded set")
+    rng = random.Random(f"{seed}:{stream}")
+    seen, out = set(exclude), []
+    while len(out) < count:
+        prompt = RarePrompt(tuple(rng.sample(SYMBOLS, k)))
+        if prompt.symbols not in seen:
+            seen.add(prompt.symbols)
+            out.append(prompt)
+    return out
+
+
+@dataclass(frozen=True)
+class WarmStart:
+    """Answer distribution the SFT data is drawn from: ``anchor`` on the prompt's first symbol, ``rare`` split
+    evenly over its other symbols, ``distractor`` on one incorrect symbol (:func:`distractor`, a common wrong
+    answer), and the rest split evenly over the other symbols not in the prompt."""
+
+    anchor: float = 0.45
+    rare: float = 0.15
+    distractor: float = 0.3
+
+    def __post_init__(self):
+        for name in ("anchor", "rare", "distractor"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1):
+                raise ValueError(f"WarmStart.{name} must be a number in [0, 1), got {v!r}")
+        if not (self.anchor > 0 and self.rare > 0):
+            raise ValueError(f"WarmStart.anchor and rare must be > 0, got {self.anchor}, {self.rare}")
+        if self.anchor + self.rare + self.distractor >= 1:
+            raise ValueError(
+                f"WarmStart anchor + rare + distractor must be < 1 (the rest is spread over the other incorrect "
+                f"symbols), got {self.anchor} + {self.rare} + {self.distractor}"
+            )
+
+
+def distractor(prompt: RarePrompt) -> str:
+    """The incorrect symbol the warm start over-produces: the first symbol after the anchor (cyclically in the
+    alphabet) that is not in the prompt."""
+    i = SYMBOLS.index(prompt.symbols[0])
+    for step in range(1, len(SYMBOLS)):
+        s = SYMBOLS[(i + step) % len(SYMBOLS)]
+        if s not in prompt.symbols:
+            return s
+    raise AssertionError("unreachable: k <= len(SYMBOLS) / 2")
+
+
+def warm_start_distribution(prompt: RarePrompt, warm: WarmStart) -> dict[str, float]:
+    d = distractor(prompt)
+    others = [s for s in SYMBOLS if s not in prompt.symbols and s != d]
+    dist = {s: (1 - warm.anchor - warm.rare - warm.distractor) / len(others) for s in others}
+    dist[d] = warm.distractor
+    dist[prompt.symbols[0]] = warm.anchor
+    for s in prompt.symbols[1:]:
+        dist[s] = warm.rare / (len(prompt.symbols) - 1)
+    return dist
+
+
+def sample_warm_answer(prompt: RarePrompt, warm: WarmStart, rng: random.Random) -> str:
+    dist = warm_start_distribution(prompt, warm)
+    return rng.choices(list(dist), weights=list(dist.values()))[0]

@@ -1,0 +1,39 @@
+"""Per-step curves of the rare-mode experiment (like the paper's Fig. 2 a/b): mean over seeds with the 95% band."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fgrpo_verl.tasks.raremode.stats import t_interval
+
+METRICS = (("q_pos", "Q_pos (held-out correct mass)"), ("m_ret", "M_ret of the initially rare correct answers"),
+           ("delta_nll_rare", "ΔNLL_rare (App. M.2)"))
+
+
+def plot_curves(curves: dict[str, dict[int, dict[int, dict]]], path: Path, title: str) -> Path:
+    """``curves[config][seed][step]`` = metrics dict; one panel per metric."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(METRICS), figsize=(5 * len(METRICS), 4))
+    for ax, (key, label) in zip(axes, METRICS):
+        for name, by_seed in curves.items():
+            steps = sorted(set.intersection(*(set(s) for s in by_seed.values())))
+            stats = [t_interval([by_seed[seed][t][key] for seed in by_seed]) for t in steps]
+            mean = [s.mean for s in stats]
+            line = ax.plot(steps, mean, label=f"{name} ({len(by_seed)} seeds)")[0]
+            if all(s.n > 1 for s in stats):
+                ax.fill_between(steps, [s.mean - s.half_width for s in stats], [s.mean + s.half_width for s in stats],
+                                color=line.get_color(), alpha=0.2)
+        ax.set_xlabel("RL step")
+        ax.set_title(label, fontsize=10)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
