@@ -18,7 +18,7 @@ changes no environment variable. What it does, in order:
    fgrpo checks in ``validate_config``         ``verl.utils.config`` (already)  any
    trainer modes ``fgrpo_*``                   ``verl.trainer.ppo.v1``          0.9.1 only
    multi-output sessions for ``fgrpo``         ``verl.trainer.ppo.v1``          0.9.1 only
-   backend named by ``$FGRPO_VERL_BACKEND``    at once (nothing when unset)     0.9.1 only
+   backends selected by ``backend=``           at once (nothing when unset)     0.9.1 only
    ==========================================  ==============================  ============
 
 Each step fails on its own with a WARNING naming it. ``fgrpo-verl train`` and ``doctor`` call
@@ -84,7 +84,7 @@ STEPS = (
     ("fgrpo checks in verl's validate_config", _validation, VERL_CONFIG, False),
     ("trainer modes fgrpo_sync / fgrpo_colocate_async / fgrpo_separate_async", _trainers, V1, True),
     ("final-output handling of multi-output agent sessions for fgrpo", _sessions, V1, True),
-    ("execution backend named by $FGRPO_VERL_BACKEND", _backend, None, True),
+    ("execution backends listed in $VERL_USE_EXTERNAL_MODULES", _backend, None, True),
 )
 
 

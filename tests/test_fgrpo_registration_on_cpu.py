@@ -96,7 +96,7 @@ def test_unsupported_verl_warns_naming_the_supported_one_and_registers_partially
     scheduled.clear()
     plugin.install()
     assert scheduled == [plugin.CORE_ALGOS, plugin.CORE_ALGOS, plugin.VERL_CONFIG, plugin.V1, plugin.V1]
-    assert ran == ["execution backend named by $FGRPO_VERL_BACKEND"]
+    assert ran == ["execution backends listed in $VERL_USE_EXTERNAL_MODULES"]
 
 
 def test_strict_registration_refuses_an_unsupported_verl(monkeypatch):
