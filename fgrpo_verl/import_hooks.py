@@ -42,6 +42,11 @@ class _RunAfterExec(importlib.abc.Loader):
     def create_module(self, spec):
         return self._loader.create_module(spec)
 
+    def __getattr__(self, name):
+        # While the module runs, this wrapper is its __loader__ and __spec__.loader: code that asks the loader for
+        # anything else (importlib.resources' reader, is_package, get_source) gets the real loader's answer.
+        return getattr(self._loader, name)
+
     def exec_module(self, module):
         self._loader.exec_module(module)
         module.__loader__ = self._loader
