@@ -146,3 +146,46 @@ def test_settings_are_parsed_once_per_config_object(monkeypatch):
     b, _ = core_algos.get_adv_estimator_fn("grpo_vectorized")(token_level_rewards=rewards, response_mask=mask,
                                                               index=index)
     assert torch.equal(a, b)
+
+
+def test_a_watched_package_reading_its_own_resources_at_import_still_imports(tmp_path, monkeypatch):
+    # While the module runs, its __loader__ / __spec__.loader is the hook's wrapper: everything a loader offers
+    # besides exec_module (resource reader, is_package, get_source) must still answer as the real loader's would.
+    pkg = tmp_path / "fgrpo_hook_resource_pkg"
+    pkg.mkdir()
+    (pkg / "data.txt").write_text("hello")
+    (pkg / "__init__.py").write_text(
+        "import importlib.resources\n"
+        "DATA = importlib.resources.files(__name__).joinpath('data.txt').read_text()\n"
+        "IS_PACKAGE = __loader__.is_package(__name__)\n"
+        "SOURCE = __loader__.get_source(__name__)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    seen = []
+    import_hooks.when_imported(pkg.name, lambda m: seen.append(m.DATA))
+    try:
+        module = importlib.import_module(pkg.name)
+        assert (module.DATA, module.IS_PACKAGE, "DATA =" in module.SOURCE) == ("hello", True, True)
+        assert seen == ["hello"]
+    finally:
+        import_hooks.discard(pkg.name)
+        sys.modules.pop(pkg.name, None)
+
+
+def test_a_config_changed_in_place_is_read_again():
+    # A gamma schedule that writes config.algorithm.fgrpo.gamma between steps: the next call must use the new
+    # value (and a bad one must be refused), not the settings cached for the same config object.
+    from fgrpo_verl.focal import FocalSettings, compute_focal_advantage
+
+    rewards, mask, index = make_batch([4, 4, 3], seed=7)
+    cfg = algo_config(gamma=0.5)
+    estimator.compute_fgrpo_outcome_advantage(rewards, mask, index=index, config=cfg)
+    cfg.fgrpo.gamma = 2.0
+    cfg.norm_adv_by_std_in_grpo = False
+    got, _ = estimator.compute_fgrpo_outcome_advantage(rewards, mask, index=index, config=cfg)
+    want = compute_focal_advantage(rewards, mask, index, FocalSettings(2.0, 0.0, 0.0, "grpo"),
+                                   norm_adv_by_std_in_grpo=False).advantages
+    assert torch.equal(got, want)
+    cfg.fgrpo.gamma = -1.0
+    with pytest.raises(ValueError, match=r"algorithm.fgrpo.gamma=-1.0 is invalid"):
+        estimator.compute_fgrpo_outcome_advantage(rewards, mask, index=index, config=cfg)
