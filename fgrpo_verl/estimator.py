@@ -37,7 +37,7 @@ def compute_fgrpo_outcome_advantage(
         response_mask: (B, T) 1 for response tokens.
         index: (B,) group labels (verl's ``uid``); rollouts of one prompt share one.
         config: verl's ``algorithm`` config; reads ``fgrpo.{gamma, success_threshold, smoothing_alpha, base}``
-            and ``norm_adv_by_std_in_grpo`` (verl's own key, default True as in verl), once per config object.
+            and ``norm_adv_by_std_in_grpo`` (verl's own key, default True as in verl), once per config object and again when changed in place.
         epsilon: added to the group std, 1e-6 as in verl's GRPO.
 
     Returns:
