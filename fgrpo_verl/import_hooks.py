@@ -49,12 +49,32 @@ class _RunAfterExec(importlib.abc.Loader):
 
     def exec_module(self, module):
         self._loader.exec_module(module)
-        module.__loader__ = self._loader
-        if getattr(module, "__spec__", None) is not None:
-            module.__spec__.loader = self._loader
-        with _lock:
-            callbacks = _pending.pop(self._name, [])
-        _run(callbacks, module)
+        _finish(module, self._loader, self._name)
+
+
+class _RunAfterLoad:
+    """The same for a legacy loader that only has ``load_module`` (Python then calls that instead of exec_module)."""
+
+    def __init__(self, loader, name: str):
+        self._loader, self._name = loader, name
+
+    def load_module(self, fullname):
+        module = self._loader.load_module(fullname)
+        _finish(module, self._loader, self._name)
+        return module
+
+    def __getattr__(self, name):
+        return getattr(self._loader, name)
+
+
+def _finish(module, loader, name: str) -> None:
+    """Give the module its real loader back, then run the callbacks waiting for it."""
+    module.__loader__ = loader
+    if getattr(module, "__spec__", None) is not None:
+        module.__spec__.loader = loader
+    with _lock:
+        callbacks = _pending.pop(name, [])
+    _run(callbacks, module)
 
 
 class _Finder(importlib.abc.MetaPathFinder):
@@ -71,9 +91,12 @@ class _Finder(importlib.abc.MetaPathFinder):
                 break
         else:
             return None
-        if spec.loader is None or not hasattr(spec.loader, "exec_module"):
+        if spec.loader is None:  # a namespace package: nothing to wrap: say so, never wait silently
+            logger.warning("fgrpo-verl: %s has no loader to hook; %d registration step(s) waiting for it will not run",
+                           fullname, len(_pending.get(fullname, ())))
             return spec
-        spec.loader = _RunAfterExec(spec.loader, fullname)
+        wrap = _RunAfterExec if hasattr(spec.loader, "exec_module") else _RunAfterLoad
+        spec.loader = wrap(spec.loader, fullname)
         return spec
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import importlib.util
 import logging
 import sys
@@ -189,3 +190,47 @@ def test_a_config_changed_in_place_is_read_again():
     cfg.fgrpo.gamma = -1.0
     with pytest.raises(ValueError, match=r"algorithm.fgrpo.gamma=-1.0 is invalid"):
         estimator.compute_fgrpo_outcome_advantage(rewards, mask, index=index, config=cfg)
+
+
+def test_a_module_loaded_by_a_legacy_loader_still_runs_its_callbacks(monkeypatch):
+    # A finder after ours whose loader has only load_module (no exec_module): the callbacks must still run once
+    # the module is loaded, not wait forever (a registration step that silently never happens).
+    name = "fgrpo_hook_legacy_target"
+
+    class LegacyLoader:
+        def load_module(self, fullname):
+            module = type(sys)(fullname)
+            module.VALUE = 7
+            sys.modules[fullname] = module
+            return module
+
+    class LegacyFinder:
+        def find_spec(self, fullname, path, target=None):
+            return importlib.machinery.ModuleSpec(fullname, LegacyLoader()) if fullname == name else None
+
+    monkeypatch.setattr(sys, "meta_path", [*sys.meta_path, LegacyFinder()])
+    seen = []
+    import_hooks.when_imported(name, lambda m: seen.append(m.VALUE))
+    try:
+        with pytest.warns(ImportWarning):  # Python's own deprecation of load_module-only loaders
+            module = importlib.import_module(name)
+        assert module.VALUE == 7 and seen == [7] and name not in import_hooks.pending()
+        assert type(module.__loader__) is LegacyLoader
+    finally:
+        import_hooks.discard(name)
+        sys.modules.pop(name, None)
+
+
+def test_a_namespace_package_is_not_hooked_and_says_so(tmp_path, monkeypatch, caplog):
+    # Python gives a namespace package's spec no loader to wrap (verl's watched modules all have files): the steps
+    # waiting for one cannot run, which must be a WARNING naming it, not a silent wait.
+    (tmp_path / "fgrpo_hook_namespace_pkg").mkdir()  # no __init__.py
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import_hooks.when_imported("fgrpo_hook_namespace_pkg", lambda m: None)
+    try:
+        with caplog.at_level(logging.WARNING, logger="fgrpo_verl"):
+            importlib.import_module("fgrpo_hook_namespace_pkg")
+        assert "fgrpo_hook_namespace_pkg has no loader to hook; 1 registration step(s)" in caplog.text
+    finally:
+        import_hooks.discard("fgrpo_hook_namespace_pkg")
+        sys.modules.pop("fgrpo_hook_namespace_pkg", None)
