@@ -234,3 +234,32 @@ def test_a_namespace_package_is_not_hooked_and_says_so(tmp_path, monkeypatch, ca
     finally:
         import_hooks.discard("fgrpo_hook_namespace_pkg")
         sys.modules.pop("fgrpo_hook_namespace_pkg", None)
+
+
+def test_another_plugins_delegating_finder_ahead_of_ours_does_not_recurse(tmp_path, monkeypatch):
+    # Another plugin built the same way (a finder that asks every other finder for the real spec and wraps it),
+    # inserted ahead of ours: each asks the other, which must not recurse forever; both post-import steps run.
+    name = "fgrpo_hook_two_finders"
+    (tmp_path / f"{name}.py").write_text("VALUE = 3\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    seen = []
+
+    class OtherPluginFinder:
+        def find_spec(self, fullname, path, target=None):
+            if fullname != name:
+                return None
+            for finder in sys.meta_path:
+                spec = None if finder is self else finder.find_spec(fullname, path, target)
+                if spec is not None:
+                    seen.append("other")
+                    return spec
+            return None
+
+    import_hooks.when_imported(name, lambda m: seen.append(m.VALUE))
+    monkeypatch.setattr(sys, "meta_path", [OtherPluginFinder(), *sys.meta_path])
+    try:
+        assert importlib.import_module(name).VALUE == 3
+        assert "other" in seen and seen.count(3) == 1  # its finder answered, our step ran once
+    finally:
+        import_hooks.discard(name)
+        sys.modules.pop(name, None)
