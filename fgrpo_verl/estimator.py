@@ -37,7 +37,7 @@ def compute_fgrpo_outcome_advantage(
         response_mask: (B, T) 1 for response tokens.
         index: (B,) group labels (verl's ``uid``); rollouts of one prompt share one.
         config: verl's ``algorithm`` config; reads ``fgrpo.{gamma, success_threshold, smoothing_alpha, base}``
-            and ``norm_adv_by_std_in_grpo`` (verl's own key, default True as in verl), once per config object.
+            and ``norm_adv_by_std_in_grpo`` (verl's own key, default True as in verl), once per config object and again when changed in place.
         epsilon: added to the group std, 1e-6 as in verl's GRPO.
 
     Returns:
@@ -55,30 +55,50 @@ def compute_fgrpo_outcome_advantage(
 
 registration.mark(compute_fgrpo_outcome_advantage, f"adv_estimator:{ESTIMATOR_NAME}")
 
-# id(config) -> (weak reference to it, settings, norm). verl passes the same `algorithm` node every step, and
-# reading it costs ~0.1 ms (OmegaConf node access), several percent of the estimator at 4096 x 1024: parse once.
-# A config object is therefore read on first use; to change gamma mid-run, pass a new config object.
+# id(config) -> (weak reference to it, raw values, settings, norm). verl passes the same `algorithm` node every
+# step, and reading it through OmegaConf's API costs ~0.1 ms, several percent of the estimator at 4096 x 1024: parse
+# once, and on later calls only compare the raw leaf values (a few microseconds), so a config changed in place (a
+# gamma schedule writing config.fgrpo.gamma) is parsed again instead of being served stale.
 _PARSED: dict[int, tuple] = {}
+_UNKNOWN = object()
+
+
+def _raw_values(config):
+    """The raw values of the keys :func:`settings_of` reads, read from OmegaConf's node table without resolving:
+    equal tuples mean an unchanged config. ``_UNKNOWN`` when ``config`` is not a DictConfig of that layout or a value
+    is an interpolation."""
+    try:
+        content = config._content
+        block = content.get("fgrpo")
+        leaves = None if block is None else tuple((k, v._value()) for k, v in block._content.items())
+        norm = content.get("norm_adv_by_std_in_grpo")
+        raw = leaves, None if norm is None else norm._value()
+    except (AttributeError, TypeError):
+        return _UNKNOWN
+    # An interpolation's raw value is its "${...}" text, which stays equal when what it points to changes.
+    if any(isinstance(v, str) and "${" in v for v in (*(v for _, v in raw[0] or ()), raw[1])):
+        return _UNKNOWN
+    return raw
 
 
 def settings_of(config) -> tuple[FocalSettings, bool]:
-    """``(FocalSettings, norm_adv_by_std_in_grpo)`` of verl's ``algorithm`` config, validated on first use."""
+    """``(FocalSettings, norm_adv_by_std_in_grpo)`` of verl's ``algorithm`` config, validated whenever it changed."""
     if config is None:
         raise ValueError("fgrpo needs the `algorithm` config (with its `fgrpo` block); got config=None")
+    raw = _raw_values(config)
     entry = _PARSED.get(id(config))
-    if entry is not None and entry[0]() is config:
-        return entry[1], entry[2]
+    if entry is not None and entry[0]() is config and raw is not _UNKNOWN and entry[1] == raw:
+        return entry[2], entry[3]
     block = config.get("fgrpo") if hasattr(config, "get") else getattr(config, "fgrpo", None)
     settings = FocalSettings.from_config(block)
     norm = config.get("norm_adv_by_std_in_grpo", True) if hasattr(config, "get") else True
     if not isinstance(norm, bool):
         raise ValueError(f"algorithm.norm_adv_by_std_in_grpo={norm!r} is invalid: expected true or false")
-    try:
-        key = id(config)
-        ref = weakref.ref(config, lambda _, key=key: _PARSED.pop(key, None))
-    except TypeError:  # a plain dict cannot be weakly referenced: parse it every call
+    if raw is _UNKNOWN:  # no cheap way to see a change (a plain dict, a dataclass): parse every call
         return settings, norm
-    _PARSED[key] = (ref, settings, norm)
+    key = id(config)
+    ref = weakref.ref(config, lambda _, key=key: _PARSED.pop(key, None))
+    _PARSED[key] = (ref, raw, settings, norm)
     return settings, norm
 
 

@@ -8,7 +8,10 @@ that moment is as good as registering up front, and a process that never imports
 and otherwise puts one small finder at the front of ``sys.meta_path``. That finder answers only for the watched
 names: it asks the remaining finders for the real spec and wraps the spec's loader so that ``exec_module``
 runs the module, restores the original loader on it (``module.__loader__``, ``__spec__.loader``), then runs the
-callbacks. A callback that raises is logged at WARNING and never breaks the import of verl's module.
+callbacks (a legacy loader with only ``load_module`` is wrapped the same way; every other loader attribute is the
+real loader's). A callback that raises is logged at WARNING and never breaks the import of verl's module. A
+namespace package has no loader to wrap: its callbacks cannot run, which is logged at WARNING. The lookup is
+guarded per thread, so another finder that delegates the same way cannot make the two recurse.
 """
 
 from __future__ import annotations
@@ -42,34 +45,76 @@ class _RunAfterExec(importlib.abc.Loader):
     def create_module(self, spec):
         return self._loader.create_module(spec)
 
+    def __getattr__(self, name):
+        # While the module runs, this wrapper is its __loader__ and __spec__.loader: code that asks the loader for
+        # anything else (importlib.resources' reader, is_package, get_source) gets the real loader's answer.
+        return getattr(self._loader, name)
+
     def exec_module(self, module):
         self._loader.exec_module(module)
-        module.__loader__ = self._loader
-        if getattr(module, "__spec__", None) is not None:
-            module.__spec__.loader = self._loader
-        with _lock:
-            callbacks = _pending.pop(self._name, [])
-        _run(callbacks, module)
+        _finish(module, self._loader, self._name)
+
+
+class _RunAfterLoad:
+    """The same for a legacy loader that only has ``load_module`` (Python then calls that instead of exec_module)."""
+
+    def __init__(self, loader, name: str):
+        self._loader, self._name = loader, name
+
+    def load_module(self, fullname):
+        module = self._loader.load_module(fullname)
+        _finish(module, self._loader, self._name)
+        return module
+
+    def __getattr__(self, name):
+        return getattr(self._loader, name)
+
+
+def _finish(module, loader, name: str) -> None:
+    """Give the module its real loader back, then run the callbacks waiting for it."""
+    module.__loader__ = loader
+    if getattr(module, "__spec__", None) is not None:
+        module.__spec__.loader = loader
+    with _lock:
+        callbacks = _pending.pop(name, [])
+    _run(callbacks, module)
+
+
+# Names this thread is resolving: another finder that, like ours, asks every finder for the real spec would ask
+# us again from inside our own lookup, and the two would recurse forever.
+_resolving = threading.local()
 
 
 class _Finder(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname, path, target=None):
-        if fullname not in _pending:
+        busy = _resolving.__dict__.setdefault("names", set())
+        if fullname not in _pending or fullname in busy:
             return None
-        # The real spec, from the finders after this one (PathFinder for an installed verl).
+        busy.add(fullname)
+        try:
+            spec = self._real_spec(fullname, path, target)
+        finally:
+            busy.discard(fullname)
+        if spec is None:
+            return None
+        if spec.loader is None:  # a namespace package: nothing to wrap: say so, never wait silently
+            logger.warning("fgrpo-verl: %s has no loader to hook; %d registration step(s) waiting for it will not run",
+                           fullname, len(_pending.get(fullname, ())))
+            return spec
+        wrap = _RunAfterExec if hasattr(spec.loader, "exec_module") else _RunAfterLoad
+        spec.loader = wrap(spec.loader, fullname)
+        return spec
+
+    def _real_spec(self, fullname, path, target):
+        # From the other finders (PathFinder for an installed verl).
         for finder in sys.meta_path:
             if finder is self or isinstance(finder, _Finder):
                 continue
             find = getattr(finder, "find_spec", None)
             spec = find(fullname, path, target) if find else None
             if spec is not None:
-                break
-        else:
-            return None
-        if spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        spec.loader = _RunAfterExec(spec.loader, fullname)
-        return spec
+                return spec
+        return None
 
 
 _finder = _Finder()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import importlib.util
 import logging
 import sys
@@ -146,3 +147,119 @@ def test_settings_are_parsed_once_per_config_object(monkeypatch):
     b, _ = core_algos.get_adv_estimator_fn("grpo_vectorized")(token_level_rewards=rewards, response_mask=mask,
                                                               index=index)
     assert torch.equal(a, b)
+
+
+def test_a_watched_package_reading_its_own_resources_at_import_still_imports(tmp_path, monkeypatch):
+    # While the module runs, its __loader__ / __spec__.loader is the hook's wrapper: everything a loader offers
+    # besides exec_module (resource reader, is_package, get_source) must still answer as the real loader's would.
+    pkg = tmp_path / "fgrpo_hook_resource_pkg"
+    pkg.mkdir()
+    (pkg / "data.txt").write_text("hello")
+    (pkg / "__init__.py").write_text(
+        "import importlib.resources\n"
+        "DATA = importlib.resources.files(__name__).joinpath('data.txt').read_text()\n"
+        "IS_PACKAGE = __loader__.is_package(__name__)\n"
+        "SOURCE = __loader__.get_source(__name__)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    seen = []
+    import_hooks.when_imported(pkg.name, lambda m: seen.append(m.DATA))
+    try:
+        module = importlib.import_module(pkg.name)
+        assert (module.DATA, module.IS_PACKAGE, "DATA =" in module.SOURCE) == ("hello", True, True)
+        assert seen == ["hello"]
+    finally:
+        import_hooks.discard(pkg.name)
+        sys.modules.pop(pkg.name, None)
+
+
+def test_a_config_changed_in_place_is_read_again():
+    # A gamma schedule that writes config.algorithm.fgrpo.gamma between steps: the next call must use the new
+    # value (and a bad one must be refused), not the settings cached for the same config object.
+    from fgrpo_verl.focal import FocalSettings, compute_focal_advantage
+
+    rewards, mask, index = make_batch([4, 4, 3], seed=7)
+    cfg = algo_config(gamma=0.5)
+    estimator.compute_fgrpo_outcome_advantage(rewards, mask, index=index, config=cfg)
+    cfg.fgrpo.gamma = 2.0
+    cfg.norm_adv_by_std_in_grpo = False
+    got, _ = estimator.compute_fgrpo_outcome_advantage(rewards, mask, index=index, config=cfg)
+    want = compute_focal_advantage(rewards, mask, index, FocalSettings(2.0, 0.0, 0.0, "grpo"),
+                                   norm_adv_by_std_in_grpo=False).advantages
+    assert torch.equal(got, want)
+    cfg.fgrpo.gamma = -1.0
+    with pytest.raises(ValueError, match=r"algorithm.fgrpo.gamma=-1.0 is invalid"):
+        estimator.compute_fgrpo_outcome_advantage(rewards, mask, index=index, config=cfg)
+
+
+def test_a_module_loaded_by_a_legacy_loader_still_runs_its_callbacks(monkeypatch):
+    # A finder after ours whose loader has only load_module (no exec_module): the callbacks must still run once
+    # the module is loaded, not wait forever (a registration step that silently never happens).
+    name = "fgrpo_hook_legacy_target"
+
+    class LegacyLoader:
+        def load_module(self, fullname):
+            module = type(sys)(fullname)
+            module.VALUE = 7
+            sys.modules[fullname] = module
+            return module
+
+    class LegacyFinder:
+        def find_spec(self, fullname, path, target=None):
+            return importlib.machinery.ModuleSpec(fullname, LegacyLoader()) if fullname == name else None
+
+    monkeypatch.setattr(sys, "meta_path", [*sys.meta_path, LegacyFinder()])
+    seen = []
+    import_hooks.when_imported(name, lambda m: seen.append(m.VALUE))
+    try:
+        with pytest.warns(ImportWarning):  # Python's own deprecation of load_module-only loaders
+            module = importlib.import_module(name)
+        assert module.VALUE == 7 and seen == [7] and name not in import_hooks.pending()
+        assert type(module.__loader__) is LegacyLoader
+    finally:
+        import_hooks.discard(name)
+        sys.modules.pop(name, None)
+
+
+def test_a_namespace_package_is_not_hooked_and_says_so(tmp_path, monkeypatch, caplog):
+    # Python gives a namespace package's spec no loader to wrap (verl's watched modules all have files): the steps
+    # waiting for one cannot run, which must be a WARNING naming it, not a silent wait.
+    (tmp_path / "fgrpo_hook_namespace_pkg").mkdir()  # no __init__.py
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import_hooks.when_imported("fgrpo_hook_namespace_pkg", lambda m: None)
+    try:
+        with caplog.at_level(logging.WARNING, logger="fgrpo_verl"):
+            importlib.import_module("fgrpo_hook_namespace_pkg")
+        assert "fgrpo_hook_namespace_pkg has no loader to hook; 1 registration step(s)" in caplog.text
+    finally:
+        import_hooks.discard("fgrpo_hook_namespace_pkg")
+        sys.modules.pop("fgrpo_hook_namespace_pkg", None)
+
+
+def test_another_plugins_delegating_finder_ahead_of_ours_does_not_recurse(tmp_path, monkeypatch):
+    # Another plugin built the same way (a finder that asks every other finder for the real spec and wraps it),
+    # inserted ahead of ours: each asks the other, which must not recurse forever; both post-import steps run.
+    name = "fgrpo_hook_two_finders"
+    (tmp_path / f"{name}.py").write_text("VALUE = 3\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    seen = []
+
+    class OtherPluginFinder:
+        def find_spec(self, fullname, path, target=None):
+            if fullname != name:
+                return None
+            for finder in sys.meta_path:
+                spec = None if finder is self else finder.find_spec(fullname, path, target)
+                if spec is not None:
+                    seen.append("other")
+                    return spec
+            return None
+
+    import_hooks.when_imported(name, lambda m: seen.append(m.VALUE))
+    monkeypatch.setattr(sys, "meta_path", [OtherPluginFinder(), *sys.meta_path])
+    try:
+        assert importlib.import_module(name).VALUE == 3
+        assert "other" in seen and seen.count(3) == 1  # its finder answered, our step ran once
+    finally:
+        import_hooks.discard(name)
+        sys.modules.pop(name, None)

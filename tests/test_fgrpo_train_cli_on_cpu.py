@@ -127,3 +127,17 @@ def test_plain_verl_main_ppo_without_gamma_fails_before_ray_saying_what_to_add()
     assert out.returncode != 0
     assert "algorithm.fgrpo is missing: add +algorithm.fgrpo.gamma=0.5" in out.stderr + out.stdout
     assert "ray init kwargs" not in out.stdout  # verl prints this line right before ray.init
+
+
+def test_a_non_string_ray_env_var_is_refused_before_it_is_exported(monkeypatch):
+    # Ray takes str values only (ray.init raises TypeError on 1 or null); the driver must not export str(1) / "None"
+    # first and leave the process half-configured: name the key and say how to write it.
+    monkeypatch.delenv("FGRPO_TEST_THREADS", raising=False)
+    monkeypatch.delenv("FGRPO_TEST_NULL", raising=False)
+    for value, key in ((4, "FGRPO_TEST_THREADS"), (None, "FGRPO_TEST_NULL")):
+        config = OmegaConf.create({"ray_kwargs": {"ray_init": {"runtime_env": {"env_vars": {key: value}}}}})
+        with pytest.raises(ValueError, match=rf"ray_kwargs.ray_init.runtime_env.env_vars.{key}={value!r} is invalid"):
+            train.export_ray_env_vars(config)
+        assert key not in os.environ
+    ok = OmegaConf.create({"ray_kwargs": {"ray_init": {"runtime_env": {"env_vars": {"FGRPO_TEST_THREADS": "4"}}}}})
+    assert train.export_ray_env_vars(ok) == {"FGRPO_TEST_THREADS": "4"} and os.environ["FGRPO_TEST_THREADS"] == "4"

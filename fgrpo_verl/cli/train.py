@@ -87,7 +87,13 @@ def export_ray_env_vars(config) -> dict[str, str]:
     from omegaconf import OmegaConf
 
     env_vars = OmegaConf.select(config, RAY_ENV_KEY, default=None) or {}
-    exported = {str(k): str(v) for k, v in env_vars.items()}
+    for key, value in env_vars.items():
+        if not isinstance(value, str):  # Ray's ray.init refuses it too; say so before anything is exported
+            raise ValueError(
+                f"{RAY_ENV_KEY}.{key}={value!r} is invalid: Ray takes environment variables as strings only; "
+                f"quote the value ({RAY_ENV_KEY}.{key}='{value}') or remove the key"
+            )
+    exported = {str(k): v for k, v in env_vars.items()}
     os.environ.update(exported)
     modules = exported.get("VERL_USE_EXTERNAL_MODULES", "")
     if modules and "verl" in sys.modules:
