@@ -190,3 +190,15 @@ def test_vllm_gets_token_ids_and_one_seeded_request_per_sample_block(tiny, tmp_p
     assert len(set(seeds)) == len(seeds)  # no two requests share a random stream
     gens = read_generations(out / "generations.jsonl")
     assert [len(g.completions) for g in gens] == [6, 6, 6]
+
+
+def test_rare_set_round_trips_completions_with_unicode_line_separators(tmp_path):
+    """A sampled completion may hold U+2028 / U+2029 / U+0085 (written raw with ensure_ascii=False); reading the
+    rare set back (--rare-set) must split records only at "\\n"."""
+    from fgrpo_verl.evaluation.rare_nll import RareTrajectory, read_rare_set, write_rare_set
+
+    rare = [RareTrajectory("r", "b", "p\u2028", 3, "prompt\u2029", "a\u2028b\x85c", 1.5),
+            RareTrajectory("r", "b", "q", 0, "x", "y", 0.5)]
+    path = tmp_path / "rare_set.jsonl"
+    write_rare_set(path, rare, {"count": 2})
+    assert read_rare_set(path) == (rare, {"count": 2})
