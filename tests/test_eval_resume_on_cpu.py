@@ -66,7 +66,7 @@ def _env(setup, **extra):
     return env
 
 
-def test_killed_eval_resumes_to_identical_tables(setup, full, fake_vllm, tmp_path):
+def test_killed_eval_resumes_to_identical_tables(setup, full, fake_vllm, tmp_path, capsys):
     # a real process, killed with SIGKILL mid-benchmark (slow stand-in engine: 0.2 s per call of 2 problems)
     killed = tmp_path / "killed"
     code = "import sys; from fgrpo_verl.cli import main; sys.exit(main(sys.argv[1:]))"
@@ -77,6 +77,14 @@ def test_killed_eval_resumes_to_identical_tables(setup, full, fake_vllm, tmp_pat
     try:
         while time.monotonic() < deadline and (not gen.is_file() or gen.read_text().count("\n") < 12):
             time.sleep(0.02)
+        # a second eval into the same --out while the first still writes (a duplicate job, an early --resume):
+        # refused, so it can neither append the same problems again nor cut the first one's line in flight
+        assert proc.poll() is None, "the first eval must still be running"
+        for extra in ((), ("--resume",)):
+            assert main(_args(setup, killed, *extra)) == 2
+            err = capsys.readouterr().err
+            assert "another `fgrpo-verl eval` is writing to" in err or "already holds an evaluation" in err, err
+        assert "another `fgrpo-verl eval` is writing to" in err  # the --resume one
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
