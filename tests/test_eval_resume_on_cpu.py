@@ -202,3 +202,16 @@ def test_no_save_completions_keeps_one_correctness_line_per_problem(setup, full,
     assert len(lines) == 2 * 24 and not any("completions" in line for line in lines)
     for name in TABLES:
         assert (lean / name).read_text() == (full / name).read_text(), name
+
+
+def test_a_bad_model_path_fails_before_any_sampling(setup, fake_vllm, tmp_path, monkeypatch, capsys):
+    """The second --model's typo must not surface only after the first model's hours of sampling (and then be
+    frozen into the manifest, so --resume with the corrected path would be refused as 'settings differ')."""
+    log = tmp_path / "calls.jsonl"
+    monkeypatch.setenv("FAKE_VLLM_LOG", str(log))
+    out = tmp_path / "out"
+    args = [a.replace(f"focal={setup[0]}", f"focal={tmp_path / 'no-such-model'}") for a in _args(setup, out)]
+    assert main(args) == 2
+    assert "no-such-model" in capsys.readouterr().err
+    assert not log.exists()  # no engine was built, nothing sampled
+    assert not (out / "generations.jsonl").exists() and not (out / "eval_manifest.json").exists()

@@ -291,6 +291,10 @@ def run_eval(args, log=print) -> int:
             if unknown:
                 raise ValueError(f"--bench-scorer names benchmarks not given with --bench: {unknown}")
             settings = _prompt_settings(args, list(benchmarks), log)
+            from fgrpo_verl.evaluation.generate import resolve_model_path
+
+            for path in models.values():
+                resolve_model_path(path)  # a typo in the last --model fails now, not after the others' sampling
             with exclusive_out(out_dir, log):
                 prepare_out(out_dir, args, models, bench_files, log)
                 generate(models, benchmarks, settings, args, out_dir, scorer, log)
