@@ -3,9 +3,10 @@
 Both back-ends take the same requests, ``Request(prompt_ids, n, seed)``: token ids built once by
 ``prompts.encode_prompt`` (never re-tokenized), a block of n samples, and that block's own seed
 (``seeds.request_seed``). They return ``list[list[str]]``, n completion texts per request, special tokens stripped.
-vLLM gets all requests of a chunk in one ``generate`` call with one ``SamplingParams(n=..., seed=...)`` per request:
-vLLM samples the n sequences of a request together (parallel sampling, one shared prompt prefill) with one seeded
-generator per request. vLLM is imported only inside ``VLLMSampler`` (never on the CPU path). Sampling follows the
+vLLM gets all requests of a chunk in one ``generate`` call with one ``SamplingParams(n=..., seed=...)`` per request;
+its V1 engine splits a request into n child requests (the prompt's prefill shared through the prefix cache) and
+seeds child i with seed + i, so every sample still has its own generator. vLLM is imported only inside
+``VLLMSampler`` (never on the CPU path). Sampling follows the
 paper's evaluation: temperature 1.0, top-p 1.0, no top-k.
 """
 
