@@ -65,6 +65,14 @@ class TransformersSampler:
         self.torch = torch
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_path))
         self.model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=getattr(torch, dtype)).to(device).eval()
+        # generate() fills every option not passed explicitly from the checkpoint's generation_config.json
+        # (repetition_penalty, min_p, no_repeat_ngram_size, ...), which would reshape the paper's plain T / top-p
+        # sampling; keep only its special-token ids (the stop tokens), as vLLM does with explicit SamplingParams.
+        from transformers import GenerationConfig
+
+        saved = self.model.generation_config
+        self.model.generation_config = GenerationConfig(
+            bos_token_id=saved.bos_token_id, eos_token_id=saved.eos_token_id, pad_token_id=saved.pad_token_id)
         self.device = device
         self.batch_size = batch_size
 
