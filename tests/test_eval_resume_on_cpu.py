@@ -215,3 +215,23 @@ def test_a_bad_model_path_fails_before_any_sampling(setup, fake_vllm, tmp_path, 
     assert "no-such-model" in capsys.readouterr().err
     assert not log.exists()  # no engine was built, nothing sampled
     assert not (out / "generations.jsonl").exists() and not (out / "eval_manifest.json").exists()
+
+
+def test_resume_refuses_a_benchmark_file_edited_in_place(setup, full, fake_vllm, tmp_path, capsys):
+    """Same path, other contents (a fixed reference answer): the lines on disk were scored against the old file,
+    so continuing would mix two references in one table."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "generations.jsonl").write_bytes((full / "generations.jsonl").read_bytes())
+    bench = tmp_path / "B.jsonl"
+    bench.write_bytes(setup[2].read_bytes())
+    manifest = json.loads((full / "eval_manifest.json").read_text())
+    manifest["benchmarks"]["B"] = str(bench.resolve())  # as if that run had used this copy
+    (out / "eval_manifest.json").write_text(json.dumps(manifest))
+    args = [a.replace(f"B={setup[2]}", f"B={bench}") for a in _args(setup, out, "--resume")]
+    assert main(args) == 0  # unchanged file: resumes (nothing left to do)
+    before = (out / "generations.jsonl").read_bytes()
+    bench.write_text(bench.read_text().replace('"answer": "0"', '"answer": "1"', 1))
+    assert main(args) == 2
+    assert "--bench B: the file's contents changed" in capsys.readouterr().err
+    assert (out / "generations.jsonl").read_bytes() == before

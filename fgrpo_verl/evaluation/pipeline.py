@@ -55,10 +55,23 @@ def parse_pairs(option: str, values, allow_empty: bool = False) -> dict[str, str
     return out
 
 
+def _sha256(path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def _manifest(args, models: dict, bench_files: dict) -> dict:
     settings = {key: getattr(args, key) for key in SAMPLING_KEYS}
+    # benchmark contents too: a file edited in place (a fixed reference answer, other problems) must not mix with
+    # the lines already scored against the old one. Model weights are too large to hash: their paths only.
     return {"settings": settings, "models": {k: str(Path(v).resolve()) for k, v in models.items()},
-            "benchmarks": {k: str(Path(v).resolve()) for k, v in bench_files.items()}}
+            "benchmarks": {k: str(Path(v).resolve()) for k, v in bench_files.items()},
+            "benchmark_sha256": {k: _sha256(v) for k, v in bench_files.items()}}
 
 
 @contextlib.contextmanager
@@ -102,11 +115,15 @@ def prepare_out(out_dir: Path, args, models: dict, bench_files: dict, log) -> No
         for kind in ("models", "benchmarks"):
             diffs += [f"--{kind[:-1] if kind == 'models' else 'bench'} {name}: {before[kind][name]} then, {path} now"
                       for name, path in current[kind].items() if name in before[kind] and before[kind][name] != path]
+        old_sha = before.get("benchmark_sha256", {})
+        diffs += [f"--bench {name}: the file's contents changed (sha256 {old_sha[name][:12]}... then, {sha[:12]}... now)"
+                  for name, sha in current["benchmark_sha256"].items() if name in old_sha and old_sha[name] != sha]
         if diffs:
             raise ValueError("--resume: the settings differ from the run being resumed, so samples would mix:\n  "
                              + "\n  ".join(diffs))
         current["models"] = {**before["models"], **current["models"]}
         current["benchmarks"] = {**before["benchmarks"], **current["benchmarks"]}
+        current["benchmark_sha256"] = {**old_sha, **current["benchmark_sha256"]}
     elif existing:
         raise ValueError(f"--resume: {gen_path} exists but {MANIFEST} does not; it was not written by `eval --model`")
     dropped = drop_torn_tail(gen_path)
