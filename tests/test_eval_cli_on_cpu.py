@@ -337,3 +337,13 @@ def test_two_line_problems_merge_and_a_third_line_is_a_duplicate(tmp_path, capsy
     gen = _write(tmp_path / "g3.jsonl", [texts, scored, scored])
     assert main(["eval", "--from-generations", str(gen), "--out", str(out), "--no-plots"]) == 2
     assert "duplicate" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("option", ["--threshold", "--temperature"])
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+def test_non_finite_threshold_and_temperature_are_rejected(tmp_path, capsys, option, value):
+    """score >= nan is never true (every sample silently incorrect), >= -inf always; a NaN temperature passed the
+    "<= 0" check. Refuse both, naming the option."""
+    gen = _write(tmp_path / "g.jsonl", FIXTURE[6:])
+    assert main(["eval", "--from-generations", str(gen), f"{option}={value}", "--out", str(tmp_path / "o"), "--no-plots"]) == 2
+    assert f"{option} must be a finite number" in capsys.readouterr().err

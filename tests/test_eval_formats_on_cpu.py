@@ -115,3 +115,13 @@ def test_last_boxed_handles_nested_braces():
     assert last_boxed("a \\boxed{1} then \\boxed{\\frac{1}{2}} end") == "\\frac{1}{2}"
     assert last_boxed("no box") is None
     assert last_boxed("\\boxed{unclosed") is None
+
+
+def test_jsonl_strings_may_hold_unicode_line_separators(tmp_path):
+    """JSON allows U+2028/U+2029/U+0085 unescaped inside strings (json.dumps(ensure_ascii=False) writes them raw);
+    only "\\n" ends a JSONL record, so such a problem must load as one record, not break its line in two."""
+    rows = [{"id": "a\u2028b", "problem": "x\u2028y\u2029z\x85w", "answer": "1"}, {"id": 2, "problem": "q", "answer": "2"}]
+    path = tmp_path / "b.jsonl"
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    recs = load_benchmark(path, "B")
+    assert [(r["id"], r["problem"]) for r in recs] == [("a\u2028b", "x\u2028y\u2029z\x85w"), ("2", "q")]

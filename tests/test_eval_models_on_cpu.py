@@ -190,3 +190,41 @@ def test_vllm_gets_token_ids_and_one_seeded_request_per_sample_block(tiny, tmp_p
     assert len(set(seeds)) == len(seeds)  # no two requests share a random stream
     gens = read_generations(out / "generations.jsonl")
     assert [len(g.completions) for g in gens] == [6, 6, 6]
+
+
+def test_rare_set_round_trips_completions_with_unicode_line_separators(tmp_path):
+    """A sampled completion may hold U+2028 / U+2029 / U+0085 (written raw with ensure_ascii=False); reading the
+    rare set back (--rare-set) must split records only at "\\n"."""
+    from fgrpo_verl.evaluation.rare_nll import RareTrajectory, read_rare_set, write_rare_set
+
+    rare = [RareTrajectory("r", "b", "p\u2028", 3, "prompt\u2029", "a\u2028b\x85c", 1.5),
+            RareTrajectory("r", "b", "q", 0, "x", "y", 0.5)]
+    path = tmp_path / "rare_set.jsonl"
+    write_rare_set(path, rare, {"count": 2})
+    assert read_rare_set(path) == (rare, {"count": 2})
+
+
+def test_transformers_sampler_ignores_the_checkpoints_sampling_defaults(tiny, tmp_path):
+    """A checkpoint's generation_config.json may set repetition_penalty / no_repeat_ngram_size / min_p (Qwen2.5
+    Instruct ships repetition_penalty 1.05); transformers' generate applies whatever is not passed explicitly. The
+    paper samples plain T = 1, top-p 1 (and vLLM, given explicit SamplingParams, ignores them), so the CPU back-end
+    must too: same weights and seed, with or without those defaults, give the same samples."""
+    import shutil
+
+    from transformers import GenerationConfig
+
+    plain = tiny[0]
+    skewed = tmp_path / "skewed"
+    shutil.copytree(plain, skewed)
+    config = GenerationConfig.from_pretrained(plain)
+    config.update(do_sample=True, repetition_penalty=5.0, no_repeat_ngram_size=1, min_p=0.2)
+    config.save_pretrained(skewed)
+    tok = AutoTokenizer.from_pretrained(str(plain))
+    ids, _ = encode_prompt({"id": "0", "problem": "What is 1 + 1?"}, tok, prompt_setting("none", "math"))
+    req = [Request(ids, 4, 123)]
+    got = {}
+    for name, path in (("plain", plain), ("skewed", skewed)):
+        sampler = TransformersSampler(path, batch_size=4)
+        got[name] = sampler.sample(req, temperature=1.0, top_p=1.0, max_new_tokens=12)
+    assert got["plain"] == got["skewed"]
+    assert any(len(t) > 0 for t in got["plain"][0])

@@ -66,7 +66,7 @@ def _env(setup, **extra):
     return env
 
 
-def test_killed_eval_resumes_to_identical_tables(setup, full, fake_vllm, tmp_path):
+def test_killed_eval_resumes_to_identical_tables(setup, full, fake_vllm, tmp_path, capsys):
     # a real process, killed with SIGKILL mid-benchmark (slow stand-in engine: 0.2 s per call of 2 problems)
     killed = tmp_path / "killed"
     code = "import sys; from fgrpo_verl.cli import main; sys.exit(main(sys.argv[1:]))"
@@ -77,6 +77,14 @@ def test_killed_eval_resumes_to_identical_tables(setup, full, fake_vllm, tmp_pat
     try:
         while time.monotonic() < deadline and (not gen.is_file() or gen.read_text().count("\n") < 12):
             time.sleep(0.02)
+        # a second eval into the same --out while the first still writes (a duplicate job, an early --resume):
+        # refused, so it can neither append the same problems again nor cut the first one's line in flight
+        assert proc.poll() is None, "the first eval must still be running"
+        for extra in ((), ("--resume",)):
+            assert main(_args(setup, killed, *extra)) == 2
+            err = capsys.readouterr().err
+            assert "another `fgrpo-verl eval` is writing to" in err or "already holds an evaluation" in err, err
+        assert "another `fgrpo-verl eval` is writing to" in err  # the --resume one
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
@@ -194,3 +202,36 @@ def test_no_save_completions_keeps_one_correctness_line_per_problem(setup, full,
     assert len(lines) == 2 * 24 and not any("completions" in line for line in lines)
     for name in TABLES:
         assert (lean / name).read_text() == (full / name).read_text(), name
+
+
+def test_a_bad_model_path_fails_before_any_sampling(setup, fake_vllm, tmp_path, monkeypatch, capsys):
+    """The second --model's typo must not surface only after the first model's hours of sampling (and then be
+    frozen into the manifest, so --resume with the corrected path would be refused as 'settings differ')."""
+    log = tmp_path / "calls.jsonl"
+    monkeypatch.setenv("FAKE_VLLM_LOG", str(log))
+    out = tmp_path / "out"
+    args = [a.replace(f"focal={setup[0]}", f"focal={tmp_path / 'no-such-model'}") for a in _args(setup, out)]
+    assert main(args) == 2
+    assert "no-such-model" in capsys.readouterr().err
+    assert not log.exists()  # no engine was built, nothing sampled
+    assert not (out / "generations.jsonl").exists() and not (out / "eval_manifest.json").exists()
+
+
+def test_resume_refuses_a_benchmark_file_edited_in_place(setup, full, fake_vllm, tmp_path, capsys):
+    """Same path, other contents (a fixed reference answer): the lines on disk were scored against the old file,
+    so continuing would mix two references in one table."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "generations.jsonl").write_bytes((full / "generations.jsonl").read_bytes())
+    bench = tmp_path / "B.jsonl"
+    bench.write_bytes(setup[2].read_bytes())
+    manifest = json.loads((full / "eval_manifest.json").read_text())
+    manifest["benchmarks"]["B"] = str(bench.resolve())  # as if that run had used this copy
+    (out / "eval_manifest.json").write_text(json.dumps(manifest))
+    args = [a.replace(f"B={setup[2]}", f"B={bench}") for a in _args(setup, out, "--resume")]
+    assert main(args) == 0  # unchanged file: resumes (nothing left to do)
+    before = (out / "generations.jsonl").read_bytes()
+    bench.write_text(bench.read_text().replace('"answer": "0"', '"answer": "1"', 1))
+    assert main(args) == 2
+    assert "--bench B: the file's contents changed" in capsys.readouterr().err
+    assert (out / "generations.jsonl").read_bytes() == before

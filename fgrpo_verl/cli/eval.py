@@ -6,6 +6,7 @@ Logic lives in ``fgrpo_verl.evaluation``; this module only declares the options.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 HELP = "Sample n completions per problem (or load saved ones), score them, write unbiased pass@k tables and plots."
@@ -101,8 +102,10 @@ def _validate(args) -> None:
         value = getattr(args, name)
         if value < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
-    if args.temperature <= 0:
-        raise ValueError(f"--temperature must be > 0 (sampling), got {args.temperature}")
+    if not math.isfinite(args.threshold):
+        raise ValueError(f"--threshold must be a finite number (a completion is correct iff score >= it), got {args.threshold}")
+    if not (math.isfinite(args.temperature) and args.temperature > 0):
+        raise ValueError(f"--temperature must be a finite number > 0 (sampling), got {args.temperature}")
     if not 0 < args.top_p <= 1:
         raise ValueError(f"--top-p must be in (0, 1], got {args.top_p}")
     if not 0 < args.alpha < 1:

@@ -62,7 +62,9 @@ def _read_records(path: Path) -> list[dict]:
         records = data
     else:
         records = []
-        for lineno, line in enumerate(text.splitlines(), 1):
+        # only "\n" ends a record: str.splitlines() would also split at U+2028/U+2029/U+0085, which JSON allows raw
+        # inside strings (json.dumps(ensure_ascii=False) writes them so), cutting such a problem in two
+        for lineno, line in enumerate(text.split("\n"), 1):
             if not line.strip():
                 continue
             try:

@@ -3,9 +3,10 @@
 Both back-ends take the same requests, ``Request(prompt_ids, n, seed)``: token ids built once by
 ``prompts.encode_prompt`` (never re-tokenized), a block of n samples, and that block's own seed
 (``seeds.request_seed``). They return ``list[list[str]]``, n completion texts per request, special tokens stripped.
-vLLM gets all requests of a chunk in one ``generate`` call with one ``SamplingParams(n=..., seed=...)`` per request:
-vLLM samples the n sequences of a request together (parallel sampling, one shared prompt prefill) with one seeded
-generator per request. vLLM is imported only inside ``VLLMSampler`` (never on the CPU path). Sampling follows the
+vLLM gets all requests of a chunk in one ``generate`` call with one ``SamplingParams(n=..., seed=...)`` per request;
+its V1 engine splits a request into n child requests (the prompt's prefill shared through the prefix cache) and
+seeds child i with seed + i, so every sample still has its own generator. vLLM is imported only inside
+``VLLMSampler`` (never on the CPU path). Sampling follows the
 paper's evaluation: temperature 1.0, top-p 1.0, no top-k.
 """
 
@@ -64,6 +65,14 @@ class TransformersSampler:
         self.torch = torch
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_path))
         self.model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=getattr(torch, dtype)).to(device).eval()
+        # generate() fills every option not passed explicitly from the checkpoint's generation_config.json
+        # (repetition_penalty, min_p, no_repeat_ngram_size, ...), which would reshape the paper's plain T / top-p
+        # sampling; keep only its special-token ids (the stop tokens), as vLLM does with explicit SamplingParams.
+        from transformers import GenerationConfig
+
+        saved = self.model.generation_config
+        self.model.generation_config = GenerationConfig(
+            bos_token_id=saved.bos_token_id, eos_token_id=saved.eos_token_id, pad_token_id=saved.pad_token_id)
         self.device = device
         self.batch_size = batch_size
 

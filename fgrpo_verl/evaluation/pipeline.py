@@ -5,7 +5,8 @@
        completions to ``<out>/generations.jsonl`` (flushed per problem), then score them and append a correctness
        line per problem. ``--resume`` continues a killed run: a torn last line is cut off, problems with
        completions but no correctness line are scored, the rest are generated. Without ``--resume`` an existing
-       ``generations.jsonl`` is never touched: the run refuses.
+       ``generations.jsonl`` is never touched: the run refuses; so does a second eval while one writes ``<out>``
+       (``exclusive_out``).
     2. counting: the generation files are read line by line into per-problem (n, c, scorer errors)
        (scoring.count_correct); the same code reads a fresh run, a resumed one and ``--from-generations``.
     3. report: per (run, benchmark) mean unbiased pass@k for k = 1, 2, 4, ... (report.py), runs checked to cover the
@@ -15,6 +16,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
@@ -32,6 +34,7 @@ from fgrpo_verl.evaluation.significance import combine_draws, subsample_draws, s
 
 GENERATIONS = "generations.jsonl"
 MANIFEST = "eval_manifest.json"
+LOCK = "eval.lock"
 # Settings that decide which samples are drawn and how they are scored: a resumed run must match them.
 SAMPLING_KEYS = ("backend", "n", "temperature", "top_p", "max_new_tokens", "seed", "samples_per_request",
                  "prompt_preset", "system_prompt", "chat_template_kwargs", "prompt_style", "bench_group",
@@ -52,10 +55,48 @@ def parse_pairs(option: str, values, allow_empty: bool = False) -> dict[str, str
     return out
 
 
+def _sha256(path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def _manifest(args, models: dict, bench_files: dict) -> dict:
     settings = {key: getattr(args, key) for key in SAMPLING_KEYS}
+    # benchmark contents too: a file edited in place (a fixed reference answer, other problems) must not mix with
+    # the lines already scored against the old one. Model weights are too large to hash: their paths only.
     return {"settings": settings, "models": {k: str(Path(v).resolve()) for k, v in models.items()},
-            "benchmarks": {k: str(Path(v).resolve()) for k, v in bench_files.items()}}
+            "benchmarks": {k: str(Path(v).resolve()) for k, v in bench_files.items()},
+            "benchmark_sha256": {k: _sha256(v) for k, v in bench_files.items()}}
+
+
+@contextlib.contextmanager
+def exclusive_out(out_dir: Path, log):
+    """Hold an exclusive lock on ``<out>/eval.lock`` while this process writes ``<out>``.
+
+    A second ``eval --model`` into the same ``--out`` (a duplicate job, a --resume started while the first still
+    runs) would append the same problems again and could cut the first one's line in flight as a "torn tail"; it is
+    refused instead. flock is released by the kernel when the process dies, so a killed run never leaves a stale
+    lock. The lock file is kept (deleting it would let a third process lock a different inode)."""
+    import errno
+    import fcntl
+
+    with (out_dir / LOCK).open("a") as fh:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ValueError(f"another `fgrpo-verl eval` is writing to {out_dir} (it holds {out_dir / LOCK}); wait for "
+                             "it to finish or stop it, then --resume; nothing was touched") from None
+        except OSError as err:
+            if err.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+                raise
+            # some cluster file systems (e.g. Lustre mounted without -o flock) have no flock
+            log(f"[eval] warning: cannot lock {out_dir / LOCK} ({err.strerror}); make sure no other eval writes there")
+        yield
 
 
 def prepare_out(out_dir: Path, args, models: dict, bench_files: dict, log) -> None:
@@ -74,11 +115,15 @@ def prepare_out(out_dir: Path, args, models: dict, bench_files: dict, log) -> No
         for kind in ("models", "benchmarks"):
             diffs += [f"--{kind[:-1] if kind == 'models' else 'bench'} {name}: {before[kind][name]} then, {path} now"
                       for name, path in current[kind].items() if name in before[kind] and before[kind][name] != path]
+        old_sha = before.get("benchmark_sha256", {})
+        diffs += [f"--bench {name}: the file's contents changed (sha256 {old_sha[name][:12]}... then, {sha[:12]}... now)"
+                  for name, sha in current["benchmark_sha256"].items() if name in old_sha and old_sha[name] != sha]
         if diffs:
             raise ValueError("--resume: the settings differ from the run being resumed, so samples would mix:\n  "
                              + "\n  ".join(diffs))
         current["models"] = {**before["models"], **current["models"]}
         current["benchmarks"] = {**before["benchmarks"], **current["benchmarks"]}
+        current["benchmark_sha256"] = {**old_sha, **current["benchmark_sha256"]}
     elif existing:
         raise ValueError(f"--resume: {gen_path} exists but {MANIFEST} does not; it was not written by `eval --model`")
     dropped = drop_torn_tail(gen_path)
@@ -263,8 +308,13 @@ def run_eval(args, log=print) -> int:
             if unknown:
                 raise ValueError(f"--bench-scorer names benchmarks not given with --bench: {unknown}")
             settings = _prompt_settings(args, list(benchmarks), log)
-            prepare_out(out_dir, args, models, bench_files, log)
-            generate(models, benchmarks, settings, args, out_dir, scorer, log)
+            from fgrpo_verl.evaluation.generate import resolve_model_path
+
+            for path in models.values():
+                resolve_model_path(path)  # a typo in the last --model fails now, not after the others' sampling
+            with exclusive_out(out_dir, log):
+                prepare_out(out_dir, args, models, bench_files, log)
+                generate(models, benchmarks, settings, args, out_dir, scorer, log)
             paths = [out_dir / GENERATIONS]
         else:
             paths = [Path(p) for p in args.from_generations]

@@ -177,7 +177,10 @@ def write_rare_set(path: Path, rare: list[RareTrajectory], stats: dict) -> None:
 
 
 def read_rare_set(path: Path) -> tuple[list[RareTrajectory], dict]:
-    lines = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    # split at "\n" only: completions are written raw (ensure_ascii=False) and may hold U+2028 etc., which
+    # str.splitlines() would treat as line ends
+    text = Path(path).read_text(encoding="utf-8")
+    lines = [json.loads(line) for line in text.split("\n") if line.strip()]
     if not lines or "_stats" not in lines[0]:
         raise ValueError(f"{path}: not a rare set written by `fgrpo-verl rare-nll` (first line must hold _stats)")
     fields = set(RareTrajectory.__dataclass_fields__)
