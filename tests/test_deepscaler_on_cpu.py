@@ -117,3 +117,11 @@ def test_bad_input_is_rejected_naming_what_is_wrong(tmp_path, tokenizer):
         read_records(bad)
     with pytest.raises(ValueError, match="no such file"):
         read_records(tmp_path / "missing.json")
+
+
+def test_jsonl_problems_may_hold_unicode_line_separators(tmp_path):
+    # json.dumps(ensure_ascii=False) writes U+2028/U+2029/U+0085 raw; a record must not be cut there
+    rows = [{"problem": "a\u2028b\u2029c\x85d", "answer": "1"}, {"problem": "e", "answer": "2"}]
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    assert read_records(path) == rows

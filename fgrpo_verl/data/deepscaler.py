@@ -56,7 +56,8 @@ def read_records(path: str | Path) -> list[dict]:
         if suffix == ".json" and stripped.startswith("["):
             records = json.loads(text)
         else:
-            records = [json.loads(line) for line in text.splitlines() if line.strip()]
+            # "\n" only: str.splitlines() also splits at U+2028/U+2029/U+0085, which JSON allows raw in strings
+            records = [json.loads(line) for line in text.split("\n") if line.strip()]
         if not all(isinstance(r, dict) for r in records):
             raise ValueError(f"--input {path}: expected JSON objects with 'problem' and 'answer'")
         return records
