@@ -107,7 +107,7 @@ def run(args, memory) -> int:
           f"{settings.batch_size} prompts x N={settings.n}, lr {lr:g}", flush=True)
     results: dict[str, dict[int, dict]] = {c.name: {} for c in cfgs}
     failed = []
-    with _cpu_session(args.backend, settings.batch_size * settings.n) as (session_overrides, env):
+    with _cpu_session(args.backend) as (session_overrides, env):
         _run_all(args, b, sft_dir, cfgs, seeds, settings, out, tok, splits, base, rare, ks, results, failed,
                  session_overrides, env)
     t_rl = time.time() - t0 - t_sft
@@ -117,7 +117,7 @@ def run(args, memory) -> int:
 
 
 @contextlib.contextmanager
-def _cpu_session(backend: str, rollouts_per_step: int):
+def _cpu_session(backend: str):
     """On the cpu backend: one Ray cluster for all runs and the backend's speed overrides (same computation,
     ``fgrpo_verl.backends.cpu.tuning``); elsewhere nothing."""
     if backend != "cpu":
@@ -127,7 +127,7 @@ def _cpu_session(backend: str, rollouts_per_step: int):
     from fgrpo_verl.backends.cpu.tuning import fast_overrides
 
     with RaySession() as session:
-        yield [*fast_overrides(rollouts_per_step), *session.overrides], {**os.environ, **session.env}
+        yield [*fast_overrides(), *session.run_overrides()], {**os.environ, **session.env}
 
 
 def _run_all(args, b, sft_dir, cfgs, seeds, settings, out, tok, splits, base, rare, ks, results, failed,
