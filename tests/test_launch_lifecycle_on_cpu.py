@@ -277,3 +277,35 @@ def test_wandb_continue_rewinds_online_runs_to_the_resumed_checkpoint_when_asked
     settings = wandb.Settings()
     settings.update_from_env_vars({"WANDB_RESUME_FROM": "abc123?_step=5", "WANDB_RUN_ID": "abc123"})
     assert (settings.resume_from.run, settings.resume_from.value, settings.resume_from.metric) == ("abc123", 5, "_step")
+
+
+# ---------------------------------------------------------------- --fresh, then a plain relaunch
+
+
+def test_a_plain_relaunch_after_a_submitted_fresh_run_resumes_the_fresh_run(tmp_path, monkeypatch):
+    """`launch R --fresh` starts a new run of the same config; the next plain `launch R` (resubmitting what failed,
+    `--status`) must mean that new run, not the abandoned one: otherwise it would resume and train the old run
+    again next to the fresh one. A dry run with --fresh changes nothing."""
+    from fgrpo_verl.launch import plan_jobs, submit_jobs
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, body in (("squeue", "exit 0"), ("sbatch", "echo 4242")):
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+
+    def plan(**kw):
+        return plan_jobs("controls", ["grpo-kl"], [], tmp_path / "logs", tmp_path, **kw)[1][0]
+
+    old = plan()
+    fresh = plan(fresh="20260101T000000")
+    assert fresh.job_name != old.job_name and plan().job_name == old.job_name  # planned, not submitted: no change
+    submit_jobs([fresh], tmp_path / "scripts", tmp_path / "logs", out=lambda *_: None)
+    again = plan()
+    assert (again.job_name, again.checkpoint_dir, again.fingerprint) == (
+        fresh.job_name, fresh.checkpoint_dir, fresh.fingerprint)
+    # a later --fresh supersedes it in turn
+    newer = plan(fresh="20270101T000000")
+    submit_jobs([newer], tmp_path / "scripts", tmp_path / "logs", out=lambda *_: None)
+    assert plan().job_name == newer.job_name not in (old.job_name, fresh.job_name)

@@ -35,11 +35,18 @@ def plan_jobs(
     Identity (identity.py): ``trainer.experiment_name`` is fgrpo_verl.tracking's readable run name
     ``{algo}-g{γ}-n{N}-{model}-s{seed}[-<variant>]`` plus ``-<hash of the resolved config>``; the checkpoint dir,
     the W&B run id and the Slurm job name follow from it. ``fresh`` salts the hash (a new run of the same
-    config); ``wandb_run_id`` (the user's explicit ``WANDB_RUN_ID``) replaces the derived id, for one run only.
+    config; once submitted, later plain launches of the config mean that run); ``wandb_run_id`` (the user's
+    explicit ``WANDB_RUN_ID``) replaces the derived id, for one run only.
     ``require_data``: refuse runs whose training data is missing here (a submit), instead of not checking the
     step count (a dry run)."""
     from fgrpo_verl.compose import compose, validate
-    from fgrpo_verl.launch.identity import check_record, check_user_overrides, experiment_name, fingerprint
+    from fgrpo_verl.launch.identity import (
+        check_record,
+        check_user_overrides,
+        experiment_name,
+        fingerprint,
+        read_fresh,
+    )
     from fgrpo_verl.launch.jobenv import job_environment
     from fgrpo_verl.launch.steps import step_plan, train_rows
     from fgrpo_verl.tracking import config_run_name, config_run_tags
@@ -71,8 +78,14 @@ def plan_jobs(
                     f"training data {config.data.train_files} not found under {workdir}: prepare it first "
                     "(docs/recipes.md), or launch from the directory that holds it"
                 )
-            digest = fingerprint(config, fresh)
-            experiment = experiment_name(config_run_name(config, run.variant), digest)
+            readable = config_run_name(config, run.variant)
+            # a plain launch after a submitted --fresh means that fresh run (identity.read_fresh)
+            base = fingerprint(config)
+            config.trainer.experiment_name = experiment_name(readable, base)
+            base_dir = Path(workdir) / str(config.trainer.default_local_dir)
+            salt = fresh if fresh is not None else read_fresh(base_dir)
+            digest = base if salt is None else fingerprint(config, salt)
+            experiment = experiment_name(readable, digest)
             # trainer.default_local_dir interpolates the experiment name: set it before anything reads the dir
             config.trainer.experiment_name = experiment
             run_overrides.append(f"trainer.experiment_name={experiment}")
@@ -93,7 +106,13 @@ def plan_jobs(
         if wandb_run_id is not None:
             env["WANDB_RUN_ID"] = wandb_run_id
         job = render_job(recipe, run, run_overrides, config, env, log_dir, workdir, experiment, digest)
-        jobs.append(dataclasses.replace(job, total_steps=None if plan is None else plan.total_steps))
+        jobs.append(
+            dataclasses.replace(
+                job,
+                total_steps=None if plan is None else plan.total_steps,
+                fresh=None if fresh is None else (base_dir, fresh),
+            )
+        )
     return recipe, jobs
 
 
@@ -116,7 +135,7 @@ def submit_jobs(
     the submitted ones. Runs that are done are never submitted (a finished run is not trained further); runs
     already queued or running are skipped unless ``force`` (then Slurm's singleton dependency holds the new job
     until the old one ends)."""
-    from fgrpo_verl.launch.identity import write_record
+    from fgrpo_verl.launch.identity import write_fresh, write_record
 
     script_dir.mkdir(parents=True, exist_ok=True)
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -142,5 +161,7 @@ def submit_jobs(
         if not match:
             raise RuntimeError(f"sbatch {path}: unexpected output {done.stdout!r}")
         write_record(job.checkpoint_dir, job.fingerprint, job.job_name, job.overrides, job_id=match.group(1))
+        if job.fresh is not None:
+            write_fresh(*job.fresh)
         submitted.append((job, match.group(1)))
     return submitted

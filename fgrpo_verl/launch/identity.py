@@ -11,6 +11,9 @@ So a different override (a learning rate, a data file) gives a different name, d
 requeue or a relaunch of the *same* config resumes the same run. Two recipes that contain the same config
 (``paper_main``'s ``qwen25_7b-grpo-g0p5`` and ``group_size``'s ``fgrpo-n8-g0p5``) are one run with one job name.
 
+A submitted ``--fresh`` rerun leaves its salt in ``<unsalted checkpoint dir>/fgrpo_fresh``: later plain launches
+(resubmission, ``--status``) of that config mean the fresh run, not the abandoned one; delete the file to go back.
+
 The first launch writes a run record, ``<checkpoint dir>/fgrpo_run.json`` (fingerprint, overrides, submitted
 job ids). A later launch or job start that finds a record with another fingerprint in the directory refuses:
 the directory belongs to a different experiment (a hash prefix collision, a hand-set experiment name, a copied
@@ -30,6 +33,8 @@ import re
 from pathlib import Path
 
 RECORD = "fgrpo_run.json"
+# in the unsalted run dir of a config: the salt of its newest submitted --fresh rerun, which plain launches use
+FRESH = "fgrpo_fresh"
 SHORT = 8
 # Overrides the launcher owns: it sets them itself (from the identity, the allocation or the recipe), so a user
 # value would be replaced silently. Refused instead, with the reason.
@@ -150,6 +155,23 @@ def write_record(checkpoint_dir: Path, digest: str, experiment: str, overrides, 
     tmp.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     tmp.replace(checkpoint_dir / RECORD)
     return record
+
+
+def read_fresh(base_dir: Path) -> str | None:
+    """The salt of the newest submitted ``--fresh`` rerun of the config whose unsalted run dir is ``base_dir``."""
+    path = Path(base_dir) / FRESH
+    if not path.exists():
+        return None
+    return path.read_text(encoding="utf-8").strip() or None
+
+
+def write_fresh(base_dir: Path, salt: str) -> None:
+    """Point later plain launches of this config at its ``--fresh`` rerun ``salt`` (written once it is submitted)."""
+    base_dir = Path(base_dir)
+    base_dir.mkdir(parents=True, exist_ok=True)
+    tmp = base_dir / f".{FRESH}.{os.getpid()}"
+    tmp.write_text(f"{salt}\n", encoding="utf-8")
+    tmp.replace(base_dir / FRESH)
 
 
 def main(argv: list[str] | None = None) -> int:

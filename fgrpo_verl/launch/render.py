@@ -60,6 +60,8 @@ class JobScript:
     fingerprint: str = ""
     # steps the run trains (None: its data is not on this machine, fgrpo_verl/launch/steps.py)
     total_steps: int | None = None
+    # (unsalted run dir, salt) of a --fresh rerun: recorded there on submit (identity.write_fresh)
+    fresh: tuple[Path, str] | None = None
 
 
 def check_value(what: str, value) -> str:
