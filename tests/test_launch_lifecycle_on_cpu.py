@@ -62,6 +62,10 @@ def test_fingerprint_follows_the_config_but_not_launcher_owned_keys():
         ("+ray_kwargs.ray_init.runtime_env.env_vars.HF_TOKEN=abc", "looks like a secret"),
         ("+x.db_password=abc", "looks like a secret"),
         ("+x.CLIENT_SECRET=abc", "looks like a secret"),
+        # the same secrets as keys of a dict value (how Ray's runtime_env is usually written on one line)
+        ("+ray_kwargs.ray_init.runtime_env.env_vars={HF_TOKEN: abc}", "looks like a secret"),
+        ("+ray_kwargs.ray_init.runtime_env={env_vars: {WANDB_API_KEY: abc, X: 1}}", "looks like a secret"),
+        ("++ray_kwargs.ray_init.runtime_env.env_vars={'hf_token':abc}", "looks like a secret"),
     ],
 )
 def test_launcher_owned_and_secret_overrides_are_refused(override, message):
@@ -72,7 +76,8 @@ def test_launcher_owned_and_secret_overrides_are_refused(override, message):
 
 def test_ordinary_keys_with_token_in_their_name_are_not_secrets():
     identity.check_user_overrides(
-        ["actor_rollout_ref.actor.ppo_max_token_len_per_gpu=1", "data.tokenizer=x", "rollout.max_num_batched_tokens=2"]
+        ["actor_rollout_ref.actor.ppo_max_token_len_per_gpu=1", "data.tokenizer=x", "rollout.max_num_batched_tokens=2",
+         "+x.env_vars={TOKENIZERS_PARALLELISM: 'false', A: 'b:TOKEN'}", "data.path=s3://bucket/TOKEN:1"]
     )
 
 
@@ -309,3 +314,12 @@ def test_a_plain_relaunch_after_a_submitted_fresh_run_resumes_the_fresh_run(tmp_
     newer = plan(fresh="20270101T000000")
     submit_jobs([newer], tmp_path / "scripts", tmp_path / "logs", out=lambda *_: None)
     assert plan().job_name == newer.job_name not in (old.job_name, fresh.job_name)
+
+
+def test_plain_sbatch_path_refuses_a_secret_in_a_dict_value_too(capsys):
+    """slurm/train.sbatch evals jobenv's output; its overrides get the same secret check as the launcher's."""
+    from fgrpo_verl.launch import jobenv
+
+    assert jobenv.main(["+ray_kwargs.ray_init.runtime_env.env_vars={HF_TOKEN: abc}"]) == 2
+    err = capsys.readouterr().err
+    assert "HF_TOKEN" in err and "look like secrets" in err and "abc" not in err

@@ -53,6 +53,8 @@ UNHASHED = ("trainer.experiment_name", "trainer.default_local_dir", "trainer.res
 # *_TOKEN / TOKEN (HF_TOKEN, RAY_AUTH_TOKEN). Not `tokenizer`, `max_num_batched_tokens`, `ppo_max_token_len`.
 _SECRET_KEY = re.compile(r"(API_?KEY|SECRET|PASSWORD|ACCESS_?KEY|(^|_)TOKEN$)", re.IGNORECASE)
 _PLACEHOLDER = "__fgrpo_experiment__"
+# a key of a Hydra dict value: `{HF_TOKEN: x}`, `{a: 1, 'WANDB_API_KEY': y}` (after `{` or `,`, before `:`)
+_DICT_KEY = re.compile(r"[{,]\s*['\"]?([A-Za-z_][A-Za-z0-9_]*)['\"]?\s*:")
 
 
 def override_key(override: str) -> str:
@@ -64,15 +66,27 @@ def is_secret_key(key: str) -> bool:
     return bool(_SECRET_KEY.search(key.rsplit(".", 1)[-1]))
 
 
+def secret_in_override(override: str) -> str | None:
+    """``key=...`` or ``key={NAME: ...}`` when ``override`` sets a secret-looking key (itself or a key of its dict
+    value), without the value; None otherwise."""
+    key = override_key(override)
+    if is_secret_key(key):
+        return f"{key}=..."
+    value = override.split("=", 1)[1] if "=" in override else ""
+    inner = [name for name in _DICT_KEY.findall(value) if is_secret_key(name)]
+    return f"{key}={{{inner[0]}: ...}}" if inner else None
+
+
 def check_user_overrides(overrides) -> None:
     """Refuse launcher-owned and secret-looking overrides, naming the key and why."""
     for override in overrides:
         key = override_key(override)
         if key in OWNED:
             raise ValueError(f"override {override!r}: {key} is set by the launcher ({OWNED[key]}); remove it")
-        if is_secret_key(key):
+        where = secret_in_override(override)
+        if where is not None:
             raise ValueError(
-                f"override {key}=...: looks like a secret; verl prints and logs its config and the job script is "
+                f"override {where}: looks like a secret; verl prints and logs its config and the job script is "
                 "a file: export it in your shell (or use ~/.netrc for W&B) instead"
             )
 
