@@ -323,3 +323,27 @@ def test_plain_sbatch_path_refuses_a_secret_in_a_dict_value_too(capsys):
     assert jobenv.main(["+ray_kwargs.ray_init.runtime_env.env_vars={HF_TOKEN: abc}"]) == 2
     err = capsys.readouterr().err
     assert "HF_TOKEN" in err and "look like secrets" in err and "abc" not in err
+
+
+@pytest.mark.parametrize(
+    "text, seconds",
+    [("30", 1800), ("1:30", 90), ("2:00:00", 7200), ("1-0", 86400), ("1-02:03", 93780), ("1-00:00:01", 86401),
+     ("UNLIMITED", None), ("infinite", None)],
+)
+def test_slurm_time_formats(text, seconds):
+    assert render.slurm_seconds(text) == seconds
+
+
+def test_a_time_limit_within_the_signal_lead_is_refused(tmp_path):
+    """USR1 comes <lead> s before the limit: with a limit no longer than the lead it comes at once, and every start
+    would train one step, checkpoint and requeue itself (reloading the model each time) until the run ends."""
+    from fgrpo_verl.launch import plan_jobs
+
+    def plan(*overrides):
+        return plan_jobs("controls", ["grpo-kl"], list(overrides), tmp_path / "logs", tmp_path)[1][0]
+
+    with pytest.raises(ValueError, match=r"time limit 10 \(600 s\) .* slurm.signal_lead_s=900"):
+        plan("slurm.time=10")
+    assert '#SBATCH --time="10"' in plan("slurm.time=10", "slurm.signal_lead_s=120").text
+    with pytest.raises(ValueError, match="slurm time limit '1:2:3:4'"):
+        render.slurm_seconds("1:2:3:4")
