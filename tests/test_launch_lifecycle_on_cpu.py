@@ -347,3 +347,24 @@ def test_a_time_limit_within_the_signal_lead_is_refused(tmp_path):
     assert '#SBATCH --time="10"' in plan("slurm.time=10", "slurm.signal_lead_s=120").text
     with pytest.raises(ValueError, match="slurm time limit '1:2:3:4'"):
         render.slurm_seconds("1:2:3:4")
+
+
+def test_a_recipe_env_that_moves_the_data_moves_the_identity(tmp_path, monkeypatch):
+    """`${oc.env:FGRPO_DATA_DIR,data}` in dataset/deepscaler.yaml resolves in the job from the recipe's `env:`. The
+    launch must resolve it the same way: otherwise two recipes that differ only in their data dir would hash the
+    submitter's path, get one identity, and the second would resume the first's checkpoints on other data."""
+    import yaml
+
+    from fgrpo_verl.launch import plan_jobs
+    from fgrpo_verl.paths import recipes_dir
+
+    monkeypatch.delenv("FGRPO_DATA_DIR", raising=False)
+    recipe = yaml.safe_load((recipes_dir() / "controls.yaml").read_text())
+    jobs = {}
+    for sub in ("a", "b"):
+        path = tmp_path / f"controls_{sub}.yaml"
+        path.write_text(yaml.safe_dump({**recipe, "env": {"FGRPO_DATA_DIR": str(tmp_path / sub)}}))
+        jobs[sub] = plan_jobs(str(path), ["grpo-kl"], [], tmp_path / "logs", tmp_path)[1][0]
+    assert jobs["a"].job_name != jobs["b"].job_name
+    assert str(jobs["a"].config.data.train_files) == f"{tmp_path}/a/deepscaler/train.parquet"
+    assert "FGRPO_DATA_DIR" not in os.environ  # the launcher's own environment is left as it was

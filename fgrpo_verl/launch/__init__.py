@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import re
 import subprocess
 import sys
@@ -39,6 +40,8 @@ def plan_jobs(
     explicit ``WANDB_RUN_ID``) replaces the derived id, for one run only.
     ``require_data``: refuse runs whose training data is missing here (a submit), instead of not checking the
     step count (a dry run)."""
+    from omegaconf import OmegaConf
+
     from fgrpo_verl.compose import compose, validate
     from fgrpo_verl.launch.identity import (
         check_record,
@@ -65,34 +68,37 @@ def plan_jobs(
         where = f"recipe {recipe.name}, run {run.name}"
         try:
             check_user_overrides([*recipe.common, *run.overrides])
-            config = compose(run_overrides)
-            rows = train_rows(config, workdir)
-            plan = None
-            if rows is not None:
-                plan = step_plan(config, rows)
-                if recipe.save_per_epoch:
-                    run_overrides.append(f"trainer.save_freq={plan.steps_per_epoch}")
-                    config.trainer.save_freq = plan.steps_per_epoch
-            elif require_data:
-                raise ValueError(
-                    f"training data {config.data.train_files} not found under {workdir}: prepare it first "
-                    "(docs/recipes.md), or launch from the directory that holds it"
-                )
-            readable = config_run_name(config, run.variant)
-            # a plain launch after a submitted --fresh means that fresh run (identity.read_fresh)
-            base = fingerprint(config)
-            config.trainer.experiment_name = experiment_name(readable, base)
-            base_dir = Path(workdir) / str(config.trainer.default_local_dir)
-            salt = fresh if fresh is not None else read_fresh(base_dir)
-            digest = base if salt is None else fingerprint(config, salt)
-            experiment = experiment_name(readable, digest)
-            # trainer.default_local_dir interpolates the experiment name: set it before anything reads the dir
-            config.trainer.experiment_name = experiment
-            run_overrides.append(f"trainer.experiment_name={experiment}")
-            # verl prints its verdict on stdout, which --dry-run reserves for the scripts
-            with contextlib.redirect_stdout(sys.stderr):
-                validate(config)
-            check_record(Path(workdir) / str(config.trainer.default_local_dir), digest)
+            with recipe_environment(recipe.env):
+                config = compose(run_overrides)
+                rows = train_rows(config, workdir)
+                plan = None
+                if rows is not None:
+                    plan = step_plan(config, rows)
+                    if recipe.save_per_epoch:
+                        run_overrides.append(f"trainer.save_freq={plan.steps_per_epoch}")
+                        config.trainer.save_freq = plan.steps_per_epoch
+                elif require_data:
+                    raise ValueError(
+                        f"training data {config.data.train_files} not found under {workdir}: prepare it first "
+                        "(docs/recipes.md), or launch from the directory that holds it"
+                    )
+                readable = config_run_name(config, run.variant)
+                # a plain launch after a submitted --fresh means that fresh run (identity.read_fresh)
+                base = fingerprint(config)
+                config.trainer.experiment_name = experiment_name(readable, base)
+                base_dir = Path(workdir) / str(config.trainer.default_local_dir)
+                salt = fresh if fresh is not None else read_fresh(base_dir)
+                digest = base if salt is None else fingerprint(config, salt)
+                experiment = experiment_name(readable, digest)
+                # trainer.default_local_dir interpolates the experiment name: set it before anything reads the dir
+                config.trainer.experiment_name = experiment
+                run_overrides.append(f"trainer.experiment_name={experiment}")
+                # verl prints its verdict on stdout, which --dry-run reserves for the scripts
+                with contextlib.redirect_stdout(sys.stderr):
+                    validate(config)
+                check_record(Path(workdir) / str(config.trainer.default_local_dir), digest)
+                # `${oc.env:...}` (data and model dirs) frozen as the job sees them, with the recipe's `env:`
+                OmegaConf.resolve(config)
         except Exception as exc:  # composition and validation errors carry the key; add the run
             raise ValueError(f"{where}: invalid config: {exc}") from exc
         if digest in names:
@@ -114,6 +120,21 @@ def plan_jobs(
             )
         )
     return recipe, jobs
+
+
+@contextlib.contextmanager
+def recipe_environment(env: dict[str, str]):
+    """``os.environ`` plus the recipe's ``env:`` (exported by every job) for the duration; restored after."""
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def run_states(jobs: list[JobScript]) -> list:
