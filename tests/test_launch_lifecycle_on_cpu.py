@@ -368,3 +368,26 @@ def test_a_recipe_env_that_moves_the_data_moves_the_identity(tmp_path, monkeypat
     assert jobs["a"].job_name != jobs["b"].job_name
     assert str(jobs["a"].config.data.train_files) == f"{tmp_path}/a/deepscaler/train.parquet"
     assert "FGRPO_DATA_DIR" not in os.environ  # the launcher's own environment is left as it was
+
+
+@pytest.mark.parametrize("ack, driver_rc, requeued, rc", [(True, 0, True, 0), (True, 1, True, 0), (False, 1, False, 1),
+                                                         (False, 0, False, 0)])
+def test_a_stop_acknowledged_is_requeued_even_when_the_driver_exits_nonzero_after_it(tmp_path, ack, driver_rc,
+                                                                                      requeued, rc):
+    """The ack is written after the stop step's checkpoint. A driver that then fails on its way out (Ray or vLLM
+    teardown errors are common) must not turn a clean stop into a FAILED job that nobody resumes."""
+    repo = Path(__file__).resolve().parent.parent
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text(f'#!/bin/sh\necho "$@" >> {tmp_path}/scontrol.log\n')
+    (bin_dir / "scontrol").chmod(0o755)
+    stop = tmp_path / ".fgrpo-stop"
+    driver = f"{'echo 7 > ' + str(stop) + '.ack; ' if ack else ''}exit {driver_rc}"
+    script = (f"source {repo}/slurm/lifecycle.sh; fgrpo_ray_down() {{ :; }}; fgrpo_watch_stop_signal; "
+              f"fgrpo_train bash -c {driver!r}; echo rc=$?")
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", FGRPO_STOP_FILE=str(stop),
+               FGRPO_CHECKPOINT_DIR=str(tmp_path), SLURM_JOB_ID="77")
+    out = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=30)
+    assert f"rc={rc}" in out.stdout, out.stdout + out.stderr
+    log = tmp_path / "scontrol.log"
+    assert (log.read_text() if log.exists() else "") == ("requeue 77\n" if requeued else "")
