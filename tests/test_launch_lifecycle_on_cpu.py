@@ -391,3 +391,36 @@ def test_a_stop_acknowledged_is_requeued_even_when_the_driver_exits_nonzero_afte
     assert f"rc={rc}" in out.stdout, out.stdout + out.stderr
     log = tmp_path / "scontrol.log"
     assert (log.read_text() if log.exists() else "") == ("requeue 77\n" if requeued else "")
+
+
+def test_status_without_the_data_here_still_knows_a_finished_run_is_done(tmp_path, monkeypatch):
+    """`--status` plans without requiring the training data (a login node without it gives no step count); the
+    submit, which requires it, records the run's total steps, so a finished run is reported done, not failed."""
+    from fgrpo_verl.launch import plan_jobs, run_states, submit_jobs
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, body in (("squeue", "exit 0"), ("sbatch", "echo 4242"), ("sacct", "echo COMPLETED")):
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    train = tmp_path / "data" / "deepscaler" / "train.parquet"
+    train.parent.mkdir(parents=True)
+    pq.write_table(pa.table({"i": pa.array(range(2_560), pa.int32())}), train)  # 10 steps/epoch x 10 epochs
+
+    def plan():
+        return plan_jobs("controls", ["grpo-kl"], [], tmp_path / "logs", tmp_path)[1][0]
+
+    job = plan()
+    assert job.total_steps == 100
+    submit_jobs([job], tmp_path / "scripts", tmp_path / "logs", out=lambda *_: None)
+    (job.checkpoint_dir / "latest_checkpointed_iteration.txt").write_text("100")
+    train.unlink()
+    blind = plan()
+    # the same run with or without its data at hand (save_freq, derived from the data, is not in the hash)
+    assert (blind.job_name, blind.total_steps) == (job.job_name, None)
+    (status,) = run_states([blind])
+    assert (status.state, status.step, status.total) == ("done", 100, 100)

@@ -74,9 +74,6 @@ def plan_jobs(
                 plan = None
                 if rows is not None:
                     plan = step_plan(config, rows)
-                    if recipe.save_per_epoch:
-                        run_overrides.append(f"trainer.save_freq={plan.steps_per_epoch}")
-                        config.trainer.save_freq = plan.steps_per_epoch
                 elif require_data:
                     raise ValueError(
                         f"training data {config.data.train_files} not found under {workdir}: prepare it first "
@@ -92,6 +89,11 @@ def plan_jobs(
                 experiment = experiment_name(readable, digest)
                 # trainer.default_local_dir interpolates the experiment name: set it before anything reads the dir
                 config.trainer.experiment_name = experiment
+                # after the hash: save_freq follows from the data (hashed by its path), and a launch that cannot
+                # see the data here (--status on a login node) must name the same run
+                if plan is not None and recipe.save_per_epoch:
+                    run_overrides.append(f"trainer.save_freq={plan.steps_per_epoch}")
+                    config.trainer.save_freq = plan.steps_per_epoch
                 run_overrides.append(f"trainer.experiment_name={experiment}")
                 # verl prints its verdict on stdout, which --dry-run reserves for the scripts
                 with contextlib.redirect_stdout(sys.stderr):
@@ -143,10 +145,13 @@ def run_states(jobs: list[JobScript]) -> list:
     from fgrpo_verl.launch.queue import active_jobs, run_status
 
     queue = active_jobs([job.job_name for job in jobs])
-    return [
-        run_status(job.checkpoint_dir, job.total_steps, queue.get(job.job_name, []), read_record(job.checkpoint_dir))
-        for job in jobs
-    ]
+    states = []
+    for job in jobs:
+        record = read_record(job.checkpoint_dir)
+        # without the data here the plan has no step count; the submit (which needs the data) recorded it
+        total = job.total_steps if job.total_steps is not None else (record or {}).get("total_steps")
+        states.append(run_status(job.checkpoint_dir, total, queue.get(job.job_name, []), record))
+    return states
 
 
 def submit_jobs(
@@ -168,7 +173,7 @@ def submit_jobs(
         if status.state in ("queued", "running") and not force:
             out(f"skipped {job.run.name}: {status.line(job.job_name)}; --force submits another (held by singleton)")
             continue
-        write_record(job.checkpoint_dir, job.fingerprint, job.job_name, job.overrides)
+        write_record(job.checkpoint_dir, job.fingerprint, job.job_name, job.overrides, total_steps=job.total_steps)
         path = script_dir / f"{job.job_name}.sbatch"
         path.write_text(job.text, encoding="utf-8")
         done = subprocess.run(["sbatch", "--parsable", str(path)], capture_output=True, text=True)

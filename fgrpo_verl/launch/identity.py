@@ -153,8 +153,11 @@ def check_record(checkpoint_dir: Path, digest: str) -> dict | None:
     return record
 
 
-def write_record(checkpoint_dir: Path, digest: str, experiment: str, overrides, job_id: str | None = None) -> dict:
-    """Create or update the run record (atomically: a reader never sees half a file); appends ``job_id``."""
+def write_record(
+    checkpoint_dir: Path, digest: str, experiment: str, overrides, job_id: str | None = None, total_steps=None
+) -> dict:
+    """Create or update the run record (atomically: a reader never sees half a file); appends ``job_id``, sets
+    ``total_steps`` (the run's step count, for ``--status`` where its data is not at hand)."""
     checkpoint_dir = Path(checkpoint_dir)
     record = check_record(checkpoint_dir, digest) or {
         "fingerprint": digest,
@@ -162,6 +165,8 @@ def write_record(checkpoint_dir: Path, digest: str, experiment: str, overrides, 
         "overrides": list(overrides),
         "jobs": [],
     }
+    if total_steps is not None:
+        record["total_steps"] = int(total_steps)
     if job_id is not None:
         record["jobs"] = [*record.get("jobs", []), str(job_id)]
     checkpoint_dir.mkdir(parents=True, exist_ok=True)
