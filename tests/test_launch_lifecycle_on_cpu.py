@@ -424,3 +424,23 @@ def test_status_without_the_data_here_still_knows_a_finished_run_is_done(tmp_pat
     assert (blind.job_name, blind.total_steps) == (job.job_name, None)
     (status,) = run_states([blind])
     assert (status.state, status.step, status.total) == ("done", 100, 100)
+
+
+def test_the_same_data_named_relative_absolute_or_by_env_is_one_run(tmp_path, monkeypatch):
+    """`data/...` from the launch dir, its absolute path, and FGRPO_DATA_DIR set to it are the same files: one run
+    (a relaunch from a shell that exports FGRPO_DATA_DIR must resume, not start a second run from step 0). Data
+    under another directory is another run."""
+    from fgrpo_verl.launch import plan_jobs
+
+    monkeypatch.delenv("FGRPO_DATA_DIR", raising=False)
+
+    def name(*overrides):
+        return plan_jobs("controls", ["grpo-kl"], list(overrides), tmp_path / "logs", tmp_path)[1][0].job_name
+
+    base = name()
+    assert name("data.train_files=data/deepscaler/train.parquet") == base
+    assert name(f"data.train_files={tmp_path}/data/deepscaler/train.parquet") == base
+    monkeypatch.setenv("FGRPO_DATA_DIR", str(tmp_path / "data"))
+    assert name() == base
+    monkeypatch.setenv("FGRPO_DATA_DIR", str(tmp_path / "other"))
+    assert name() != base

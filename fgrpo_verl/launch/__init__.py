@@ -81,11 +81,11 @@ def plan_jobs(
                     )
                 readable = config_run_name(config, run.variant)
                 # a plain launch after a submitted --fresh means that fresh run (identity.read_fresh)
-                base = fingerprint(config)
+                base = fingerprint(config, workdir=workdir)
                 config.trainer.experiment_name = experiment_name(readable, base)
                 base_dir = Path(workdir) / str(config.trainer.default_local_dir)
                 salt = fresh if fresh is not None else read_fresh(base_dir)
-                digest = base if salt is None else fingerprint(config, salt)
+                digest = base if salt is None else fingerprint(config, salt, workdir)
                 experiment = experiment_name(readable, digest)
                 # trainer.default_local_dir interpolates the experiment name: set it before anything reads the dir
                 config.trainer.experiment_name = experiment

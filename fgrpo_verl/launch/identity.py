@@ -48,6 +48,8 @@ OWNED = {
     "ray_kwargs.ray_init.num_gpus": "the job's Ray cluster is sized from the Slurm allocation",
     "ray_kwargs.ray_init._node_ip_address": "the job sets the Ray head's address",
 }
+# data files named relative to the launch directory (fingerprint's workdir)
+DATA_PATHS = ("train_files", "val_files")
 UNHASHED = ("trainer.experiment_name", "trainer.default_local_dir", "trainer.resume_mode", "slurm")
 # The last component of a key, as an environment variable would spell it: *API_KEY*, *SECRET*, *PASSWORD*,
 # *_TOKEN / TOKEN (HF_TOKEN, RAY_AUTH_TOKEN). Not `tokenizer`, `max_num_batched_tokens`, `ppo_max_token_len`.
@@ -100,11 +102,27 @@ def _drop(tree: dict, dotted: str) -> None:
     tree.pop(last, None)
 
 
-def fingerprint(config, fresh: str | None = None) -> str:
+def _absolute_data_paths(tree: dict, workdir: Path) -> None:
+    """Data files as absolute paths: ``data/x`` from ``workdir`` and ``<workdir>/data/x`` are one file, one run."""
+    data = tree.get("data")
+    if not isinstance(data, dict):
+        return
+    for key in DATA_PATHS:
+        value = data.get(key)
+        paths = value if isinstance(value, list) else [value]
+        fixed = [
+            os.path.normpath(os.path.join(workdir, p)) if isinstance(p, str) and p and "://" not in p else p
+            for p in paths
+        ]
+        data[key] = fixed if isinstance(value, list) else fixed[0]
+
+
+def fingerprint(config, fresh: str | None = None, workdir: Path | None = None) -> str:
     """sha256 (hex) of the resolved ``config`` without :data:`UNHASHED`, salted with ``fresh`` when given.
 
     The experiment name is replaced by a constant before resolving, so values that interpolate it (the checkpoint
-    directory) do not feed the name back into its own hash."""
+    directory) do not feed the name back into its own hash. With ``workdir`` (where the job runs), relative data
+    paths count as the absolute paths they name there."""
     from omegaconf import OmegaConf
 
     copy = OmegaConf.create(OmegaConf.to_container(config, resolve=False))
@@ -112,6 +130,8 @@ def fingerprint(config, fresh: str | None = None) -> str:
     tree = OmegaConf.to_container(copy, resolve=True)
     for key in UNHASHED:
         _drop(tree, key)
+    if workdir is not None:
+        _absolute_data_paths(tree, Path(workdir))
     text = json.dumps(tree, sort_keys=True, default=str, separators=(",", ":"))
     if fresh is not None:
         text += f"\nfresh={fresh}"

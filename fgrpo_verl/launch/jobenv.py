@@ -74,7 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"fgrpo jobenv: error: override(s) {secret} look like secrets: export them instead", file=sys.stderr)
         return 2
     config = compose(args.overrides)
-    digest = fingerprint(config)
+    digest = fingerprint(config, workdir=Path.cwd())
     if not any(override_key(o) == "trainer.experiment_name" for o in args.overrides):
         # the W&B naming convention; train.sbatch passes it back as trainer.experiment_name=$FGRPO_EXPERIMENT
         config.trainer.experiment_name = experiment_name(config_run_name(config), digest)
