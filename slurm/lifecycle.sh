@@ -88,19 +88,22 @@ fgrpo_train() {
     done
     trap - USR1
     [[ -z ${FGRPO_STOP_TIMER:-} ]] || kill "$FGRPO_STOP_TIMER" 2>/dev/null || true
-    if ((rc != 0)); then
-        fgrpo_lc_log "training exited with status $rc at checkpoint $(fgrpo_checkpointed_step)"
-        return "$rc"
-    fi
+    # the ack comes after the stop step's checkpoint: a driver that fails after it (Ray/vLLM teardown) still
+    # stopped cleanly, and the run continues from that checkpoint
     if [[ -s $FGRPO_STOP_FILE.ack ]]; then
+        ((rc == 0)) || fgrpo_lc_log "training exited with status $rc after its stop checkpoint: requeueing anyway"
         fgrpo_lc_log "stopped on request after step $(tr -dc '0-9' <"$FGRPO_STOP_FILE.ack") (checkpoint" \
             "$(fgrpo_checkpointed_step)): requeueing job $SLURM_JOB_ID"
-        fgrpo_ray_down 0
+        fgrpo_ray_down "$rc"  # non-zero: the failed teardown's Ray logs are kept
         scontrol requeue "$SLURM_JOB_ID" || {
             fgrpo_lc_log "scontrol requeue failed: resubmit with fgrpo-verl launch (it resumes)"
             return 1
         }
         return 0
+    fi
+    if ((rc != 0)); then
+        fgrpo_lc_log "training exited with status $rc at checkpoint $(fgrpo_checkpointed_step)"
+        return "$rc"
     fi
     fgrpo_lc_log "training finished at checkpoint $(fgrpo_checkpointed_step)"
 }

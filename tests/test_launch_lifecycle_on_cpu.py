@@ -62,6 +62,10 @@ def test_fingerprint_follows_the_config_but_not_launcher_owned_keys():
         ("+ray_kwargs.ray_init.runtime_env.env_vars.HF_TOKEN=abc", "looks like a secret"),
         ("+x.db_password=abc", "looks like a secret"),
         ("+x.CLIENT_SECRET=abc", "looks like a secret"),
+        # the same secrets as keys of a dict value (how Ray's runtime_env is usually written on one line)
+        ("+ray_kwargs.ray_init.runtime_env.env_vars={HF_TOKEN: abc}", "looks like a secret"),
+        ("+ray_kwargs.ray_init.runtime_env={env_vars: {WANDB_API_KEY: abc, X: 1}}", "looks like a secret"),
+        ("++ray_kwargs.ray_init.runtime_env.env_vars={'hf_token':abc}", "looks like a secret"),
     ],
 )
 def test_launcher_owned_and_secret_overrides_are_refused(override, message):
@@ -72,7 +76,8 @@ def test_launcher_owned_and_secret_overrides_are_refused(override, message):
 
 def test_ordinary_keys_with_token_in_their_name_are_not_secrets():
     identity.check_user_overrides(
-        ["actor_rollout_ref.actor.ppo_max_token_len_per_gpu=1", "data.tokenizer=x", "rollout.max_num_batched_tokens=2"]
+        ["actor_rollout_ref.actor.ppo_max_token_len_per_gpu=1", "data.tokenizer=x", "rollout.max_num_batched_tokens=2",
+         "+x.env_vars={TOKENIZERS_PARALLELISM: 'false', A: 'b:TOKEN'}", "data.path=s3://bucket/TOKEN:1"]
     )
 
 
@@ -277,3 +282,165 @@ def test_wandb_continue_rewinds_online_runs_to_the_resumed_checkpoint_when_asked
     settings = wandb.Settings()
     settings.update_from_env_vars({"WANDB_RESUME_FROM": "abc123?_step=5", "WANDB_RUN_ID": "abc123"})
     assert (settings.resume_from.run, settings.resume_from.value, settings.resume_from.metric) == ("abc123", 5, "_step")
+
+
+# ---------------------------------------------------------------- --fresh, then a plain relaunch
+
+
+def test_a_plain_relaunch_after_a_submitted_fresh_run_resumes_the_fresh_run(tmp_path, monkeypatch):
+    """`launch R --fresh` starts a new run of the same config; the next plain `launch R` (resubmitting what failed,
+    `--status`) must mean that new run, not the abandoned one: otherwise it would resume and train the old run
+    again next to the fresh one. A dry run with --fresh changes nothing."""
+    from fgrpo_verl.launch import plan_jobs, submit_jobs
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, body in (("squeue", "exit 0"), ("sbatch", "echo 4242")):
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+
+    def plan(**kw):
+        return plan_jobs("controls", ["grpo-kl"], [], tmp_path / "logs", tmp_path, **kw)[1][0]
+
+    old = plan()
+    fresh = plan(fresh="20260101T000000")
+    assert fresh.job_name != old.job_name and plan().job_name == old.job_name  # planned, not submitted: no change
+    submit_jobs([fresh], tmp_path / "scripts", tmp_path / "logs", out=lambda *_: None)
+    again = plan()
+    assert (again.job_name, again.checkpoint_dir, again.fingerprint) == (
+        fresh.job_name, fresh.checkpoint_dir, fresh.fingerprint)
+    # a later --fresh supersedes it in turn
+    newer = plan(fresh="20270101T000000")
+    submit_jobs([newer], tmp_path / "scripts", tmp_path / "logs", out=lambda *_: None)
+    assert plan().job_name == newer.job_name not in (old.job_name, fresh.job_name)
+
+
+def test_plain_sbatch_path_refuses_a_secret_in_a_dict_value_too(capsys):
+    """slurm/train.sbatch evals jobenv's output; its overrides get the same secret check as the launcher's."""
+    from fgrpo_verl.launch import jobenv
+
+    assert jobenv.main(["+ray_kwargs.ray_init.runtime_env.env_vars={HF_TOKEN: abc}"]) == 2
+    err = capsys.readouterr().err
+    assert "HF_TOKEN" in err and "look like secrets" in err and "abc" not in err
+
+
+@pytest.mark.parametrize(
+    "text, seconds",
+    [("30", 1800), ("1:30", 90), ("2:00:00", 7200), ("1-0", 86400), ("1-02:03", 93780), ("1-00:00:01", 86401),
+     ("UNLIMITED", None), ("infinite", None)],
+)
+def test_slurm_time_formats(text, seconds):
+    assert render.slurm_seconds(text) == seconds
+
+
+def test_a_time_limit_within_the_signal_lead_is_refused(tmp_path):
+    """USR1 comes <lead> s before the limit: with a limit no longer than the lead it comes at once, and every start
+    would train one step, checkpoint and requeue itself (reloading the model each time) until the run ends."""
+    from fgrpo_verl.launch import plan_jobs
+
+    def plan(*overrides):
+        return plan_jobs("controls", ["grpo-kl"], list(overrides), tmp_path / "logs", tmp_path)[1][0]
+
+    with pytest.raises(ValueError, match=r"time limit 10 \(600 s\) .* slurm.signal_lead_s=900"):
+        plan("slurm.time=10")
+    assert '#SBATCH --time="10"' in plan("slurm.time=10", "slurm.signal_lead_s=120").text
+    with pytest.raises(ValueError, match="slurm time limit '1:2:3:4'"):
+        render.slurm_seconds("1:2:3:4")
+
+
+def test_a_recipe_env_that_moves_the_data_moves_the_identity(tmp_path, monkeypatch):
+    """`${oc.env:FGRPO_DATA_DIR,data}` in dataset/deepscaler.yaml resolves in the job from the recipe's `env:`. The
+    launch must resolve it the same way: otherwise two recipes that differ only in their data dir would hash the
+    submitter's path, get one identity, and the second would resume the first's checkpoints on other data."""
+    import yaml
+
+    from fgrpo_verl.launch import plan_jobs
+    from fgrpo_verl.paths import recipes_dir
+
+    monkeypatch.delenv("FGRPO_DATA_DIR", raising=False)
+    recipe = yaml.safe_load((recipes_dir() / "controls.yaml").read_text())
+    jobs = {}
+    for sub in ("a", "b"):
+        path = tmp_path / f"controls_{sub}.yaml"
+        path.write_text(yaml.safe_dump({**recipe, "env": {"FGRPO_DATA_DIR": str(tmp_path / sub)}}))
+        jobs[sub] = plan_jobs(str(path), ["grpo-kl"], [], tmp_path / "logs", tmp_path)[1][0]
+    assert jobs["a"].job_name != jobs["b"].job_name
+    assert str(jobs["a"].config.data.train_files) == f"{tmp_path}/a/deepscaler/train.parquet"
+    assert "FGRPO_DATA_DIR" not in os.environ  # the launcher's own environment is left as it was
+
+
+@pytest.mark.parametrize("ack, driver_rc, requeued, rc", [(True, 0, True, 0), (True, 1, True, 0), (False, 1, False, 1),
+                                                         (False, 0, False, 0)])
+def test_a_stop_acknowledged_is_requeued_even_when_the_driver_exits_nonzero_after_it(tmp_path, ack, driver_rc,
+                                                                                      requeued, rc):
+    """The ack is written after the stop step's checkpoint. A driver that then fails on its way out (Ray or vLLM
+    teardown errors are common) must not turn a clean stop into a FAILED job that nobody resumes."""
+    repo = Path(__file__).resolve().parent.parent
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text(f'#!/bin/sh\necho "$@" >> {tmp_path}/scontrol.log\n')
+    (bin_dir / "scontrol").chmod(0o755)
+    stop = tmp_path / ".fgrpo-stop"
+    driver = f"{'echo 7 > ' + str(stop) + '.ack; ' if ack else ''}exit {driver_rc}"
+    script = (f"source {repo}/slurm/lifecycle.sh; fgrpo_ray_down() {{ :; }}; fgrpo_watch_stop_signal; "
+              f"fgrpo_train bash -c {driver!r}; echo rc=$?")
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", FGRPO_STOP_FILE=str(stop),
+               FGRPO_CHECKPOINT_DIR=str(tmp_path), SLURM_JOB_ID="77")
+    out = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=30)
+    assert f"rc={rc}" in out.stdout, out.stdout + out.stderr
+    log = tmp_path / "scontrol.log"
+    assert (log.read_text() if log.exists() else "") == ("requeue 77\n" if requeued else "")
+
+
+def test_status_without_the_data_here_still_knows_a_finished_run_is_done(tmp_path, monkeypatch):
+    """`--status` plans without requiring the training data (a login node without it gives no step count); the
+    submit, which requires it, records the run's total steps, so a finished run is reported done, not failed."""
+    from fgrpo_verl.launch import plan_jobs, run_states, submit_jobs
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, body in (("squeue", "exit 0"), ("sbatch", "echo 4242"), ("sacct", "echo COMPLETED")):
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    train = tmp_path / "data" / "deepscaler" / "train.parquet"
+    train.parent.mkdir(parents=True)
+    pq.write_table(pa.table({"i": pa.array(range(2_560), pa.int32())}), train)  # 10 steps/epoch x 10 epochs
+
+    def plan():
+        return plan_jobs("controls", ["grpo-kl"], [], tmp_path / "logs", tmp_path)[1][0]
+
+    job = plan()
+    assert job.total_steps == 100
+    submit_jobs([job], tmp_path / "scripts", tmp_path / "logs", out=lambda *_: None)
+    (job.checkpoint_dir / "latest_checkpointed_iteration.txt").write_text("100")
+    train.unlink()
+    blind = plan()
+    # the same run with or without its data at hand (save_freq, derived from the data, is not in the hash)
+    assert (blind.job_name, blind.total_steps) == (job.job_name, None)
+    (status,) = run_states([blind])
+    assert (status.state, status.step, status.total) == ("done", 100, 100)
+
+
+def test_the_same_data_named_relative_absolute_or_by_env_is_one_run(tmp_path, monkeypatch):
+    """`data/...` from the launch dir, its absolute path, and FGRPO_DATA_DIR set to it are the same files: one run
+    (a relaunch from a shell that exports FGRPO_DATA_DIR must resume, not start a second run from step 0). Data
+    under another directory is another run."""
+    from fgrpo_verl.launch import plan_jobs
+
+    monkeypatch.delenv("FGRPO_DATA_DIR", raising=False)
+
+    def name(*overrides):
+        return plan_jobs("controls", ["grpo-kl"], list(overrides), tmp_path / "logs", tmp_path)[1][0].job_name
+
+    base = name()
+    assert name("data.train_files=data/deepscaler/train.parquet") == base
+    assert name(f"data.train_files={tmp_path}/data/deepscaler/train.parquet") == base
+    monkeypatch.setenv("FGRPO_DATA_DIR", str(tmp_path / "data"))
+    assert name() == base
+    monkeypatch.setenv("FGRPO_DATA_DIR", str(tmp_path / "other"))
+    assert name() != base

@@ -101,7 +101,7 @@ def _nasty_recipe(root: Path, train: Path, extra_value: str, env_value: str) -> 
     return {
         "name": "nasty",
         "project": "slurm_g",
-        "resources": {"request_gpus": False, "cpus_per_task": 1, "time": "0:05:00",
+        "resources": {"request_gpus": False, "cpus_per_task": 1, "time": "0:20:00",
                       "extra": [f"--comment={extra_value}"]},
         "env": {"FGRPO_NOTE": env_value},
         "common": ["backend=cpu", "algo=grpo", "cluster=1x1", f"data.train_files={train}", f"data.val_files={train}",
@@ -134,7 +134,7 @@ def test_g_hostile_values_reach_slurm_quoted_and_never_execute(slurm, tmp_path):
         assert f"WorkDir={launch_dir}\n" in show
         assert f"StdOut={launch_dir / log_dir}/{job_name}-{job_id}.out\n" in show
         assert f"Comment={NASTY}" in show
-        for field in ("Requeue=1", "TimeLimit=00:05:00"):
+        for field in ("Requeue=1", "TimeLimit=00:20:00"):
             assert field in show, show
         # (singleton shows in scontrol only while another job of the run exists: test (f))
         assert '#SBATCH --dependency="singleton"\n' in stored and '#SBATCH --signal="B:USR1@900"\n' in stored

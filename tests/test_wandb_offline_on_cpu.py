@@ -82,3 +82,34 @@ def test_corrupt_file_is_refused(tmp_path):
     path.write_bytes(bytes(data))
     with pytest.raises(ValueError, match="checksum mismatch"):
         wandb_offline.read_payloads(path)
+
+
+def _history_payload(step: int) -> bytes:
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    record = pb.Record()
+    record.history.step.num = step
+    item = record.history.item.add()
+    item.key, item.value_json = "score", str(step)
+    return record.SerializeToString()
+
+
+@pytest.mark.parametrize("cut", [1, 5, 9])
+def test_trim_keeps_the_complete_records_of_a_file_cut_mid_record_by_a_hard_kill(tmp_path, cut):
+    """A hard kill can stop W&B's writer inside a record: the file ends in a record header whose length runs past
+    the end, or in part of one. That is the very file trim exists for; it must keep every complete record (and
+    drop the steps past the checkpoint), not fail the job's start on a checksum of half a record."""
+    folder = tmp_path / "wandb" / f"offline-run-20260101_000000-{RUN_ID}"
+    folder.mkdir(parents=True)
+    path = folder / f"run-{RUN_ID}.wandb"
+    wandb_offline.write_payloads(path, [_history_payload(s) for s in range(1, 8)])
+    path.write_bytes(path.read_bytes()[:-cut])  # step 7's record is cut
+    assert [wandb_offline.history_step(p) for p in wandb_offline.read_payloads(path)] == [1, 2, 3, 4, 5, 6]
+    assert wandb_offline.main(["trim", str(tmp_path), RUN_ID, "5"]) == 0
+    assert [wandb_offline.history_step(p) for p in wandb_offline.read_payloads(path)] == [1, 2, 3, 4, 5]
+    # a damaged record in the middle is still an error (that file is not just cut short)
+    data = bytearray(path.read_bytes())
+    data[7 + 7 + 2] ^= 0xFF  # a payload byte of the first record
+    path.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="checksum mismatch"):
+        wandb_offline.read_payloads(path)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import re
 import subprocess
 import sys
@@ -35,11 +36,20 @@ def plan_jobs(
     Identity (identity.py): ``trainer.experiment_name`` is fgrpo_verl.tracking's readable run name
     ``{algo}-g{γ}-n{N}-{model}-s{seed}[-<variant>]`` plus ``-<hash of the resolved config>``; the checkpoint dir,
     the W&B run id and the Slurm job name follow from it. ``fresh`` salts the hash (a new run of the same
-    config); ``wandb_run_id`` (the user's explicit ``WANDB_RUN_ID``) replaces the derived id, for one run only.
+    config; once submitted, later plain launches of the config mean that run); ``wandb_run_id`` (the user's
+    explicit ``WANDB_RUN_ID``) replaces the derived id, for one run only.
     ``require_data``: refuse runs whose training data is missing here (a submit), instead of not checking the
     step count (a dry run)."""
+    from omegaconf import OmegaConf
+
     from fgrpo_verl.compose import compose, validate
-    from fgrpo_verl.launch.identity import check_record, check_user_overrides, experiment_name, fingerprint
+    from fgrpo_verl.launch.identity import (
+        check_record,
+        check_user_overrides,
+        experiment_name,
+        fingerprint,
+        read_fresh,
+    )
     from fgrpo_verl.launch.jobenv import job_environment
     from fgrpo_verl.launch.steps import step_plan, train_rows
     from fgrpo_verl.tracking import config_run_name, config_run_tags
@@ -58,28 +68,39 @@ def plan_jobs(
         where = f"recipe {recipe.name}, run {run.name}"
         try:
             check_user_overrides([*recipe.common, *run.overrides])
-            config = compose(run_overrides)
-            rows = train_rows(config, workdir)
-            plan = None
-            if rows is not None:
-                plan = step_plan(config, rows)
-                if recipe.save_per_epoch:
+            with recipe_environment(recipe.env):
+                config = compose(run_overrides)
+                rows = train_rows(config, workdir)
+                plan = None
+                if rows is not None:
+                    plan = step_plan(config, rows)
+                elif require_data:
+                    raise ValueError(
+                        f"training data {config.data.train_files} not found under {workdir}: prepare it first "
+                        "(docs/recipes.md), or launch from the directory that holds it"
+                    )
+                readable = config_run_name(config, run.variant)
+                # a plain launch after a submitted --fresh means that fresh run (identity.read_fresh)
+                base = fingerprint(config, workdir=workdir)
+                config.trainer.experiment_name = experiment_name(readable, base)
+                base_dir = Path(workdir) / str(config.trainer.default_local_dir)
+                salt = fresh if fresh is not None else read_fresh(base_dir)
+                digest = base if salt is None else fingerprint(config, salt, workdir)
+                experiment = experiment_name(readable, digest)
+                # trainer.default_local_dir interpolates the experiment name: set it before anything reads the dir
+                config.trainer.experiment_name = experiment
+                # after the hash: save_freq follows from the data (hashed by its path), and a launch that cannot
+                # see the data here (--status on a login node) must name the same run
+                if plan is not None and recipe.save_per_epoch:
                     run_overrides.append(f"trainer.save_freq={plan.steps_per_epoch}")
                     config.trainer.save_freq = plan.steps_per_epoch
-            elif require_data:
-                raise ValueError(
-                    f"training data {config.data.train_files} not found under {workdir}: prepare it first "
-                    "(docs/recipes.md), or launch from the directory that holds it"
-                )
-            digest = fingerprint(config, fresh)
-            experiment = experiment_name(config_run_name(config, run.variant), digest)
-            # trainer.default_local_dir interpolates the experiment name: set it before anything reads the dir
-            config.trainer.experiment_name = experiment
-            run_overrides.append(f"trainer.experiment_name={experiment}")
-            # verl prints its verdict on stdout, which --dry-run reserves for the scripts
-            with contextlib.redirect_stdout(sys.stderr):
-                validate(config)
-            check_record(Path(workdir) / str(config.trainer.default_local_dir), digest)
+                run_overrides.append(f"trainer.experiment_name={experiment}")
+                # verl prints its verdict on stdout, which --dry-run reserves for the scripts
+                with contextlib.redirect_stdout(sys.stderr):
+                    validate(config)
+                check_record(Path(workdir) / str(config.trainer.default_local_dir), digest)
+                # `${oc.env:...}` (data and model dirs) frozen as the job sees them, with the recipe's `env:`
+                OmegaConf.resolve(config)
         except Exception as exc:  # composition and validation errors carry the key; add the run
             raise ValueError(f"{where}: invalid config: {exc}") from exc
         if digest in names:
@@ -93,8 +114,29 @@ def plan_jobs(
         if wandb_run_id is not None:
             env["WANDB_RUN_ID"] = wandb_run_id
         job = render_job(recipe, run, run_overrides, config, env, log_dir, workdir, experiment, digest)
-        jobs.append(dataclasses.replace(job, total_steps=None if plan is None else plan.total_steps))
+        jobs.append(
+            dataclasses.replace(
+                job,
+                total_steps=None if plan is None else plan.total_steps,
+                fresh=None if fresh is None else (base_dir, fresh),
+            )
+        )
     return recipe, jobs
+
+
+@contextlib.contextmanager
+def recipe_environment(env: dict[str, str]):
+    """``os.environ`` plus the recipe's ``env:`` (exported by every job) for the duration; restored after."""
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def run_states(jobs: list[JobScript]) -> list:
@@ -103,10 +145,13 @@ def run_states(jobs: list[JobScript]) -> list:
     from fgrpo_verl.launch.queue import active_jobs, run_status
 
     queue = active_jobs([job.job_name for job in jobs])
-    return [
-        run_status(job.checkpoint_dir, job.total_steps, queue.get(job.job_name, []), read_record(job.checkpoint_dir))
-        for job in jobs
-    ]
+    states = []
+    for job in jobs:
+        record = read_record(job.checkpoint_dir)
+        # without the data here the plan has no step count; the submit (which needs the data) recorded it
+        total = job.total_steps if job.total_steps is not None else (record or {}).get("total_steps")
+        states.append(run_status(job.checkpoint_dir, total, queue.get(job.job_name, []), record))
+    return states
 
 
 def submit_jobs(
@@ -116,7 +161,7 @@ def submit_jobs(
     the submitted ones. Runs that are done are never submitted (a finished run is not trained further); runs
     already queued or running are skipped unless ``force`` (then Slurm's singleton dependency holds the new job
     until the old one ends)."""
-    from fgrpo_verl.launch.identity import write_record
+    from fgrpo_verl.launch.identity import write_fresh, write_record
 
     script_dir.mkdir(parents=True, exist_ok=True)
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -128,7 +173,7 @@ def submit_jobs(
         if status.state in ("queued", "running") and not force:
             out(f"skipped {job.run.name}: {status.line(job.job_name)}; --force submits another (held by singleton)")
             continue
-        write_record(job.checkpoint_dir, job.fingerprint, job.job_name, job.overrides)
+        write_record(job.checkpoint_dir, job.fingerprint, job.job_name, job.overrides, total_steps=job.total_steps)
         path = script_dir / f"{job.job_name}.sbatch"
         path.write_text(job.text, encoding="utf-8")
         done = subprocess.run(["sbatch", "--parsable", str(path)], capture_output=True, text=True)
@@ -142,5 +187,7 @@ def submit_jobs(
         if not match:
             raise RuntimeError(f"sbatch {path}: unexpected output {done.stdout!r}")
         write_record(job.checkpoint_dir, job.fingerprint, job.job_name, job.overrides, job_id=match.group(1))
+        if job.fresh is not None:
+            write_fresh(*job.fresh)
         submitted.append((job, match.group(1)))
     return submitted

@@ -11,6 +11,9 @@ So a different override (a learning rate, a data file) gives a different name, d
 requeue or a relaunch of the *same* config resumes the same run. Two recipes that contain the same config
 (``paper_main``'s ``qwen25_7b-grpo-g0p5`` and ``group_size``'s ``fgrpo-n8-g0p5``) are one run with one job name.
 
+A submitted ``--fresh`` rerun leaves its salt in ``<unsalted checkpoint dir>/fgrpo_fresh``: later plain launches
+(resubmission, ``--status``) of that config mean the fresh run, not the abandoned one; delete the file to go back.
+
 The first launch writes a run record, ``<checkpoint dir>/fgrpo_run.json`` (fingerprint, overrides, submitted
 job ids). A later launch or job start that finds a record with another fingerprint in the directory refuses:
 the directory belongs to a different experiment (a hash prefix collision, a hand-set experiment name, a copied
@@ -30,6 +33,8 @@ import re
 from pathlib import Path
 
 RECORD = "fgrpo_run.json"
+# in the unsalted run dir of a config: the salt of its newest submitted --fresh rerun, which plain launches use
+FRESH = "fgrpo_fresh"
 SHORT = 8
 # Overrides the launcher owns: it sets them itself (from the identity, the allocation or the recipe), so a user
 # value would be replaced silently. Refused instead, with the reason.
@@ -43,11 +48,15 @@ OWNED = {
     "ray_kwargs.ray_init.num_gpus": "the job's Ray cluster is sized from the Slurm allocation",
     "ray_kwargs.ray_init._node_ip_address": "the job sets the Ray head's address",
 }
+# data files named relative to the launch directory (fingerprint's workdir)
+DATA_PATHS = ("train_files", "val_files")
 UNHASHED = ("trainer.experiment_name", "trainer.default_local_dir", "trainer.resume_mode", "slurm")
 # The last component of a key, as an environment variable would spell it: *API_KEY*, *SECRET*, *PASSWORD*,
 # *_TOKEN / TOKEN (HF_TOKEN, RAY_AUTH_TOKEN). Not `tokenizer`, `max_num_batched_tokens`, `ppo_max_token_len`.
 _SECRET_KEY = re.compile(r"(API_?KEY|SECRET|PASSWORD|ACCESS_?KEY|(^|_)TOKEN$)", re.IGNORECASE)
 _PLACEHOLDER = "__fgrpo_experiment__"
+# a key of a Hydra dict value: `{HF_TOKEN: x}`, `{a: 1, 'WANDB_API_KEY': y}` (after `{` or `,`, before `:`)
+_DICT_KEY = re.compile(r"[{,]\s*['\"]?([A-Za-z_][A-Za-z0-9_]*)['\"]?\s*:")
 
 
 def override_key(override: str) -> str:
@@ -59,15 +68,27 @@ def is_secret_key(key: str) -> bool:
     return bool(_SECRET_KEY.search(key.rsplit(".", 1)[-1]))
 
 
+def secret_in_override(override: str) -> str | None:
+    """``key=...`` or ``key={NAME: ...}`` when ``override`` sets a secret-looking key (itself or a key of its dict
+    value), without the value; None otherwise."""
+    key = override_key(override)
+    if is_secret_key(key):
+        return f"{key}=..."
+    value = override.split("=", 1)[1] if "=" in override else ""
+    inner = [name for name in _DICT_KEY.findall(value) if is_secret_key(name)]
+    return f"{key}={{{inner[0]}: ...}}" if inner else None
+
+
 def check_user_overrides(overrides) -> None:
     """Refuse launcher-owned and secret-looking overrides, naming the key and why."""
     for override in overrides:
         key = override_key(override)
         if key in OWNED:
             raise ValueError(f"override {override!r}: {key} is set by the launcher ({OWNED[key]}); remove it")
-        if is_secret_key(key):
+        where = secret_in_override(override)
+        if where is not None:
             raise ValueError(
-                f"override {key}=...: looks like a secret; verl prints and logs its config and the job script is "
+                f"override {where}: looks like a secret; verl prints and logs its config and the job script is "
                 "a file: export it in your shell (or use ~/.netrc for W&B) instead"
             )
 
@@ -81,11 +102,27 @@ def _drop(tree: dict, dotted: str) -> None:
     tree.pop(last, None)
 
 
-def fingerprint(config, fresh: str | None = None) -> str:
+def _absolute_data_paths(tree: dict, workdir: Path) -> None:
+    """Data files as absolute paths: ``data/x`` from ``workdir`` and ``<workdir>/data/x`` are one file, one run."""
+    data = tree.get("data")
+    if not isinstance(data, dict):
+        return
+    for key in DATA_PATHS:
+        value = data.get(key)
+        paths = value if isinstance(value, list) else [value]
+        fixed = [
+            os.path.normpath(os.path.join(workdir, p)) if isinstance(p, str) and p and "://" not in p else p
+            for p in paths
+        ]
+        data[key] = fixed if isinstance(value, list) else fixed[0]
+
+
+def fingerprint(config, fresh: str | None = None, workdir: Path | None = None) -> str:
     """sha256 (hex) of the resolved ``config`` without :data:`UNHASHED`, salted with ``fresh`` when given.
 
     The experiment name is replaced by a constant before resolving, so values that interpolate it (the checkpoint
-    directory) do not feed the name back into its own hash."""
+    directory) do not feed the name back into its own hash. With ``workdir`` (where the job runs), relative data
+    paths count as the absolute paths they name there."""
     from omegaconf import OmegaConf
 
     copy = OmegaConf.create(OmegaConf.to_container(config, resolve=False))
@@ -93,6 +130,8 @@ def fingerprint(config, fresh: str | None = None) -> str:
     tree = OmegaConf.to_container(copy, resolve=True)
     for key in UNHASHED:
         _drop(tree, key)
+    if workdir is not None:
+        _absolute_data_paths(tree, Path(workdir))
     text = json.dumps(tree, sort_keys=True, default=str, separators=(",", ":"))
     if fresh is not None:
         text += f"\nfresh={fresh}"
@@ -134,8 +173,11 @@ def check_record(checkpoint_dir: Path, digest: str) -> dict | None:
     return record
 
 
-def write_record(checkpoint_dir: Path, digest: str, experiment: str, overrides, job_id: str | None = None) -> dict:
-    """Create or update the run record (atomically: a reader never sees half a file); appends ``job_id``."""
+def write_record(
+    checkpoint_dir: Path, digest: str, experiment: str, overrides, job_id: str | None = None, total_steps=None
+) -> dict:
+    """Create or update the run record (atomically: a reader never sees half a file); appends ``job_id``, sets
+    ``total_steps`` (the run's step count, for ``--status`` where its data is not at hand)."""
     checkpoint_dir = Path(checkpoint_dir)
     record = check_record(checkpoint_dir, digest) or {
         "fingerprint": digest,
@@ -143,6 +185,8 @@ def write_record(checkpoint_dir: Path, digest: str, experiment: str, overrides, 
         "overrides": list(overrides),
         "jobs": [],
     }
+    if total_steps is not None:
+        record["total_steps"] = int(total_steps)
     if job_id is not None:
         record["jobs"] = [*record.get("jobs", []), str(job_id)]
     checkpoint_dir.mkdir(parents=True, exist_ok=True)
@@ -150,6 +194,23 @@ def write_record(checkpoint_dir: Path, digest: str, experiment: str, overrides, 
     tmp.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     tmp.replace(checkpoint_dir / RECORD)
     return record
+
+
+def read_fresh(base_dir: Path) -> str | None:
+    """The salt of the newest submitted ``--fresh`` rerun of the config whose unsalted run dir is ``base_dir``."""
+    path = Path(base_dir) / FRESH
+    if not path.exists():
+        return None
+    return path.read_text(encoding="utf-8").strip() or None
+
+
+def write_fresh(base_dir: Path, salt: str) -> None:
+    """Point later plain launches of this config at its ``--fresh`` rerun ``salt`` (written once it is submitted)."""
+    base_dir = Path(base_dir)
+    base_dir.mkdir(parents=True, exist_ok=True)
+    tmp = base_dir / f".{FRESH}.{os.getpid()}"
+    tmp.write_text(f"{salt}\n", encoding="utf-8")
+    tmp.replace(base_dir / FRESH)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -64,17 +64,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_record,
         experiment_name,
         fingerprint,
-        is_secret_key,
         override_key,
+        secret_in_override,
         write_record,
     )
 
-    secret = [override_key(o) for o in args.overrides if is_secret_key(override_key(o))]
+    secret = [where for o in args.overrides if (where := secret_in_override(o)) is not None]
     if secret:
         print(f"fgrpo jobenv: error: override(s) {secret} look like secrets: export them instead", file=sys.stderr)
         return 2
     config = compose(args.overrides)
-    digest = fingerprint(config)
+    digest = fingerprint(config, workdir=Path.cwd())
     if not any(override_key(o) == "trainer.experiment_name" for o in args.overrides):
         # the W&B naming convention; train.sbatch passes it back as trainer.experiment_name=$FGRPO_EXPERIMENT
         config.trainer.experiment_name = experiment_name(config_run_name(config), digest)

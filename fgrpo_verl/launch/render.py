@@ -60,6 +60,30 @@ class JobScript:
     fingerprint: str = ""
     # steps the run trains (None: its data is not on this machine, fgrpo_verl/launch/steps.py)
     total_steps: int | None = None
+    # (unsalted run dir, salt) of a --fresh rerun: recorded there on submit (identity.write_fresh)
+    fresh: tuple[Path, str] | None = None
+
+
+_SLURM_TIME = re.compile(r"^(?:(\d+)-(\d+)(?::(\d+)(?::(\d+))?)?|(\d+)(?::(\d+)(?::(\d+))?)?)$")
+
+
+def slurm_seconds(text) -> int | None:
+    """Seconds of a Slurm time limit (``M``, ``M:S``, ``H:M:S``, ``D-H``, ``D-H:M``, ``D-H:M:S``); None for
+    ``UNLIMITED``/``INFINITE``."""
+    text = str(text).strip()
+    if text.upper() in ("UNLIMITED", "INFINITE"):
+        return None
+    match = _SLURM_TIME.fullmatch(text)
+    if not match:
+        raise ValueError(
+            f"slurm time limit {text!r}: expected minutes, M:S, H:M:S, D-H, D-H:M or D-H:M:S (as sbatch --time)"
+        )
+    days, hours, minutes, seconds, m_only, m_s, h_m_s = (int(g) if g else 0 for g in match.groups())
+    if match.group(1) is not None:
+        return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+    if match.group(7) is not None:  # H:M:S
+        return (m_only * 60 + m_s) * 60 + h_m_s
+    return m_only * 60 + m_s
 
 
 def check_value(what: str, value) -> str:
@@ -208,6 +232,14 @@ def render_job(
     directives = sbatch_directives(
         job_name, nodes, gpus, run.resources, log_dir, workdir, slurm_cfg.get("time"), lead
     )
+    time = run.resources.time or slurm_cfg.get("time")
+    limit = None if time is None else slurm_seconds(time)
+    if limit is not None and limit <= lead:
+        # USR1 would come at once: every start would train one step, checkpoint and requeue itself
+        raise ValueError(
+            f"run {run.name}: time limit {time} ({limit} s) is not longer than slurm.signal_lead_s={lead}: the stop "
+            "signal would come at the start of every job; lower slurm.signal_lead_s or raise the time limit"
+        )
     template = (slurm_dir() / TEMPLATE).read_text(encoding="utf-8")
     text = render_template(
         template,

@@ -39,7 +39,8 @@ def _checksum(kind: int, chunk: bytes) -> int:
 
 
 def read_payloads(path: Path) -> list[bytes]:
-    """The record payloads of a ``.wandb`` file, in order (checksums verified)."""
+    """The record payloads of a ``.wandb`` file, in order (checksums verified). A file cut short inside a record
+    (a hard kill mid-write) yields the complete records before the cut."""
     data = Path(path).read_bytes()
     if data[:7] != HEADER:
         raise ValueError(f"{path}: not a W&B transaction log (header {data[:7]!r})")
@@ -50,6 +51,9 @@ def read_payloads(path: Path) -> list[bytes]:
             continue
         crc, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
         if kind == 0:
+            break
+        if pos + 7 + length > len(data):
+            # the writer was killed inside this record: what came before it is complete, the rest never was
             break
         chunk = data[pos + 7 : pos + 7 + length]
         if _checksum(kind, chunk) != crc:
