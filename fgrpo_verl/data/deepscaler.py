@@ -23,6 +23,8 @@ from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from fgrpo_verl.data.parquet import write_rows
+
 SYSTEM_PROMPT = "Please reason step by step, and put your final answer within \\boxed{}."
 DATA_SOURCE = "deepscaler"
 ABILITY = "math"
@@ -134,14 +136,6 @@ def prepare(records: list[dict], tokenizer, split: str = "train", max_prompt_tok
     return rows, stats
 
 
-def write_parquet(rows: list[dict], path: Path) -> Path:
-    import pandas as pd
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pd.DataFrame(rows).to_parquet(path, index=False)
-    return path
-
-
 # rows of the default val.parquet (a sample of the training prompts) when no --val-input is given
 DEFAULT_VAL_ROWS = 64
 
@@ -168,11 +162,11 @@ def prepare_files(
             continue
         records = [r for f in files for r in read_records(f)]
         rows, stats = prepare(records, tokenizer, split, max_prompt_tokens)
-        write_parquet(rows, out / f"{split}.parquet")
+        write_rows(rows, out / f"{split}.parquet")
         results[split] = stats
         if split == "train" and not val_inputs:
             sample = [{**row, "extra_info": {**row["extra_info"], "split": "val"}} for row in rows[:DEFAULT_VAL_ROWS]]
-            write_parquet(sample, out / "val.parquet")
+            write_rows(sample, out / "val.parquet")
     summary = {
         "inputs": [str(Path(f).resolve()) for f in inputs],
         "val_inputs": [str(Path(f).resolve()) for f in val_inputs],

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from fgrpo_verl.data.parquet import write_rows
 from fgrpo_verl.tasks.maze.generator import Maze, generate_split
 from fgrpo_verl.tasks.maze.prompt import DATA_SOURCE, prompt_messages, prompt_text
 
@@ -48,9 +49,4 @@ def make_splits(size: int, n_train: int, n_val: int, seed: int) -> MazeData:
 
 
 def write_parquet(mazes: list[Maze], split: str, path: str | Path) -> Path:
-    import pandas as pd
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pd.DataFrame([maze_row(m, split, i) for i, m in enumerate(mazes)]).to_parquet(path, index=False)
-    return path
+    return write_rows([maze_row(m, split, i) for i, m in enumerate(mazes)], path)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from fgrpo_verl.data.parquet import write_rows
 from fgrpo_verl.tasks.raremode.generator import RarePrompt, generate_split
 
 DATA_SOURCE = "raremode"
@@ -37,9 +38,4 @@ def make_splits(k: int, n_train: int, n_val: int, seed: int) -> RareData:
 
 
 def write_parquet(prompts: list[RarePrompt], split: str, path: str | Path) -> Path:
-    import pandas as pd
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pd.DataFrame([prompt_row(p, split, i) for i, p in enumerate(prompts)]).to_parquet(path, index=False)
-    return path
+    return write_rows([prompt_row(p, split, i) for i, p in enumerate(prompts)], path)
