@@ -4,7 +4,7 @@ verl's ``Tracking`` calls ``wandb.init(project, name=trainer.experiment_name, en
 nothing else, so everything else goes through W&B's own environment variables, read by ``wandb.init`` in the
 process that logs (verl's TaskRunner, a Ray actor):
 
-    WANDB_RUN_ID     = run_id(project, experiment)   same experiment -> same run: a requeued or resumed Slurm job
+    WANDB_RUN_ID     = run_id(project, experiment, checkpoint dir)   same run -> same id: a requeued or resumed job
     WANDB_RESUME     = allow                          continues the W&B run instead of opening a new one
     WANDB_RUN_GROUP  = the sweep name                 W&B groups the sweep's runs together
     WANDB_TAGS       = algo:<algo>,gamma:<γ>,n:<N>
@@ -13,8 +13,9 @@ process that logs (verl's TaskRunner, a Ray actor):
 
 The run name is ``{algo}-g{γ}-n{N}-{model}-s{seed}`` (e.g. ``fgrpo-g0.5-n8-Qwen2.5-7B-s1``) and is also used as
 ``trainer.experiment_name`` (``fgrpo-verl launch`` appends ``-<config hash>``, fgrpo_verl/launch/identity.py),
-so its id is a pure function of (project, run name). To start a fresh run under an
-existing name, change the name (or export your own ``WANDB_RUN_ID``).
+so its id is a pure function of (project, run name, absolute checkpoint dir): the same config launched by two
+users, or from two directories, is two runs with two ids. To start a fresh run under an existing name, change
+the name (or export your own ``WANDB_RUN_ID``).
 
 Secrets: nothing here reads, writes or forwards ``WANDB_API_KEY``. Authenticate with ``wandb login`` (it writes
 ``~/.netrc``) or export the key in the job's environment yourself; never put it in a config or an override,
@@ -31,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import math
 import numbers
+import os
 import re
 
 RESUME = "allow"
@@ -74,17 +76,28 @@ def run_tags(algo: str, gamma, n: int) -> list[str]:
     return [f"algo:{_label('algo', algo)}", f"gamma:{format_gamma(gamma)}", f"n:{_int('n', n, 1)}"]
 
 
-def run_id(project: str, experiment: str) -> str:
-    """Deterministic W&B run id: the first 32 hex digits of sha256("<project>/<experiment>")."""
+def run_id(project: str, experiment: str, checkpoint_dir: str | None = None) -> str:
+    """Deterministic W&B run id: the first 32 hex digits of sha256("<project>/<experiment>"), or of
+    sha256("<project>/<experiment>@<checkpoint_dir>") when the run's absolute checkpoint directory is given.
+
+    The directory is what makes a run a run: two users (or two launch directories) with the same config train
+    two runs with two checkpoint directories, and must not write into one W&B run; a requeue or relaunch from
+    the same directory resumes that directory's checkpoint and so continues its W&B run."""
     for name, value in (("project", project), ("experiment", experiment)):
         if not isinstance(value, str) or not value:
             raise ValueError(f"{name}={value!r} is invalid: expected a non-empty string")
-    return hashlib.sha256(f"{project}/{experiment}".encode()).hexdigest()[:32]
+    key = f"{project}/{experiment}"
+    if checkpoint_dir is not None:
+        if not isinstance(checkpoint_dir, str) or not os.path.isabs(checkpoint_dir):
+            raise ValueError(f"checkpoint_dir={checkpoint_dir!r} is invalid: expected an absolute path")
+        key += "@" + os.path.normpath(checkpoint_dir)
+    return hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
-def wandb_env(project: str, experiment: str, group: str | None = None, tags=(), mode: str | None = None) -> dict[str, str]:
+def wandb_env(project: str, experiment: str, group: str | None = None, tags=(), mode: str | None = None,
+              checkpoint_dir: str | None = None) -> dict[str, str]:
     """The ``WANDB_*`` variables for one run (see the module docstring). Never includes credentials."""
-    env = {"WANDB_RUN_ID": run_id(project, experiment), "WANDB_RESUME": RESUME}
+    env = {"WANDB_RUN_ID": run_id(project, experiment, checkpoint_dir), "WANDB_RESUME": RESUME}
     if group is not None:
         env["WANDB_RUN_GROUP"] = _label("group", group)
     tags = list(tags)

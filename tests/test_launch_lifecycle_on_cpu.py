@@ -316,6 +316,29 @@ def test_a_plain_relaunch_after_a_submitted_fresh_run_resumes_the_fresh_run(tmp_
     assert plan().job_name == newer.job_name not in (old.job_name, fresh.job_name)
 
 
+def test_one_config_launched_from_two_directories_is_two_wandb_runs(tmp_path):
+    """Two users launching the same recipe run on the same shared data (absolute paths: same config, same
+    experiment name) from their own directories train two runs: two checkpoint dirs and two W&B run ids (they
+    shared one id before). A relaunch from the same directory keeps its id (a requeued job resumes that
+    directory's checkpoint and continues its W&B run)."""
+    from fgrpo_verl.launch import plan_jobs
+
+    shared = [f"data.train_files={tmp_path}/shared/train.parquet", f"data.val_files={tmp_path}/shared/val.parquet"]
+
+    def plan(workdir):
+        workdir.mkdir(exist_ok=True)
+        return plan_jobs("controls", ["grpo-kl"], shared, workdir / "logs", workdir)[1][0]
+
+    alice, bob = plan(tmp_path / "alice"), plan(tmp_path / "bob")
+    assert alice.job_name == bob.job_name and alice.checkpoint_dir != bob.checkpoint_dir
+
+    def run_id(job):
+        return re.search(r"^export WANDB_RUN_ID=(\S+)$", job.text, re.M).group(1)
+
+    assert run_id(alice) != run_id(bob)
+    assert run_id(plan(tmp_path / "alice")) == run_id(alice)
+
+
 def test_plain_sbatch_path_refuses_a_secret_in_a_dict_value_too(capsys):
     """slurm/train.sbatch evals jobenv's output; its overrides get the same secret check as the launcher's."""
     from fgrpo_verl.launch import jobenv

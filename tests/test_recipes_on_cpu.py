@@ -4,6 +4,7 @@ configs), and `fgrpo-verl launch --dry-run` prints one complete sbatch script pe
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -124,7 +125,7 @@ def test_paper_main_job_scripts_are_complete_and_requeue_safe(paper_main):
         assert '"trainer.nnodes=${SLURM_NNODES}"' in text and '"trainer.n_gpus_per_node=${FGRPO_GPUS_PER_NODE}"' in text
         experiment = job.config.trainer.experiment_name
         assert f"    trainer.experiment_name={experiment} \\\n" in text
-        run_id = tracking.run_id("fgrpo-paper", experiment)
+        run_id = tracking.run_id("fgrpo-paper", experiment, os.path.abspath(job.checkpoint_dir))
         assert f"export WANDB_RUN_ID={run_id}\n" in text and "export WANDB_RESUME=allow\n" in text
         # W&B group = the sweep; the recipe's finer group is a tag next to algo/gamma/N
         assert "export WANDB_RUN_GROUP=paper_main\n" in text
@@ -296,13 +297,13 @@ def test_jobenv_prints_exports_that_a_shell_can_eval(capsys):
 
     # an explicit experiment name is kept
     got = shown(["--wandb-group", "sweep-1", "algo=grpo", "trainer.project_name=p", "trainer.experiment_name=e"])
-    assert got == f"{tracking.run_id('p', 'e')}|allow|sweep-1|algo:fgrpo,gamma:0.5,n:8|e|checkpoints/p/e"
+    assert got == f"{tracking.run_id('p', 'e', os.path.abspath('checkpoints/p/e'))}|allow|sweep-1|algo:fgrpo,gamma:0.5,n:8|e|checkpoints/p/e"
     # without one, the job gets the W&B naming convention plus the config hash (train.sbatch passes
     # $FGRPO_EXPERIMENT back to verl)
     got = shown(["algo=cispo", "base_model=qwen25_7b", "algorithm.fgrpo.gamma=1", "actor_rollout_ref.rollout.n=4",
                  "data.seed=3", "trainer.project_name=p"])
     run_id, _, _, tags, name, ckpt = got.split("|")
-    assert _readable(name) == "fcispo-g1-n4-Qwen2.5-7B-s3" and run_id == tracking.run_id("p", name)
+    assert _readable(name) == "fcispo-g1-n4-Qwen2.5-7B-s3" and run_id == tracking.run_id("p", name, os.path.abspath(ckpt))
     assert (tags, ckpt) == ("algo:fcispo,gamma:1,n:4", f"checkpoints/p/{name}")
 
 

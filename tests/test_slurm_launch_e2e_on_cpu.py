@@ -2,7 +2,10 @@
 
 (a) a one-node launch of a tiny recipe completes (state COMPLETED) and its advantages are F-GRPO's;
 (c) `scontrol requeue` in the middle of a run: the job starts again, resumes from its latest checkpoint, the
-    global step continues with no step lost or repeated, and W&B (offline) continues the same run id.
+    global step continues with no step lost or repeated, and W&B (offline) continues the same run id;
+(h) a preemption notice or the time limit's USR1 (`scancel --signal=USR1 --batch`, what `#SBATCH --signal=B:USR1`
+    sends) reaches verl's real trainer: it checkpoints at the next step boundary, the job requeues itself, and
+    the console and W&B history hold steps 1..T exactly once.
 
 Evidence comes from what a user sees: the job's Slurm log (appended across restarts; verl's console logger
 prints one `step:N - key:value ...` line per step), the checkpoint directory, and W&B's offline run folders.
@@ -82,6 +85,9 @@ def workdir(slurm, tmp_path_factory):
         "runs": [
             {"name": "fgrpo-g1", "group": "smoke", "overrides": [f"algorithm.fgrpo.gamma={GAMMA}", "trainer.total_training_steps=1"]},
             {"name": "requeue", "group": "smoke", "overrides": ["algorithm.fgrpo.gamma=0.5", "trainer.total_training_steps=4"]},
+            # save_freq 3: the step the stop lands on is not one verl saves itself (the stop path saves it)
+            {"name": "usr1", "group": "smoke",
+             "overrides": ["algorithm.fgrpo.gamma=0.25", "trainer.total_training_steps=4", "trainer.save_freq=3"]},
         ],
     }
     (root / "cpu_tiny.yaml").write_text(yaml.safe_dump(recipe, sort_keys=False))
@@ -117,6 +123,29 @@ def _launch(slurm, workdir: Path, run: str, recipe: str = "cpu_tiny.yaml", *extr
 def _log(workdir: Path, run: str, job: str) -> str:
     path = workdir / "slurm_logs" / f"{_JOB_NAMES[job]}-{job}.out"
     return path.read_text(errors="replace") if path.exists() else ""
+
+
+def _wait_for_step(slurm, workdir: Path, job: str, run: str, step: int) -> None:
+    """Until the job's first start has logged ``step`` on the console (and so checkpointed it, when it saves)."""
+    deadline = time.monotonic() + JOB_TIMEOUT_S
+    while not any(step in steps for steps in steps_per_start(_log(workdir, run, job))[:1]):
+        assert slurm.job_field(job, "JobState") in {"PENDING", "RUNNING"}, _log(workdir, run, job)[-6000:]
+        assert time.monotonic() < deadline, f"step {step} not logged before the deadline"
+        time.sleep(0.2)
+
+
+def _wait_done_starting_requeued(slurm, job: str, timeout: float) -> str:
+    """Wait for the job to end; a requeued job is held before it may start again (Slurm's begin-time delay),
+    so each time it is pending after a start it is released at once."""
+    deadline = time.monotonic() + timeout
+    while (state := slurm.job_field(job, "JobState")) not in {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT",
+                                                                "NODE_FAIL", "OUT_OF_MEMORY"}:
+        assert time.monotonic() < deadline, f"job {job} still {state}"
+        if state == "PENDING" and slurm.job_field(job, "Restarts") not in (None, "0"):
+            subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=slurm.env, check=False,
+                           capture_output=True)
+        time.sleep(1)
+    return state
 
 
 def _logged_metric(log: str, step: int, key: str) -> float:
@@ -160,13 +189,12 @@ def test_requeue_mid_run_resumes_from_checkpoint_and_continues_the_wandb_run(slu
     assert experiment.startswith(_experiment(workdir, 0.5) + "-")
     ckpt = workdir / "checkpoints" / PROJECT / experiment
     marker = ckpt / "latest_checkpointed_iteration.txt"
-    # requeue as soon as the first checkpoint exists and the run is not finished
-    deadline = time.monotonic() + JOB_TIMEOUT_S
-    while not (marker.exists() and marker.read_text().strip() in {"1", "2"}):
-        assert slurm.job_field(job, "JobState") in {"PENDING", "RUNNING"}, _log(workdir, "requeue", job)[-6000:]
-        assert time.monotonic() < deadline, "no checkpoint before the deadline"
-        time.sleep(0.5)
-    checkpoint_at_requeue = int(marker.read_text().strip())
+    # requeue in the middle of step 2: step 1 checkpointed and on the console. Not the instant checkpoint 1
+    # appears: verl saves a step before it logs it, and a kill between the two loses that step's log line and
+    # W&B row for good (docs/slurm.md, "What a hard kill loses"); this test is about resuming.
+    _wait_for_step(slurm, workdir, job, "requeue", 1)
+    assert marker.read_text().strip() == "1", "step 2 ended before the requeue: the check below would be vacuous"
+    checkpoint_at_requeue = 1
     subprocess.run(["scontrol", "requeue", job], env=slurm.env, check=True)
     # a requeued job waits before it may start again; let it start now
     slurm.wait_state(job, {"PENDING"}, 120)
@@ -189,14 +217,15 @@ def test_requeue_mid_run_resumes_from_checkpoint_and_continues_the_wandb_run(slu
     assert marker.read_text().strip() == "4"
 
     # W&B (offline): both starts wrote to the same, deterministic run id
-    run_id = tracking.run_id(PROJECT, experiment)
+    run_id = tracking.run_id(PROJECT, experiment, str(ckpt))
     runs = sorted(p.name for p in (workdir / "wandb").glob("offline-run-*"))
     ids = defaultdict(int)
     for name in runs:
         ids[name.rsplit("-", 1)[1]] += 1
     assert ids[run_id] == 2, runs
     # the only other run in this W&B directory is test (a)'s
-    assert set(ids) <= {tracking.run_id(PROJECT, name) for name in _JOB_NAMES.values()}, runs
+    assert set(ids) <= {tracking.run_id(PROJECT, name, str(workdir / "checkpoints" / PROJECT / name))
+                        for name in _JOB_NAMES.values()}, runs
     # the steps the first start logged after its last checkpoint were trimmed from its offline folder when the
     # second start began (fgrpo_verl/launch/wandb_offline.py): no step twice, none out of order, every step the
     # second start trained, with the console's values. A hard kill can lose W&B's unflushed tail: the row of the
@@ -212,3 +241,41 @@ def test_requeue_mid_run_resumes_from_checkpoint_and_continues_the_wandb_run(slu
         assert _logged_metric(log, row["_step"], "critic/score/mean") == pytest.approx(row["critic/score/mean"])
     assert wait_no_processes(f"fgrpo-ray-{job}") == []
     print(f"(c) requeue at checkpoint {checkpoint_at_requeue}, resumed from {resumed}, job {job}: {wall:.1f} s wall")
+
+
+@pytest.mark.timeout(1200)
+def test_usr1_stops_verls_trainer_at_a_step_boundary_and_the_job_requeues_itself(slurm, workdir):
+    """(h)"""
+    from test_wandb_offline_on_cpu import read_history
+
+    start = time.monotonic()
+    job = _launch(slurm, workdir, "usr1")
+    experiment = _JOB_NAMES[job]
+    ckpt = workdir / "checkpoints" / PROJECT / experiment
+    _wait_for_step(slurm, workdir, job, "usr1", 1)
+    # what `#SBATCH --signal=B:USR1@<lead>` sends before the time limit: USR1 to the batch shell only
+    subprocess.run(["scancel", "--signal=USR1", "--batch", job], env=slurm.env, check=True)
+    state = _wait_done_starting_requeued(slurm, job, JOB_TIMEOUT_S)
+    wall = time.monotonic() - start
+    log = _log(workdir, "usr1", job)
+    assert state == "COMPLETED", f"job {job} ended {state}:\n{log[-6000:]}"
+    assert slurm.job_field(job, "Restarts") == "1", log[-6000:]
+    stopped = int(re.search(r"stopped on request after step (\d+) \(checkpoint (\d+)\): requeueing job", log).group(1))
+    # the trainer (a Ray actor) saw the stop file, saved the step it stopped at although save_freq=3 skips it
+    assert 1 <= stopped < 4 and stopped != 3, log[-6000:]
+    assert "[fgrpo] stop requested" in log and "did not stop within" not in log
+    assert steps_per_start(log) == [list(range(1, stopped + 1)), list(range(stopped + 1, 5))], log[-6000:]
+    assert f"Resuming from {ckpt}/global_step_{stopped}" in log
+    assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "4"
+    # W&B (offline) closed cleanly at the stop: the history of the run's two folders is steps 1..4 once each,
+    # with the console's values
+    run_id = tracking.run_id(PROJECT, experiment, str(ckpt))
+    folders = sorted((workdir / "wandb").glob(f"offline-run-*-{run_id}"))
+    assert len(folders) == 2, folders
+    history = [row for folder in folders for row in read_history(folder / f"run-{run_id}.wandb")
+               if "critic/score/mean" in row]
+    assert [row["_step"] for row in history] == [1, 2, 3, 4], history
+    for row in history:
+        assert _logged_metric(log, row["_step"], "critic/score/mean") == pytest.approx(row["critic/score/mean"])
+    assert wait_no_processes(f"fgrpo-ray-{job}") == []
+    print(f"(h) USR1 after step 1, stopped at {stopped}, job {job}: {wall:.1f} s wall")

@@ -278,7 +278,7 @@ def test_e_time_limit_signal_checkpoints_requeues_and_finishes_every_step_once(s
 
     # W&B offline: one run id, one folder per start; together their history is steps 1..T once each, with the
     # values the trainer logged
-    run_id = tracking.run_id("slurm_life", name)
+    run_id = tracking.run_id("slurm_life", name, os.path.abspath(ckpt))
     folders = sorted((maze_dir / "wandb").glob(f"offline-run-*-{run_id}"))
     assert len(folders) == len(starts), folders
     history = [row for folder in folders for row in read_history(folder / f"run-{run_id}.wandb")]

@@ -87,6 +87,18 @@ def test_run_id_is_a_deterministic_function_of_the_experiment():
     assert f"export WANDB_RUN_ID={rid}" in out.splitlines()
 
 
+def test_run_id_separates_runs_of_one_config_in_two_checkpoint_dirs():
+    """Two users (or two launch directories) with the same config: same experiment name, two checkpoint dirs,
+    two W&B runs. The same dir spelled with a trailing slash or a `..` is the same run."""
+    alice = tracking.run_id("proj", "fgrpo-g1-n8-M-s0-1a2b3c4d", "/home/alice/exp/checkpoints/proj/x")
+    bob = tracking.run_id("proj", "fgrpo-g1-n8-M-s0-1a2b3c4d", "/home/bob/exp/checkpoints/proj/x")
+    assert alice != bob and alice != tracking.run_id("proj", "fgrpo-g1-n8-M-s0-1a2b3c4d")
+    assert alice == tracking.run_id("proj", "fgrpo-g1-n8-M-s0-1a2b3c4d", "/home/alice/exp/../exp/checkpoints/proj/x/")
+    for bad in ("checkpoints/proj/x", "", 3):
+        with pytest.raises(ValueError, match="checkpoint_dir=.*absolute path"):
+            tracking.run_id("proj", "e", bad)
+
+
 def test_env_and_overrides():
     env = tracking.wandb_env("p", "e", group="sweep-1", tags=["algo:fgrpo", "gamma:1"], mode="offline")
     assert env == {

@@ -84,6 +84,22 @@ def test_corrupt_file_is_refused(tmp_path):
         wandb_offline.read_payloads(path)
 
 
+@pytest.mark.parametrize("size", [0, 3, 6])
+def test_a_file_cut_inside_its_header_has_no_records_and_trim_passes_it(tmp_path, size):
+    """A start killed between W&B creating its file and writing the 7-byte header leaves a shorter file; the next
+    start's trim must not fail the job on it."""
+    folder = tmp_path / "wandb" / f"offline-run-20260101_000000-{RUN_ID}"
+    folder.mkdir(parents=True)
+    path = folder / f"run-{RUN_ID}.wandb"
+    path.write_bytes(wandb_offline.HEADER[:size])
+    assert wandb_offline.read_payloads(path) == []
+    assert wandb_offline.main(["trim", str(tmp_path), RUN_ID, "0"]) == 0
+    assert path.read_bytes() == wandb_offline.HEADER[:size]
+    path.write_bytes(b"xyz")  # not a prefix of the header: not W&B's file
+    with pytest.raises(ValueError, match="not a W&B transaction log"):
+        wandb_offline.read_payloads(path)
+
+
 def _history_payload(step: int) -> bytes:
     from wandb.proto import wandb_internal_pb2 as pb
 

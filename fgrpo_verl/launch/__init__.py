@@ -110,7 +110,7 @@ def plan_jobs(
                 f"{experiment!r}); remove one, or make a setting differ (a `variant:` label alone does not)"
             )
         names[digest] = run.name
-        env = job_environment(config, recipe.name, [*config_run_tags(config), f"group:{run.group}"])
+        env = job_environment(config, workdir, recipe.name, [*config_run_tags(config), f"group:{run.group}"])
         if wandb_run_id is not None:
             env["WANDB_RUN_ID"] = wandb_run_id
         job = render_job(recipe, run, run_overrides, config, env, log_dir, workdir, experiment, digest)

@@ -4,7 +4,8 @@
                     plus ``fresh=<salt>`` for an explicit fresh rerun (``fgrpo-verl launch --fresh``)
     experiment    = ``{algo}-g{γ}-n{N}-{model}-s{seed}[-<variant>]-<fingerprint[:8]>``
     checkpoints   = ``trainer.default_local_dir`` = ``checkpoints/<project>/<experiment>``
-    W&B run id    = fgrpo_verl.tracking.run_id(project, experiment), or an explicit ``WANDB_RUN_ID``
+    W&B run id    = fgrpo_verl.tracking.run_id(project, experiment, absolute checkpoint dir), or an explicit
+                    ``WANDB_RUN_ID``: two users or two launch directories never share a W&B run
     Slurm job     = ``<experiment>`` (with ``--dependency=singleton``: one job per run per user at a time)
 
 So a different override (a learning rate, a data file) gives a different name, directory, W&B run and job, and a

@@ -5,7 +5,8 @@ resumes from the newest checkpoint (``trainer.resume_mode=auto`` under ``trainer
 keyed by project and experiment name), but verl's W&B logger opens a *new* run unless told which one to
 continue. So every job exports
 
-    WANDB_RUN_ID, WANDB_RESUME=allow, WANDB_RUN_GROUP, WANDB_TAGS    from fgrpo_verl.tracking.wandb_env
+    WANDB_RUN_ID, WANDB_RESUME=allow, WANDB_RUN_GROUP, WANDB_TAGS    from fgrpo_verl.tracking.wandb_env (the id
+                                                                     also hashes the absolute checkpoint dir)
     FGRPO_EXPERIMENT, FGRPO_CHECKPOINT_DIR                           for the job's log and the train command
 
 All naming, id and W&B logic lives in ``fgrpo_verl/tracking.py``; this module only reads the composed config.
@@ -33,11 +34,13 @@ from fgrpo_verl.tracking import config_run_name, config_run_tags, wandb_env
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def job_environment(config, wandb_group: str | None = None, tags=()) -> dict[str, str]:
+def job_environment(config, workdir: Path, wandb_group: str | None = None, tags=()) -> dict[str, str]:
     """Variables a job exports for the run described by the composed ``config``: fgrpo_verl.tracking's W&B
-    variables for (project, experiment name), plus the experiment name and checkpoint dir for the job's log."""
+    variables for (project, experiment name, absolute checkpoint dir: ``trainer.default_local_dir`` from the
+    launch directory ``workdir``), plus the experiment name and checkpoint dir for the job's log."""
     project, experiment = str(config.trainer.project_name), str(config.trainer.experiment_name)
-    env = wandb_env(project, experiment, wandb_group, tags)
+    home = os.path.abspath(os.path.join(workdir, str(config.trainer.default_local_dir)))
+    env = wandb_env(project, experiment, wandb_group, tags, checkpoint_dir=home)
     env["FGRPO_EXPERIMENT"] = experiment
     env["FGRPO_CHECKPOINT_DIR"] = str(config.trainer.default_local_dir)
     return env
@@ -91,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"fgrpo jobenv: error: {exc}", file=sys.stderr)
         return 1
-    env = job_environment(config, args.wandb_group, config_run_tags(config))
+    env = job_environment(config, Path.cwd(), args.wandb_group, config_run_tags(config))
     env["FGRPO_FINGERPRINT"] = digest
     # for slurm/lifecycle.sh: absolute, the trainer (a Ray actor) may run in another directory or on another node
     env["FGRPO_STOP_FILE"] = str(checkpoint_dir.resolve() / ".fgrpo-stop")

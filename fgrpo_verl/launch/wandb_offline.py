@@ -40,8 +40,10 @@ def _checksum(kind: int, chunk: bytes) -> int:
 
 def read_payloads(path: Path) -> list[bytes]:
     """The record payloads of a ``.wandb`` file, in order (checksums verified). A file cut short inside a record
-    (a hard kill mid-write) yields the complete records before the cut."""
+    (a hard kill mid-write, even inside the header) yields the complete records before the cut."""
     data = Path(path).read_bytes()
+    if len(data) < len(HEADER) and HEADER.startswith(data):
+        return []  # killed between creating the file and writing its header: no record yet
     if data[:7] != HEADER:
         raise ValueError(f"{path}: not a W&B transaction log (header {data[:7]!r})")
     pos, pending, payloads = 7, b"", []
@@ -81,9 +83,19 @@ def write_payloads(path: Path, payloads: list[bytes]) -> None:
             first = False
             if not rest:
                 break
+    # the rename is atomic; the fsyncs make it durable, so a node that dies right after the job's start never
+    # leaves an empty or half-written history in place of the original
     tmp = Path(f"{path}.fgrpo-tmp")
-    tmp.write_bytes(bytes(out))
+    with open(tmp, "wb") as f:
+        f.write(bytes(out))
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(tmp, path)
+    folder = os.open(Path(path).parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
 
 
 def history_step(payload: bytes) -> int | None:
