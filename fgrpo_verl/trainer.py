@@ -10,6 +10,8 @@ Selected with ``trainer.v1.trainer_mode=fgrpo_sync`` (fgrpo-verl's default; ``fg
   (``fgrpo_verl/loss.py``).
 - ``_val_metrics_update``: adds unbiased ``val-core/<source>/pass@<k>`` (``fgrpo_verl/val_pass_at_k.py``).
 - ``_compute_metrics`` (last call before verl logs a step): logs μ̂ as a W&B histogram, to W&B only.
+- ``on_step_begin`` (first call after verl logged the previous step): closes that step's W&B row at once
+  (``fgrpo_verl.tracking.commit_wandb_row``), so a job killed during the next step does not lose it.
 
 verl's base trainer branches on the literal ``self.trainer_mode == "sync"`` (replay-buffer class, checkpoint and
 prompt-refill paths). ``trainer_mode`` is therefore a property that reports the wrapped verl mode, so every such
@@ -37,6 +39,7 @@ from fgrpo_verl.focal import FocalSettings
 from fgrpo_verl.focal_metrics import focal_step_metrics, real_groups
 from fgrpo_verl.launch.preempt import stop_at_step_boundary
 from fgrpo_verl.loss import METRIC_PREFIX as LOSS_PREFIX
+from fgrpo_verl.tracking import commit_wandb_row
 from fgrpo_verl.val_pass_at_k import validation_pass_at_k
 
 MU_HAT_HISTOGRAM = "fgrpo/mu_hat_hist"
@@ -62,6 +65,7 @@ class FocalMetricsMixin:
         # Validate the fgrpo block before verl builds anything: pass@k needs its success_threshold.
         self._fgrpo_settings = FocalSettings.from_config(config.algorithm.get("fgrpo"))
         self._fgrpo_mu_hat: list[tuple[torch.Tensor, int]] = []  # (μ̂ of the real groups, largest N) per batch
+        self._fgrpo_open_row: int | None = None  # the step verl is about to log (and W&B will keep open)
         super().__init__(config)
 
     def _compute_advantage(self, batch, metrics: dict):
@@ -102,8 +106,15 @@ class FocalMetricsMixin:
         )
         return metric_dict
 
+    def on_step_begin(self):
+        # verl has logged the previous step (and nothing logs it after this point): close its W&B row
+        commit_wandb_row(getattr(self, "logger", None), self._fgrpo_open_row)
+        self._fgrpo_open_row = None
+        super().on_step_begin()
+
     def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
         super()._compute_metrics(batch, metrics, timing_raw, global_steps, epoch)
+        self._fgrpo_open_row = int(global_steps)
         mu_hat, self._fgrpo_mu_hat = self._fgrpo_mu_hat, []
         tracking = getattr(self, "logger", None)
         if mu_hat and tracking is not None and "wandb" in tracking.logger:
@@ -162,6 +173,8 @@ HOOKED = {
     "_update_actor": ("batch", "metrics"),
     "_val_metrics_update": ("data_sources", "sample_uids", "reward_extra_infos_dict", "sample_turns", "expected_acc_counts"),
     "_compute_metrics": ("batch", "metrics", "timing_raw", "global_steps", "epoch"),
+    "on_step_begin": (),
+    "on_step_end": (),
 }
 
 

@@ -32,6 +32,9 @@ fgrpo_checkpointed_step() {
 # - online with FGRPO_WANDB_REWIND=1 (W&B's rewind must be enabled for your account): W&B rewinds the run to
 #   that checkpoint (WANDB_RESUME_FROM=<id>?_step=<k>, which excludes WANDB_RESUME)
 fgrpo_wandb_continue() {
+    # W&B writes its buffered records every 15 s by default; a start killed without warning loses what is not
+    # written (docs/slurm.md, "What a hard kill loses"). Every second instead, unless you chose a value.
+    export WANDB_X_TRANSACTION_LOG_FLUSH_INTERVAL=${WANDB_X_TRANSACTION_LOG_FLUSH_INTERVAL:-1}
     local k
     k=$(fgrpo_checkpointed_step)
     if [[ ${WANDB_MODE:-} == offline ]]; then

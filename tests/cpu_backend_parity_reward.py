@@ -4,8 +4,32 @@ An untrained model almost never solves a maze, so every group would score 0 and 
 them all. This rule scores about half the responses of a random policy 1: a response of even length
 (in characters) is "correct". Groups then mix successes and failures, so the F-GRPO focal weight
 g = (1 - μ̂)^γ takes values strictly between 0 and 1 and γ visibly changes the advantages.
+
+A Slurm test holds a run at a known point with it: while the file named by ``$FGRPO_TEST_HOLD_FILE`` exists and
+the checkpoint marker whose path it holds exists too, scoring waits (at most 10 minutes), i.e. the run stops in
+the rollout of the step after its first checkpoint (tests/test_slurm_launch_e2e_on_cpu.py, test (c)).
 """
+
+import os
+import time
+from pathlib import Path
+
+HOLD_LIMIT_S = 600
+
+
+def _hold() -> None:
+    hold = os.environ.get("FGRPO_TEST_HOLD_FILE")
+    deadline = time.monotonic() + HOLD_LIMIT_S
+    while hold and time.monotonic() < deadline:
+        try:
+            marker = Path(Path(hold).read_text().strip())
+        except FileNotFoundError:
+            return
+        if not marker.exists():
+            return
+        time.sleep(0.2)
 
 
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
+    _hold()
     return 1.0 if len(solution_str) % 2 == 0 else 0.0

@@ -219,8 +219,12 @@ def test_stop_request_saves_the_step_and_ends_the_loop_there(tmp_path, monkeypat
 def test_the_fgrpo_trainers_carry_the_hook():
     from fgrpo_verl.trainer import TRAINERS
 
+    from fgrpo_verl.trainer import FocalMetricsMixin
+
     for cls in TRAINERS:
         assert cls.on_step_end.__module__ == preempt.__name__
+        # and each closes the previous step's W&B row when a step begins (tests/test_wandb_offline_on_cpu.py)
+        assert cls.on_step_begin is FocalMetricsMixin.on_step_begin
 
 
 # ---------------------------------------------------------------- Ray temp dir

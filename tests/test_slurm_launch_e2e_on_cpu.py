@@ -80,7 +80,9 @@ def workdir(slurm, tmp_path_factory):
         "reproduces": "nothing: a CPU smoke test of the Slurm path",
         # backend=cpu: no GPUs from Slurm, one logical GPU and 32 logical CPUs per Ray node
         "resources": {"request_gpus": False, "ray_num_cpus": 32, "cpus_per_task": 2, "ray_join_timeout": 180},
-        "env": {"WANDB_MODE": "offline", "WANDB_DIR": str(root), "RAY_DEDUP_LOGS": "0"},
+        "env": {"WANDB_MODE": "offline", "WANDB_DIR": str(root), "RAY_DEDUP_LOGS": "0",
+                # test (c) holds its run in step 2 with it (tests/cpu_backend_parity_reward.py)
+                "FGRPO_TEST_HOLD_FILE": str(root / "hold")},
         "common": common,
         "runs": [
             {"name": "fgrpo-g1", "group": "smoke", "overrides": [f"algorithm.fgrpo.gamma={GAMMA}", "trainer.total_training_steps=1"]},
@@ -118,6 +120,14 @@ def _launch(slurm, workdir: Path, run: str, recipe: str = "cpu_tiny.yaml", *extr
     job, name = re.search(rf"submitted {run}: job (\d+) (\S+)", out.stdout).groups()
     _JOB_NAMES[job] = name
     return job
+
+
+def _plan_names(workdir: Path, run: str) -> list[str]:
+    """The run names (= job names) `fgrpo-verl launch --only run` will give, from the same planner."""
+    from fgrpo_verl.launch import plan_jobs
+
+    _, jobs = plan_jobs(str(workdir / "cpu_tiny.yaml"), [run], [], workdir / "slurm_logs", workdir)
+    return [job.job_name for job in jobs]
 
 
 def _log(workdir: Path, run: str, job: str) -> str:
@@ -184,20 +194,28 @@ def test_one_node_launch_of_a_tiny_recipe_completes_with_the_focal_estimator(slu
 def test_requeue_mid_run_resumes_from_checkpoint_and_continues_the_wandb_run(slurm, workdir):
     """(c)"""
     start = time.monotonic()
-    job = _launch(slurm, workdir, "requeue")
-    experiment = _JOB_NAMES[job]
-    assert experiment.startswith(_experiment(workdir, 0.5) + "-")
+    experiment = next(iter(_plan_names(workdir, "requeue")))
     ckpt = workdir / "checkpoints" / PROJECT / experiment
     marker = ckpt / "latest_checkpointed_iteration.txt"
-    # requeue in the middle of step 2: step 1 checkpointed and on the console. Not the instant checkpoint 1
-    # appears: verl saves a step before it logs it, and a kill between the two loses that step's log line and
-    # W&B row for good (docs/slurm.md, "What a hard kill loses"); this test is about resuming.
-    _wait_for_step(slurm, workdir, job, "requeue", 1)
-    assert marker.read_text().strip() == "1", "step 2 ended before the requeue: the check below would be vacuous"
-    checkpoint_at_requeue = 1
-    subprocess.run(["scontrol", "requeue", job], env=slurm.env, check=True)
-    # a requeued job waits before it may start again; let it start now
-    slurm.wait_state(job, {"PENDING"}, 120)
+    # Requeue in the middle of step 2, at a known point: the reward holds step 2's rollout once checkpoint 1
+    # exists, until the hold file is gone. Not the instant checkpoint 1 appears: verl saves a step before it
+    # logs it, and a kill between the two loses that step's metrics for good (docs/slurm.md, "What a hard kill
+    # loses"). Steps take about a second here, too short to aim a kill at by timing.
+    hold = workdir / "hold"
+    hold.write_text(str(marker))
+    try:
+        job = _launch(slurm, workdir, "requeue")
+        assert _JOB_NAMES[job] == experiment and experiment.startswith(_experiment(workdir, 0.5) + "-")
+        _wait_for_step(slurm, workdir, job, "requeue", 1)
+        # step 1's W&B row was closed when step 2 began, and W&B writes every second in our jobs: 3 s is ample
+        time.sleep(3)
+        assert marker.read_text().strip() == "1", "step 2 ended before the requeue: the hold did not hold"
+        checkpoint_at_requeue = 1
+        subprocess.run(["scontrol", "requeue", job], env=slurm.env, check=True)
+        # a requeued job waits before it may start again; let it start now
+        slurm.wait_state(job, {"PENDING"}, 120)
+    finally:
+        hold.unlink(missing_ok=True)
     subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=slurm.env, check=True)
     state = slurm.wait_done(job, JOB_TIMEOUT_S)
     wall = time.monotonic() - start
@@ -209,7 +227,7 @@ def test_requeue_mid_run_resumes_from_checkpoint_and_continues_the_wandb_run(slu
     assert len(starts) == 2, log[-6000:]
     first, second = starts
     resumed = int(re.search(rf"Resuming from \S*{experiment}/global_step_(\d+)", log).group(1))
-    assert resumed >= checkpoint_at_requeue
+    assert resumed == checkpoint_at_requeue
     # nothing repeated: the first start logged only steps the second did not redo; nothing lost: together
     # they cover every step, and the second start continues right after the checkpoint it resumed from
     assert first == list(range(1, resumed + 1)), (first, resumed)
@@ -226,17 +244,15 @@ def test_requeue_mid_run_resumes_from_checkpoint_and_continues_the_wandb_run(slu
     # the only other run in this W&B directory is test (a)'s
     assert set(ids) <= {tracking.run_id(PROJECT, name, str(workdir / "checkpoints" / PROJECT / name))
                         for name in _JOB_NAMES.values()}, runs
-    # the steps the first start logged after its last checkpoint were trimmed from its offline folder when the
-    # second start began (fgrpo_verl/launch/wandb_offline.py): no step twice, none out of order, every step the
-    # second start trained, with the console's values. A hard kill can lose W&B's unflushed tail: the row of the
-    # last step before the kill may be missing (W&B keeps a step's row open until the next step and buffers its
-    # offline log; seen here for step 1), which is why the time limit stops at a step boundary instead (test (e)).
+    # W&B's history is steps 1..4 once each, with the console's values: step 1's row reached the killed start's
+    # offline file (the trainer closes each step's row when the next begins, and the job flushes every second;
+    # verl alone kept it open and W&B's 15-s buffer lost it), and nothing it logged past checkpoint 1 survives
+    # the second start's trim (fgrpo_verl/launch/wandb_offline.py)
     from test_wandb_offline_on_cpu import read_history
 
     history = [row for path in sorted((workdir / "wandb").glob(f"offline-run-*-{run_id}")) for row in
                read_history(path / f"run-{run_id}.wandb") if "critic/score/mean" in row]
-    steps = [row["_step"] for row in history]
-    assert steps == sorted(set(steps)) and set(range(resumed + 1, 5)) <= set(steps) <= {1, 2, 3, 4}, history
+    assert [row["_step"] for row in history] == [1, 2, 3, 4], history
     for row in history:
         assert _logged_metric(log, row["_step"], "critic/score/mean") == pytest.approx(row["critic/score/mean"])
     assert wait_no_processes(f"fgrpo-ray-{job}") == []

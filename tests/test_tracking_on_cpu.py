@@ -160,3 +160,20 @@ def test_offline_run_resumes_under_the_same_id(tmp_path):
     assert runs[0]["group"] == "sweep" and sorted(runs[0]["tags"]) == ["algo:fgrpo", "gamma:1", "n:2"]
     offline = sorted((tmp_path / "wandb").glob(f"offline-run-*-{env_vars['WANDB_RUN_ID']}"))
     assert len(offline) >= 1
+
+
+def test_commit_wandb_row_only_acts_on_a_live_wandb_run():
+    """Console-only loggers, a step verl has not logged (None) and a finished W&B run are left alone; a live run
+    gets exactly log({}, step=k, commit=True)."""
+    import types
+
+    calls = []
+    live = types.SimpleNamespace(run=types.SimpleNamespace(log=lambda *a, **k: calls.append((a, k))))
+    finished = types.SimpleNamespace(run=None)
+    assert not tracking.commit_wandb_row(None, 3)
+    assert not tracking.commit_wandb_row(types.SimpleNamespace(logger={"console": object()}), 3)
+    assert not tracking.commit_wandb_row(types.SimpleNamespace(logger={"wandb": live}), None)
+    assert not tracking.commit_wandb_row(types.SimpleNamespace(logger={"wandb": finished}), 3)
+    assert calls == []
+    assert tracking.commit_wandb_row(types.SimpleNamespace(logger={"wandb": live}), 3)
+    assert calls == [(({},), {"step": 3, "commit": True})]

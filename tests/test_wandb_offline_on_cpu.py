@@ -129,3 +129,59 @@ def test_trim_keeps_the_complete_records_of_a_file_cut_mid_record_by_a_hard_kill
     path.write_bytes(bytes(data))
     with pytest.raises(ValueError, match="checksum mismatch"):
         wandb_offline.read_payloads(path)
+
+
+ROWS = """
+import os, signal, sys, time
+import wandb
+from verl.utils.tracking import Tracking
+from fgrpo_verl.trainer import FocalMetricsMixin
+
+class Base:  # verl's loop, reduced to the two calls around a step's log
+    def on_step_begin(self):
+        pass
+
+    def _compute_metrics(self, *args):
+        pass
+
+class Trainer(FocalMetricsMixin, Base):
+    pass
+
+t = Trainer.__new__(Trainer)
+t._fgrpo_open_row, t._fgrpo_mu_hat = None, []
+t.logger = Tracking(project_name="p", experiment_name="e", default_backend=["wandb"], config={"trainer": {}})
+ours = sys.argv[1] == "fgrpo"
+for step in (1, 2):
+    if ours:
+        t.on_step_begin()
+    t._compute_metrics(None, {}, {}, step, 0)
+    t.logger.log(data={"score": float(step)}, step=step)
+if ours:
+    t.on_step_begin()  # step 3 begins
+if sys.argv[2] == "kill":
+    time.sleep(3)  # 15 flush intervals
+    os.kill(os.getpid(), signal.SIGKILL)
+wandb.finish()
+"""
+
+
+@pytest.mark.parametrize("trainer, end, rows", [
+    ("verl", "kill", [(1, 1.0)]),  # without us: step 2's row is still open when step 3 is killed
+    ("fgrpo", "kill", [(1, 1.0), (2, 2.0)]),
+    ("fgrpo", "finish", [(1, 1.0), (2, 2.0)]),  # closing rows early adds none, changes none
+])
+@pytest.mark.timeout(300)
+def test_the_trainer_closes_each_steps_wandb_row_so_a_hard_kill_keeps_it(tmp_path, trainer, end, rows):
+    """verl logs step k with wandb.log(step=k); W&B keeps that row open until step k + 1 is logged. Killed
+    (SIGKILL, as a node failure would) during step 3, verl's loop has lost step 2's row; fgrpo-verl's trainers
+    close the row when the next step begins, and the job's flush interval (1 s in the Slurm jobs, 0.2 s here)
+    writes it to disk. Real verl Tracking, real W&B offline files."""
+    env = dict(os.environ, WANDB_MODE="offline", WANDB_DIR=str(tmp_path), WANDB_RUN_ID=RUN_ID, WANDB_SILENT="true",
+               WANDB_X_TRANSACTION_LOG_FLUSH_INTERVAL="0.2")
+    done = subprocess.run([sys.executable, "-c", ROWS, trainer, end], env=env, capture_output=True, text=True,
+                          timeout=240)
+    assert done.returncode == (-9 if end == "kill" else 0), done.stderr[-3000:]
+    assert _history(tmp_path) == rows
+    # no row without the metrics (an empty row would be a step of its own in W&B's charts)
+    (path,) = (tmp_path / "wandb").glob(f"offline-run-*-{RUN_ID}/run-{RUN_ID}.wandb")
+    assert all("score" in row for row in read_history(path))
