@@ -339,6 +339,103 @@ def test_one_config_launched_from_two_directories_is_two_wandb_runs(tmp_path):
     assert run_id(plan(tmp_path / "alice")) == run_id(alice)
 
 
+def _fake_slurm(tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, body in (("squeue", "exit 0"), ("sbatch", "echo 4242")):
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+
+
+def test_a_submitted_run_keeps_its_wandb_run_id_on_every_relaunch(tmp_path, monkeypatch):
+    """The id is pinned in the run record at the first submission, so a relaunch of a run (resubmitting what
+    failed, after a package upgrade) never splits its W&B history in two runs:
+    - a run submitted by a launcher from before the id hashed the checkpoint dir (its record has no id) continues
+      the id its jobs logged to, run_id(project, experiment);
+    - a run first launched with an explicit WANDB_RUN_ID keeps it when relaunched without it;
+    - a launch directory moved (or mounted elsewhere) with its checkpoints keeps its id.
+    Runs never submitted still get a derived id of their own (two directories: two ids)."""
+    import shutil
+
+    from fgrpo_verl import tracking
+    from fgrpo_verl.launch import plan_jobs, submit_jobs
+
+    _fake_slurm(tmp_path, monkeypatch)
+    shared = [f"data.train_files={tmp_path}/shared/train.parquet", f"data.val_files={tmp_path}/shared/val.parquet"]
+
+    def plan(workdir, **kw):
+        workdir.mkdir(exist_ok=True)
+        return plan_jobs("controls", ["grpo-kl"], shared, workdir / "logs", workdir, **kw)[1][0]
+
+    def run_id(job):
+        found = re.findall(r"^export WANDB_RUN_ID=(\S+)$", job.text, re.M)
+        assert found == [job.wandb_run_id]
+        return found[0]
+
+    def submit(job):
+        submit_jobs([job], tmp_path / "scripts", tmp_path / "logs", out=lambda *_: None)
+
+    # submitted before ids were pinned: a record without one, and checkpoints
+    old = plan(tmp_path / "old")
+    identity.write_record(old.checkpoint_dir, old.fingerprint, old.job_name, old.overrides, job_id="11")
+    (old.checkpoint_dir / "global_step_5").mkdir()
+    legacy = tracking.run_id(str(old.config.trainer.project_name), old.job_name)
+    assert run_id(old) != legacy and run_id(plan(tmp_path / "old")) == legacy
+    submit(plan(tmp_path / "old"))
+    assert identity.read_record(old.checkpoint_dir)["wandb_run_id"] == legacy
+
+    # an explicit id at the first launch; the relaunch has none
+    mine = plan(tmp_path / "mine", wandb_run_id="my-run-1")
+    submit(mine)
+    assert run_id(plan(tmp_path / "mine")) == "my-run-1"
+    # a later explicit id replaces it, for good
+    submit(plan(tmp_path / "mine", wandb_run_id="my-run-2"))
+    assert run_id(plan(tmp_path / "mine")) == "my-run-2"
+
+    # a launch directory moved with its checkpoints
+    first = plan(tmp_path / "here")
+    submit(first)
+    shutil.move(tmp_path / "here", tmp_path / "there")
+    assert run_id(plan(tmp_path / "there")) == run_id(first)
+    # never submitted: its own derived id
+    assert run_id(plan(tmp_path / "new")) not in (run_id(first), legacy)
+
+
+def test_plain_sbatch_path_keeps_the_wandb_run_id_its_run_started_with(tmp_path, monkeypatch, capsys):
+    """`sbatch slurm/train.sbatch`: the first start pins its id in the run record; a start after the launch
+    directory moved (its data named by absolute paths, so the same config), or of a run started by a version whose
+    id did not hash the checkpoint dir, continues the run's W&B run instead of opening a second one."""
+    import shutil
+
+    from fgrpo_verl import tracking
+    from fgrpo_verl.launch import jobenv
+
+    data = [f"data.train_files={tmp_path}/shared/train.parquet", f"data.val_files={tmp_path}/shared/val.parquet"]
+
+    def exports():
+        assert jobenv.main(["algo=grpo", "trainer.project_name=p", *data]) == 0
+        return dict(re.findall(r"^export (\w+)=(\S+)$", capsys.readouterr().out, re.M))
+
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    (tmp_path / "a").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    env = exports()
+    ckpt = tmp_path / "a" / env["FGRPO_CHECKPOINT_DIR"]
+    assert identity.read_record(ckpt)["wandb_run_id"] == env["WANDB_RUN_ID"]
+    assert exports()["WANDB_RUN_ID"] == env["WANDB_RUN_ID"]  # a requeue
+
+    shutil.move(tmp_path / "a", tmp_path / "b")
+    monkeypatch.chdir(tmp_path / "b")
+    assert exports()["WANDB_RUN_ID"] == env["WANDB_RUN_ID"]
+
+    ckpt = tmp_path / "b" / env["FGRPO_CHECKPOINT_DIR"]
+    record = identity.read_record(ckpt)
+    del record["wandb_run_id"]
+    (ckpt / identity.RECORD).write_text(json.dumps(record))
+    assert exports()["WANDB_RUN_ID"] == tracking.run_id("p", env["FGRPO_EXPERIMENT"])
+
+
 def test_plain_sbatch_path_refuses_a_secret_in_a_dict_value_too(capsys):
     """slurm/train.sbatch evals jobenv's output; its overrides get the same secret check as the launcher's."""
     from fgrpo_verl.launch import jobenv

@@ -370,7 +370,7 @@ def test_identity_follows_every_override_fresh_and_explicit_wandb_id(tmp_path):
     lr = one("actor_rollout_ref.actor.optim.lr=3e-4")
     assert lr.job_name != base.job_name and _readable(lr.job_name) == _readable(base.job_name)
     assert lr.checkpoint_dir != base.checkpoint_dir
-    assert f"export WANDB_RUN_ID={tracking.run_id('fgrpo-paper', lr.job_name)}\n" in lr.text
+    assert f"export WANDB_RUN_ID={tracking.run_id('fgrpo-paper', lr.job_name, str(lr.checkpoint_dir))}\n" in lr.text
     # scheduling is not identity
     assert one("slurm.time=4:00:00").job_name == base.job_name
     fresh = one(fresh="20260101T000000")
