@@ -355,7 +355,8 @@ def test_a_submitted_run_keeps_its_wandb_run_id_on_every_relaunch(tmp_path, monk
       the id its jobs logged to, run_id(project, experiment);
     - a run first launched with an explicit WANDB_RUN_ID keeps it when relaunched without it;
     - a launch directory moved (or mounted elsewhere) with its checkpoints keeps its id.
-    Runs never submitted still get a derived id of their own (two directories: two ids)."""
+    Runs never submitted, and a copy of a run whose original is still in place, get a derived id of their own
+    (two directories: two W&B runs)."""
     import shutil
 
     from fgrpo_verl import tracking
@@ -398,6 +399,13 @@ def test_a_submitted_run_keeps_its_wandb_run_id_on_every_relaunch(tmp_path, monk
     submit(first)
     shutil.move(tmp_path / "here", tmp_path / "there")
     assert run_id(plan(tmp_path / "there")) == run_id(first)
+    submit(plan(tmp_path / "there"))
+    # a copy while the original is in place (another user resuming from it) is a run of its own, both ways round
+    shutil.copytree(tmp_path / "there", tmp_path / "copy")
+    copy = plan(tmp_path / "copy")
+    assert run_id(copy) not in (run_id(first), legacy, "my-run-2")
+    submit(copy)
+    assert run_id(plan(tmp_path / "copy")) == run_id(copy) and run_id(plan(tmp_path / "there")) == run_id(first)
     # never submitted: its own derived id
     assert run_id(plan(tmp_path / "new")) not in (run_id(first), legacy)
 

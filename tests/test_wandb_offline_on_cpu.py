@@ -129,3 +129,19 @@ def test_trim_keeps_the_complete_records_of_a_file_cut_mid_record_by_a_hard_kill
     path.write_bytes(bytes(data))
     with pytest.raises(ValueError, match="checksum mismatch"):
         wandb_offline.read_payloads(path)
+
+
+def test_trimming_a_folder_wandb_sync_already_uploaded_warns(tmp_path, capsys):
+    """`wandb sync` of a running job's folder uploads the steps a later hard kill abandons, and marks the file
+    synced (`<file>.synced`) so a later sync skips it: the trim cannot repair W&B's copy, so it says so."""
+    folder = tmp_path / "wandb" / f"offline-run-20260101_000000-{RUN_ID}"
+    folder.mkdir(parents=True)
+    path = folder / f"run-{RUN_ID}.wandb"
+    wandb_offline.write_payloads(path, [_history_payload(s) for s in range(1, 8)])
+    assert wandb_offline.main(["trim", str(tmp_path), RUN_ID, "6"]) == 0
+    assert "warning" not in capsys.readouterr().err
+    Path(f"{path}.synced").touch()
+    assert wandb_offline.main(["trim", str(tmp_path), RUN_ID, "5"]) == 0
+    err = capsys.readouterr().err
+    assert f"{folder} was uploaded by `wandb sync`" in err and "keeps the abandoned steps after 5" in err
+    assert [wandb_offline.history_step(p) for p in wandb_offline.read_payloads(path)] == [1, 2, 3, 4, 5]

@@ -100,7 +100,8 @@ def plan_jobs(
                 # verl prints its verdict on stdout, which --dry-run reserves for the scripts
                 with contextlib.redirect_stdout(sys.stderr):
                     validate(config)
-                record = check_record(Path(workdir) / str(config.trainer.default_local_dir), digest)
+                run_dir = Path(workdir) / str(config.trainer.default_local_dir)
+                record = check_record(run_dir, digest)
                 # `${oc.env:...}` (data and model dirs) frozen as the job sees them, with the recipe's `env:`
                 OmegaConf.resolve(config)
         except Exception as exc:  # composition and validation errors carry the key; add the run
@@ -114,7 +115,7 @@ def plan_jobs(
         names[digest] = run.name
         env = job_environment(config, workdir, recipe.name, [*config_run_tags(config), f"group:{run.group}"])
         # a submitted run keeps the W&B run it logs to (pinned in its record); an explicit id replaces it
-        pinned = recorded_run_id(record, str(config.trainer.project_name), experiment)
+        pinned = recorded_run_id(record, str(config.trainer.project_name), experiment, run_dir)
         if wandb_run_id is not None or pinned is not None:
             env["WANDB_RUN_ID"] = wandb_run_id if wandb_run_id is not None else pinned
         job = render_job(recipe, run, run_overrides, config, env, log_dir, workdir, experiment, digest)

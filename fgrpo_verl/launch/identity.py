@@ -175,21 +175,36 @@ def check_record(checkpoint_dir: Path, digest: str) -> dict | None:
     return record
 
 
-def recorded_run_id(record: dict | None, project: str, experiment: str) -> str | None:
-    """The W&B run id a run already logs to, from its run record; None for a run never submitted.
+def recorded_run_id(record: dict | None, project: str, experiment: str, checkpoint_dir: Path) -> str | None:
+    """The W&B run id the run in ``checkpoint_dir`` already logs to, from its run record; None for a run never
+    submitted, or for a copy of a run whose original is still in place (a copy is a run of its own).
 
     A run keeps its W&B run whatever changes around it: an explicit ``WANDB_RUN_ID`` given at its first launch, a
-    launch directory moved or reached by another path, a package upgrade that changes how ids are derived. So
-    the id is pinned in the record (``wandb_run_id``) when the run is first submitted. A record without one was
-    written by a launcher from before ids were pinned, whose jobs logged to ``run_id(project, experiment)``
-    (the id then did not hash the checkpoint dir): that is the run they continue."""
+    launch directory moved, a package upgrade that changes how ids are derived. So the id is pinned in the record
+    (``wandb_run_id``, with the directory it was pinned in, ``wandb_run_dir``) when the run is first submitted.
+    A record without one was written by a launcher from before ids were pinned, whose jobs logged to
+    ``run_id(project, experiment)`` (the id then did not hash the checkpoint dir): the run they continue."""
     from fgrpo_verl.tracking import run_id
 
     if not record:
         return None
-    if record.get("wandb_run_id"):
-        return str(record["wandb_run_id"])
-    return run_id(project, experiment) if record.get("jobs") else None
+    pinned = record.get("wandb_run_id")
+    if not pinned:
+        return run_id(project, experiment) if record.get("jobs") else None
+    home = record.get("wandb_run_dir")
+    if home and _is_other_copy(Path(home), Path(checkpoint_dir), str(pinned)):
+        return None
+    return str(pinned)
+
+
+def _is_other_copy(home: Path, here: Path, pinned: str) -> bool:
+    """Whether ``here`` is a copy of the run still recorded at ``home`` (a move leaves nothing at ``home``)."""
+    try:
+        if not home.exists() or (here.exists() and os.path.samefile(home, here)):
+            return False
+        return (read_record(home) or {}).get("wandb_run_id") == pinned
+    except (OSError, ValueError):
+        return False
 
 
 def write_record(
@@ -212,6 +227,7 @@ def write_record(
         record["jobs"] = [*record.get("jobs", []), str(job_id)]
     if wandb_run_id is not None:
         record["wandb_run_id"] = str(wandb_run_id)
+        record["wandb_run_dir"] = os.path.abspath(checkpoint_dir)
     checkpoint_dir.mkdir(parents=True, exist_ok=True)
     tmp = checkpoint_dir / f".{RECORD}.{os.getpid()}"
     tmp.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")

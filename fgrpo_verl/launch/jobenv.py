@@ -91,7 +91,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     experiment = str(config.trainer.experiment_name)
     try:
         # a run started before keeps its W&B run (pinned in its record at its first start)
-        pinned = recorded_run_id(check_record(checkpoint_dir, digest), str(config.trainer.project_name), experiment)
+        pinned = recorded_run_id(
+            check_record(checkpoint_dir, digest), str(config.trainer.project_name), experiment, checkpoint_dir
+        )
         if pinned is not None:
             env["WANDB_RUN_ID"] = pinned
         if os.environ.get("SLURM_JOB_ID"):

@@ -137,6 +137,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for path, dropped in trim(Path(args[1]), args[2], int(args[3])):
         print(f"[fgrpo] {path}: dropped {dropped} history record(s) after step {args[3]} (abandoned by a hard kill)")
+        # `wandb sync` marks what it uploaded and skips it later: the server keeps the abandoned steps, and
+        # the steps this start logs again are dropped there as non-monotonic
+        if Path(f"{path}.synced").exists():
+            print(
+                f"[fgrpo] warning: {path.parent} was uploaded by `wandb sync` before this trim: W&B's copy of run "
+                f"{args[2]} keeps the abandoned steps after {args[3]}. Sync a run's folders once it has finished; "
+                "to repair this one, delete the run in W&B and sync all its folders again with --include-synced",
+                file=sys.stderr,
+            )
     return 0
 
 
