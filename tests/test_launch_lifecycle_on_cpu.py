@@ -413,7 +413,8 @@ def test_a_submitted_run_keeps_its_wandb_run_id_on_every_relaunch(tmp_path, monk
 def test_plain_sbatch_path_keeps_the_wandb_run_id_its_run_started_with(tmp_path, monkeypatch, capsys):
     """`sbatch slurm/train.sbatch`: the first start pins its id in the run record; a start after the launch
     directory moved (its data named by absolute paths, so the same config), or of a run started by a version whose
-    id did not hash the checkpoint dir, continues the run's W&B run instead of opening a second one."""
+    id did not hash the checkpoint dir, continues the run's W&B run instead of opening a second one; an explicit
+    WANDB_RUN_ID in the submitting environment is the run's id."""
     import shutil
 
     from fgrpo_verl import tracking
@@ -442,6 +443,12 @@ def test_plain_sbatch_path_keeps_the_wandb_run_id_its_run_started_with(tmp_path,
     del record["wandb_run_id"]
     (ckpt / identity.RECORD).write_text(json.dumps(record))
     assert exports()["WANDB_RUN_ID"] == tracking.run_id("p", env["FGRPO_EXPERIMENT"])
+    # `WANDB_RUN_ID=mine sbatch slurm/train.sbatch ...`: the job exports it (it used to replace it silently), and
+    # pins it for later starts without it
+    monkeypatch.setenv("WANDB_RUN_ID", "mine")
+    assert exports()["WANDB_RUN_ID"] == "mine"
+    monkeypatch.delenv("WANDB_RUN_ID")
+    assert exports()["WANDB_RUN_ID"] == "mine"
 
 
 def test_plain_sbatch_path_refuses_a_secret_in_a_dict_value_too(capsys):

@@ -90,8 +90,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     env = job_environment(config, Path.cwd(), args.wandb_group, config_run_tags(config))
     experiment = str(config.trainer.experiment_name)
     try:
-        # a run started before keeps its W&B run (pinned in its record at its first start)
-        pinned = recorded_run_id(
+        # your own WANDB_RUN_ID (sbatch passes your environment) wins, as with `fgrpo-verl launch`; else a run
+        # started before keeps its W&B run (pinned in its record at its first start)
+        pinned = os.environ.get("WANDB_RUN_ID") or recorded_run_id(
             check_record(checkpoint_dir, digest), str(config.trainer.project_name), experiment, checkpoint_dir
         )
         if pinned is not None:
