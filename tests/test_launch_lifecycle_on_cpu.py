@@ -386,6 +386,8 @@ def test_a_submitted_run_keeps_its_wandb_run_id_on_every_relaunch(tmp_path, monk
     submit(plan(tmp_path / "old"))
     assert identity.read_record(old.checkpoint_dir)["wandb_run_id"] == legacy
 
+    with pytest.raises(ValueError, match="WANDB_RUN_ID='my/run' is invalid"):
+        plan(tmp_path / "mine", wandb_run_id="my/run")
     # an explicit id at the first launch; the relaunch has none
     mine = plan(tmp_path / "mine", wandb_run_id="my-run-1")
     submit(mine)
@@ -445,6 +447,9 @@ def test_plain_sbatch_path_keeps_the_wandb_run_id_its_run_started_with(tmp_path,
     assert exports()["WANDB_RUN_ID"] == tracking.run_id("p", env["FGRPO_EXPERIMENT"])
     # `WANDB_RUN_ID=mine sbatch slurm/train.sbatch ...`: the job exports it (it used to replace it silently), and
     # pins it for later starts without it
+    monkeypatch.setenv("WANDB_RUN_ID", "mine/2")  # wandb.init would refuse it in the job
+    assert jobenv.main(["algo=grpo", "trainer.project_name=p", *data]) == 1
+    assert "WANDB_RUN_ID='mine/2' is invalid" in capsys.readouterr().err
     monkeypatch.setenv("WANDB_RUN_ID", "mine")
     assert exports()["WANDB_RUN_ID"] == "mine"
     monkeypatch.delenv("WANDB_RUN_ID")

@@ -54,9 +54,11 @@ def plan_jobs(
     )
     from fgrpo_verl.launch.jobenv import job_environment
     from fgrpo_verl.launch.steps import step_plan, train_rows
-    from fgrpo_verl.tracking import config_run_name, config_run_tags
+    from fgrpo_verl.tracking import check_run_id, config_run_name, config_run_tags
 
     check_user_overrides(overrides)
+    if wandb_run_id is not None:
+        check_run_id(wandb_run_id)
     recipe = load_recipe(recipe_arg)
     runs = recipe.select(only)
     if wandb_run_id is not None and len(runs) != 1:

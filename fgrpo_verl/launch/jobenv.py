@@ -29,7 +29,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from fgrpo_verl.tracking import config_run_name, config_run_tags, wandb_env
+from fgrpo_verl.tracking import check_run_id, config_run_name, config_run_tags, wandb_env
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -92,7 +92,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         # your own WANDB_RUN_ID (sbatch passes your environment) wins, as with `fgrpo-verl launch`; else a run
         # started before keeps its W&B run (pinned in its record at its first start)
-        pinned = os.environ.get("WANDB_RUN_ID") or recorded_run_id(
+        explicit = os.environ.get("WANDB_RUN_ID")
+        pinned = (explicit and check_run_id(explicit)) or recorded_run_id(
             check_record(checkpoint_dir, digest), str(config.trainer.project_name), experiment, checkpoint_dir
         )
         if pinned is not None:

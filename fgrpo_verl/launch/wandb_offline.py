@@ -21,6 +21,7 @@ reader or writer for it).
 
 from __future__ import annotations
 
+import glob
 import os
 import struct
 import sys
@@ -118,7 +119,8 @@ def trim(wandb_root: Path, run_id: str, keep_through: int) -> list[tuple[Path, i
     """Drop history of steps > ``keep_through`` from every offline folder of ``run_id`` under ``wandb_root``
     (``$WANDB_DIR``, whose ``wandb/`` holds the folders). Returns (file, records dropped) per changed file."""
     changed = []
-    for folder in sorted((Path(wandb_root) / "wandb").glob(f"offline-run-*-{run_id}")):
+    # an explicit id may hold glob characters (`[`, `*`): they name themselves, not other runs' folders
+    for folder in sorted((Path(wandb_root) / "wandb").glob(f"offline-run-*-{glob.escape(run_id)}")):
         path = folder / f"run-{run_id}.wandb"
         if not path.is_file():
             continue
