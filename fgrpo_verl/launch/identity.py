@@ -17,9 +17,9 @@ A submitted ``--fresh`` rerun leaves its salt in ``<unsalted checkpoint dir>/fgr
 (resubmission, ``--status``) of that config mean the fresh run, not the abandoned one; delete the file to go back.
 
 The first launch writes a run record, ``<checkpoint dir>/fgrpo_run.json`` (fingerprint, overrides, submitted
-job ids, the W&B run id its jobs log to). A later launch or job start that finds a record with another fingerprint in the directory refuses:
-the directory belongs to a different experiment (a hash prefix collision, a hand-set experiment name, a copied
-directory).
+job ids, the W&B run id its jobs log to). A later launch or job start that finds a record with another
+fingerprint in the directory refuses: the directory belongs to a different experiment (a hash prefix collision,
+a hand-set experiment name, a copied directory).
 
 Left out of the fingerprint (:data:`UNHASHED`): what the launcher itself sets (the name, the directory it
 implies, the resume mode) and the ``slurm`` block (time limit and signal lead: how a run is scheduled, not what
