@@ -287,18 +287,25 @@ def test_wandb_continue_rewinds_online_runs_to_the_resumed_checkpoint_when_asked
 # ---------------------------------------------------------------- --fresh, then a plain relaunch
 
 
+def _fake_slurm(tmp_path, monkeypatch, **more):
+    """`squeue` (nothing queued), `sbatch` (job 4242) and ``more`` commands (name=shell body) first on PATH."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, body in {"squeue": "exit 0", "sbatch": "echo 4242", **more}.items():
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+
+
+
+
 def test_a_plain_relaunch_after_a_submitted_fresh_run_resumes_the_fresh_run(tmp_path, monkeypatch):
     """`launch R --fresh` starts a new run of the same config; the next plain `launch R` (resubmitting what failed,
     `--status`) must mean that new run, not the abandoned one: otherwise it would resume and train the old run
     again next to the fresh one. A dry run with --fresh changes nothing."""
     from fgrpo_verl.launch import plan_jobs, submit_jobs
 
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    for name, body in (("squeue", "exit 0"), ("sbatch", "echo 4242")):
-        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
-        (bin_dir / name).chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    _fake_slurm(tmp_path, monkeypatch)
 
     def plan(**kw):
         return plan_jobs("controls", ["grpo-kl"], [], tmp_path / "logs", tmp_path, **kw)[1][0]
@@ -337,15 +344,6 @@ def test_one_config_launched_from_two_directories_is_two_wandb_runs(tmp_path):
 
     assert run_id(alice) != run_id(bob)
     assert run_id(plan(tmp_path / "alice")) == run_id(alice)
-
-
-def _fake_slurm(tmp_path, monkeypatch):
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    for name, body in (("squeue", "exit 0"), ("sbatch", "echo 4242")):
-        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
-        (bin_dir / name).chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
 
 
 def test_a_submitted_run_keeps_its_wandb_run_id_on_every_relaunch(tmp_path, monkeypatch):
@@ -538,12 +536,7 @@ def test_status_without_the_data_here_still_knows_a_finished_run_is_done(tmp_pat
     submit, which requires it, records the run's total steps, so a finished run is reported done, not failed."""
     from fgrpo_verl.launch import plan_jobs, run_states, submit_jobs
 
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    for name, body in (("squeue", "exit 0"), ("sbatch", "echo 4242"), ("sacct", "echo COMPLETED")):
-        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
-        (bin_dir / name).chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    _fake_slurm(tmp_path, monkeypatch, sacct="echo COMPLETED")
     import pyarrow as pa
     import pyarrow.parquet as pq
 
