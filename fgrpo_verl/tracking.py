@@ -94,6 +94,26 @@ def run_id(project: str, experiment: str, checkpoint_dir: str | None = None) -> 
     return hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
+# what wandb.init refuses in a run id (wandb's settings validator), and whitespace at either end
+_ID_RESERVED = ":;,#?/'"
+
+
+def check_run_id(value, where: str = "WANDB_RUN_ID") -> str:
+    """An explicit W&B run id, refused here (naming ``where``) when ``wandb.init`` would refuse it in the job,
+    after a queue wait and a cluster start, and again on every requeue."""
+    if (
+        not isinstance(value, str)
+        or not value.strip()
+        or value != value.strip()
+        or any(c in _ID_RESERVED or ord(c) < 32 or ord(c) == 127 for c in value)
+    ):
+        raise ValueError(
+            f"{where}={value!r} is invalid: W&B run ids are non-empty, without whitespace at either end, control "
+            f"characters or any of {_ID_RESERVED}"
+        )
+    return value
+
+
 def wandb_env(project: str, experiment: str, group: str | None = None, tags=(), mode: str | None = None,
               checkpoint_dir: str | None = None) -> dict[str, str]:
     """The ``WANDB_*`` variables for one run (see the module docstring). Never includes credentials."""

@@ -131,6 +131,15 @@ up() {
 
 down() {
     local f pid
+    # Jobs first: stopping slurmd does not stop its jobs' slurmstepd and their processes (a Ray head left on
+    # the job's ports makes the next cluster's first job fail). Cancel them and wait for them to end.
+    if alive "$DIR/slurmctld.pid"; then
+        SLURM_CONF=$CONF scancel --full --user="$(id -un)" 2>/dev/null || true
+        for _ in $(seq 90); do
+            [[ -z $(SLURM_CONF=$CONF squeue -h -o %i 2>/dev/null) ]] && break
+            sleep 1
+        done
+    fi
     # Reverse start order: nodes, controller, then munged.
     for f in $DIR/slurmd-n2.pid $DIR/slurmd-n1.pid $DIR/slurmctld.pid $DIR/munged.pid; do
         alive "$f" || continue

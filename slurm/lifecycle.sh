@@ -38,7 +38,12 @@ fgrpo_wandb_continue() {
     local k
     k=$(fgrpo_checkpointed_step)
     if [[ ${WANDB_MODE:-} == offline ]]; then
-        "${FGRPO_PYTHON:-python3}" -m fgrpo_verl.launch.wandb_offline trim "${WANDB_DIR:-$PWD}" "$WANDB_RUN_ID" "$k"
+        # a W&B file it cannot read or rewrite (damaged mid-file, read-only) must not stop training on every
+        # start: the run goes on, and the log says what to check before `wandb sync`
+        "${FGRPO_PYTHON:-python3}" -m fgrpo_verl.launch.wandb_offline trim "${WANDB_DIR:-$PWD}" "$WANDB_RUN_ID" "$k" ||
+            fgrpo_lc_log "W&B: the offline trim failed (above); training continues, but run $WANDB_RUN_ID's" \
+                "earlier offline folders may keep steps after checkpoint $k that this start logs again:" \
+                "fix or remove them before wandb sync (docs/slurm.md, W&B continuity)"
     elif [[ ${FGRPO_WANDB_REWIND:-0} == 1 ]] && ((k > 0)); then
         export WANDB_RESUME_FROM="$WANDB_RUN_ID?_step=$k"
         unset WANDB_RESUME

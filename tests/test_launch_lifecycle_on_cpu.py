@@ -288,7 +288,55 @@ def test_wandb_continue_rewinds_online_runs_to_the_resumed_checkpoint_when_asked
     assert (settings.resume_from.run, settings.resume_from.value, settings.resume_from.metric) == ("abc123", 5, "_step")
 
 
+def test_wandb_continue_trims_offline_runs_sets_the_flush_interval_and_never_stops_training(tmp_path):
+    """Offline: the start trims the run's folders past its checkpoint and exports W&B's 1-s flush interval (a
+    value of the user's wins). A damaged W&B file makes the trim fail: that is logged, and the job goes on
+    (under `set -e` a failing trim would stop every start of the run before training)."""
+    import sys
+
+    repo = Path(__file__).resolve().parent.parent
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "latest_checkpointed_iteration.txt").write_text("5")
+    script = (f'set -euo pipefail; source {repo}/slurm/lifecycle.sh; fgrpo_wandb_continue; '
+              'echo "continued flush=$WANDB_X_TRANSACTION_LOG_FLUSH_INTERVAL"')
+    base = dict(os.environ, FGRPO_CHECKPOINT_DIR=str(ckpt), WANDB_RUN_ID="abc123", WANDB_MODE="offline",
+                WANDB_DIR=str(tmp_path), FGRPO_PYTHON=sys.executable)
+    base.pop("WANDB_X_TRANSACTION_LOG_FLUSH_INTERVAL", None)
+    folder = tmp_path / "wandb" / "offline-run-20260101_000000-abc123"
+    folder.mkdir(parents=True)
+    from fgrpo_verl.launch import wandb_offline
+    from test_wandb_offline_on_cpu import _history_payload
+
+    path = folder / "run-abc123.wandb"
+    wandb_offline.write_payloads(path, [_history_payload(s) for s in range(1, 8)])
+    out = subprocess.run(["bash", "-c", script], env=base, capture_output=True, text=True)
+    assert "continued flush=1" in out.stdout, out.stderr
+    assert [wandb_offline.history_step(p) for p in wandb_offline.read_payloads(path)] == [1, 2, 3, 4, 5]
+    out = subprocess.run(["bash", "-c", script], env=dict(base, WANDB_X_TRANSACTION_LOG_FLUSH_INTERVAL="5"),
+                         capture_output=True, text=True)
+    assert "continued flush=5" in out.stdout, out.stderr
+    data = bytearray(path.read_bytes())
+    data[20] ^= 0xFF  # damaged mid-file: not a cut a hard kill leaves
+    path.write_bytes(bytes(data))
+    out = subprocess.run(["bash", "-c", script], env=base, capture_output=True, text=True)
+    assert "continued flush=1" in out.stdout, out.stderr
+    assert "checksum mismatch" in out.stderr and "the offline trim failed" in out.stdout
+
+
 # ---------------------------------------------------------------- --fresh, then a plain relaunch
+
+
+def _fake_slurm(tmp_path, monkeypatch, **more):
+    """`squeue` (nothing queued), `sbatch` (job 4242) and ``more`` commands (name=shell body) first on PATH."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, body in {"squeue": "exit 0", "sbatch": "echo 4242", **more}.items():
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+
+
 
 
 def test_a_plain_relaunch_after_a_submitted_fresh_run_resumes_the_fresh_run(tmp_path, monkeypatch):
@@ -297,12 +345,7 @@ def test_a_plain_relaunch_after_a_submitted_fresh_run_resumes_the_fresh_run(tmp_
     again next to the fresh one. A dry run with --fresh changes nothing."""
     from fgrpo_verl.launch import plan_jobs, submit_jobs
 
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    for name, body in (("squeue", "exit 0"), ("sbatch", "echo 4242")):
-        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
-        (bin_dir / name).chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    _fake_slurm(tmp_path, monkeypatch)
 
     def plan(**kw):
         return plan_jobs("controls", ["grpo-kl"], [], tmp_path / "logs", tmp_path, **kw)[1][0]
@@ -341,6 +384,114 @@ def test_one_config_launched_from_two_directories_is_two_wandb_runs(tmp_path):
 
     assert run_id(alice) != run_id(bob)
     assert run_id(plan(tmp_path / "alice")) == run_id(alice)
+
+
+def test_a_submitted_run_keeps_its_wandb_run_id_on_every_relaunch(tmp_path, monkeypatch):
+    """The id is pinned in the run record at the first submission, so a relaunch of a run (resubmitting what
+    failed, after a package upgrade) never splits its W&B history in two runs:
+    - a run submitted by a launcher from before the id hashed the checkpoint dir (its record has no id) continues
+      the id its jobs logged to, run_id(project, experiment);
+    - a run first launched with an explicit WANDB_RUN_ID keeps it when relaunched without it;
+    - a launch directory moved (or mounted elsewhere) with its checkpoints keeps its id.
+    Runs never submitted, and a copy of a run whose original is still in place, get a derived id of their own
+    (two directories: two W&B runs)."""
+    import shutil
+
+    from fgrpo_verl import tracking
+    from fgrpo_verl.launch import plan_jobs, submit_jobs
+
+    _fake_slurm(tmp_path, monkeypatch)
+    shared = [f"data.train_files={tmp_path}/shared/train.parquet", f"data.val_files={tmp_path}/shared/val.parquet"]
+
+    def plan(workdir, **kw):
+        workdir.mkdir(exist_ok=True)
+        return plan_jobs("controls", ["grpo-kl"], shared, workdir / "logs", workdir, **kw)[1][0]
+
+    def run_id(job):
+        found = re.findall(r"^export WANDB_RUN_ID=(\S+)$", job.text, re.M)
+        assert found == [job.wandb_run_id]
+        return found[0]
+
+    def submit(job):
+        submit_jobs([job], tmp_path / "scripts", tmp_path / "logs", out=lambda *_: None)
+
+    # submitted before ids were pinned: a record without one, and checkpoints
+    old = plan(tmp_path / "old")
+    identity.write_record(old.checkpoint_dir, old.fingerprint, old.job_name, old.overrides, job_id="11")
+    (old.checkpoint_dir / "global_step_5").mkdir()
+    legacy = tracking.run_id(str(old.config.trainer.project_name), old.job_name)
+    assert run_id(old) != legacy and run_id(plan(tmp_path / "old")) == legacy
+    submit(plan(tmp_path / "old"))
+    assert identity.read_record(old.checkpoint_dir)["wandb_run_id"] == legacy
+
+    with pytest.raises(ValueError, match="WANDB_RUN_ID='my/run' is invalid"):
+        plan(tmp_path / "mine", wandb_run_id="my/run")
+    # an explicit id at the first launch; the relaunch has none
+    mine = plan(tmp_path / "mine", wandb_run_id="my-run-1")
+    submit(mine)
+    assert run_id(plan(tmp_path / "mine")) == "my-run-1"
+    # a later explicit id replaces it, for good
+    submit(plan(tmp_path / "mine", wandb_run_id="my-run-2"))
+    assert run_id(plan(tmp_path / "mine")) == "my-run-2"
+
+    # a launch directory moved with its checkpoints
+    first = plan(tmp_path / "here")
+    submit(first)
+    shutil.move(tmp_path / "here", tmp_path / "there")
+    assert run_id(plan(tmp_path / "there")) == run_id(first)
+    submit(plan(tmp_path / "there"))
+    # a copy while the original is in place (another user resuming from it) is a run of its own, both ways round
+    shutil.copytree(tmp_path / "there", tmp_path / "copy")
+    copy = plan(tmp_path / "copy")
+    assert run_id(copy) not in (run_id(first), legacy, "my-run-2")
+    submit(copy)
+    assert run_id(plan(tmp_path / "copy")) == run_id(copy) and run_id(plan(tmp_path / "there")) == run_id(first)
+    # never submitted: its own derived id
+    assert run_id(plan(tmp_path / "new")) not in (run_id(first), legacy)
+
+
+def test_plain_sbatch_path_keeps_the_wandb_run_id_its_run_started_with(tmp_path, monkeypatch, capsys):
+    """`sbatch slurm/train.sbatch`: the first start pins its id in the run record; a start after the launch
+    directory moved (its data named by absolute paths, so the same config), or of a run started by a version whose
+    id did not hash the checkpoint dir, continues the run's W&B run instead of opening a second one; an explicit
+    WANDB_RUN_ID in the submitting environment is the run's id."""
+    import shutil
+
+    from fgrpo_verl import tracking
+    from fgrpo_verl.launch import jobenv
+
+    data = [f"data.train_files={tmp_path}/shared/train.parquet", f"data.val_files={tmp_path}/shared/val.parquet"]
+
+    def exports():
+        assert jobenv.main(["algo=grpo", "trainer.project_name=p", *data]) == 0
+        return dict(re.findall(r"^export (\w+)=(\S+)$", capsys.readouterr().out, re.M))
+
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    (tmp_path / "a").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    env = exports()
+    ckpt = tmp_path / "a" / env["FGRPO_CHECKPOINT_DIR"]
+    assert identity.read_record(ckpt)["wandb_run_id"] == env["WANDB_RUN_ID"]
+    assert exports()["WANDB_RUN_ID"] == env["WANDB_RUN_ID"]  # a requeue
+
+    shutil.move(tmp_path / "a", tmp_path / "b")
+    monkeypatch.chdir(tmp_path / "b")
+    assert exports()["WANDB_RUN_ID"] == env["WANDB_RUN_ID"]
+
+    ckpt = tmp_path / "b" / env["FGRPO_CHECKPOINT_DIR"]
+    record = identity.read_record(ckpt)
+    del record["wandb_run_id"]
+    (ckpt / identity.RECORD).write_text(json.dumps(record))
+    assert exports()["WANDB_RUN_ID"] == tracking.run_id("p", env["FGRPO_EXPERIMENT"])
+    # `WANDB_RUN_ID=mine sbatch slurm/train.sbatch ...`: the job exports it (it used to replace it silently), and
+    # pins it for later starts without it
+    monkeypatch.setenv("WANDB_RUN_ID", "mine/2")  # wandb.init would refuse it in the job
+    assert jobenv.main(["algo=grpo", "trainer.project_name=p", *data]) == 1
+    assert "WANDB_RUN_ID='mine/2' is invalid" in capsys.readouterr().err
+    monkeypatch.setenv("WANDB_RUN_ID", "mine")
+    assert exports()["WANDB_RUN_ID"] == "mine"
+    monkeypatch.delenv("WANDB_RUN_ID")
+    assert exports()["WANDB_RUN_ID"] == "mine"
 
 
 def test_plain_sbatch_path_refuses_a_secret_in_a_dict_value_too(capsys):
@@ -425,12 +576,7 @@ def test_status_without_the_data_here_still_knows_a_finished_run_is_done(tmp_pat
     submit, which requires it, records the run's total steps, so a finished run is reported done, not failed."""
     from fgrpo_verl.launch import plan_jobs, run_states, submit_jobs
 
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    for name, body in (("squeue", "exit 0"), ("sbatch", "echo 4242"), ("sacct", "echo COMPLETED")):
-        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
-        (bin_dir / name).chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    _fake_slurm(tmp_path, monkeypatch, sacct="echo COMPLETED")
     import pyarrow as pa
     import pyarrow.parquet as pq
 

@@ -177,3 +177,21 @@ def test_commit_wandb_row_only_acts_on_a_live_wandb_run():
     assert calls == []
     assert tracking.commit_wandb_row(types.SimpleNamespace(logger={"wandb": live}), 3)
     assert calls == [(({},), {"step": 3, "commit": True})]
+
+
+@pytest.mark.parametrize("bad", ["my/run", "a:b", "a;b", "a,b", "a#b", "a?b", "it's", " lead", "trail ", "", "   ",
+                                 "tab\there", "nul\x00"])
+def test_an_explicit_run_id_wandb_would_refuse_is_refused_at_launch(bad):
+    """wandb.init refuses these ids (its settings validator) inside the job, after the queue wait and the Ray
+    cluster start, and again on every requeue; the launcher and the plain sbatch path refuse them up front."""
+    with pytest.raises(ValueError, match=r"WANDB_RUN_ID=.* is invalid: W&B run ids"):
+        tracking.check_run_id(bad)
+
+
+def test_explicit_run_ids_wandb_accepts_pass():
+    for good in ("my-run-1", "abc_DEF.9", "x[1]*", "ünï"):
+        assert tracking.check_run_id(good) == good
+        # the same verdict as W&B's own validator
+        from wandb.sdk.wandb_settings import Settings
+
+        assert Settings(run_id=good).run_id == good

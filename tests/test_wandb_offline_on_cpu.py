@@ -185,3 +185,32 @@ def test_the_trainer_closes_each_steps_wandb_row_so_a_hard_kill_keeps_it(tmp_pat
     # no row without the metrics (an empty row would be a step of its own in W&B's charts)
     (path,) = (tmp_path / "wandb").glob(f"offline-run-*-{RUN_ID}/run-{RUN_ID}.wandb")
     assert all("score" in row for row in read_history(path))
+
+
+def test_trimming_a_folder_wandb_sync_already_uploaded_warns(tmp_path, capsys):
+    """`wandb sync` of a running job's folder uploads the steps a later hard kill abandons, and marks the file
+    synced (`<file>.synced`) so a later sync skips it: the trim cannot repair W&B's copy, so it says so."""
+    folder = tmp_path / "wandb" / f"offline-run-20260101_000000-{RUN_ID}"
+    folder.mkdir(parents=True)
+    path = folder / f"run-{RUN_ID}.wandb"
+    wandb_offline.write_payloads(path, [_history_payload(s) for s in range(1, 8)])
+    assert wandb_offline.main(["trim", str(tmp_path), RUN_ID, "6"]) == 0
+    assert "warning" not in capsys.readouterr().err
+    Path(f"{path}.synced").touch()
+    assert wandb_offline.main(["trim", str(tmp_path), RUN_ID, "5"]) == 0
+    err = capsys.readouterr().err
+    assert f"{folder} was uploaded by `wandb sync`" in err and "keeps the abandoned steps after 5" in err
+    assert [wandb_offline.history_step(p) for p in wandb_offline.read_payloads(path)] == [1, 2, 3, 4, 5]
+
+
+def test_trim_of_an_id_with_glob_characters_touches_only_its_own_folders(tmp_path):
+    """An explicit WANDB_RUN_ID may contain `[` and `*` (W&B allows them): as a glob pattern `x[1]` would match
+    run `x1`'s folder and trim another run's history."""
+    for run in ("x1", "x[1]"):
+        folder = tmp_path / "wandb" / f"offline-run-20260101_000000-{run}"
+        folder.mkdir(parents=True)
+        wandb_offline.write_payloads(folder / f"run-{run}.wandb", [_history_payload(s) for s in range(1, 5)])
+    changed = wandb_offline.trim(tmp_path, "x[1]", 2)
+    assert [path.name for path, _ in changed] == ["run-x[1].wandb"]
+    other = tmp_path / "wandb" / "offline-run-20260101_000000-x1" / "run-x1.wandb"
+    assert [wandb_offline.history_step(p) for p in wandb_offline.read_payloads(other)] == [1, 2, 3, 4]

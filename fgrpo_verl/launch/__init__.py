@@ -37,7 +37,8 @@ def plan_jobs(
     ``{algo}-g{γ}-n{N}-{model}-s{seed}[-<variant>]`` plus ``-<hash of the resolved config>``; the checkpoint dir,
     the W&B run id and the Slurm job name follow from it. ``fresh`` salts the hash (a new run of the same
     config; once submitted, later plain launches of the config mean that run); ``wandb_run_id`` (the user's
-    explicit ``WANDB_RUN_ID``) replaces the derived id, for one run only.
+    explicit ``WANDB_RUN_ID``) replaces the derived id, for one run only; a run submitted before keeps the id
+    pinned in its run record (identity.recorded_run_id), so a relaunch continues its W&B run.
     ``require_data``: refuse runs whose training data is missing here (a submit), instead of not checking the
     step count (a dry run)."""
     from omegaconf import OmegaConf
@@ -49,12 +50,15 @@ def plan_jobs(
         experiment_name,
         fingerprint,
         read_fresh,
+        recorded_run_id,
     )
     from fgrpo_verl.launch.jobenv import job_environment
     from fgrpo_verl.launch.steps import step_plan, train_rows
-    from fgrpo_verl.tracking import config_run_name, config_run_tags
+    from fgrpo_verl.tracking import check_run_id, config_run_name, config_run_tags
 
     check_user_overrides(overrides)
+    if wandb_run_id is not None:
+        check_run_id(wandb_run_id)
     recipe = load_recipe(recipe_arg)
     runs = recipe.select(only)
     if wandb_run_id is not None and len(runs) != 1:
@@ -98,7 +102,8 @@ def plan_jobs(
                 # verl prints its verdict on stdout, which --dry-run reserves for the scripts
                 with contextlib.redirect_stdout(sys.stderr):
                     validate(config)
-                check_record(Path(workdir) / str(config.trainer.default_local_dir), digest)
+                run_dir = Path(workdir) / str(config.trainer.default_local_dir)
+                record = check_record(run_dir, digest)
                 # `${oc.env:...}` (data and model dirs) frozen as the job sees them, with the recipe's `env:`
                 OmegaConf.resolve(config)
         except Exception as exc:  # composition and validation errors carry the key; add the run
@@ -111,14 +116,17 @@ def plan_jobs(
             )
         names[digest] = run.name
         env = job_environment(config, workdir, recipe.name, [*config_run_tags(config), f"group:{run.group}"])
-        if wandb_run_id is not None:
-            env["WANDB_RUN_ID"] = wandb_run_id
+        # a submitted run keeps the W&B run it logs to (pinned in its record); an explicit id replaces it
+        pinned = recorded_run_id(record, str(config.trainer.project_name), experiment, run_dir)
+        if wandb_run_id is not None or pinned is not None:
+            env["WANDB_RUN_ID"] = wandb_run_id if wandb_run_id is not None else pinned
         job = render_job(recipe, run, run_overrides, config, env, log_dir, workdir, experiment, digest)
         jobs.append(
             dataclasses.replace(
                 job,
                 total_steps=None if plan is None else plan.total_steps,
                 fresh=None if fresh is None else (base_dir, fresh),
+                wandb_run_id=env["WANDB_RUN_ID"],
             )
         )
     return recipe, jobs
@@ -173,7 +181,8 @@ def submit_jobs(
         if status.state in ("queued", "running") and not force:
             out(f"skipped {job.run.name}: {status.line(job.job_name)}; --force submits another (held by singleton)")
             continue
-        write_record(job.checkpoint_dir, job.fingerprint, job.job_name, job.overrides, total_steps=job.total_steps)
+        write_record(job.checkpoint_dir, job.fingerprint, job.job_name, job.overrides, total_steps=job.total_steps,
+                     wandb_run_id=job.wandb_run_id)
         path = script_dir / f"{job.job_name}.sbatch"
         path.write_text(job.text, encoding="utf-8")
         done = subprocess.run(["sbatch", "--parsable", str(path)], capture_output=True, text=True)

@@ -5,7 +5,8 @@
     experiment    = ``{algo}-g{γ}-n{N}-{model}-s{seed}[-<variant>]-<fingerprint[:8]>``
     checkpoints   = ``trainer.default_local_dir`` = ``checkpoints/<project>/<experiment>``
     W&B run id    = fgrpo_verl.tracking.run_id(project, experiment, absolute checkpoint dir), or an explicit
-                    ``WANDB_RUN_ID``: two users or two launch directories never share a W&B run
+                    ``WANDB_RUN_ID``: two users or two launch directories never share a W&B run. Pinned in the
+                    run record at first submission (:func:`recorded_run_id`): later launches keep it
     Slurm job     = ``<experiment>`` (with ``--dependency=singleton``: one job per run per user at a time)
 
 So a different override (a learning rate, a data file) gives a different name, directory, W&B run and job, and a
@@ -16,9 +17,9 @@ A submitted ``--fresh`` rerun leaves its salt in ``<unsalted checkpoint dir>/fgr
 (resubmission, ``--status``) of that config mean the fresh run, not the abandoned one; delete the file to go back.
 
 The first launch writes a run record, ``<checkpoint dir>/fgrpo_run.json`` (fingerprint, overrides, submitted
-job ids). A later launch or job start that finds a record with another fingerprint in the directory refuses:
-the directory belongs to a different experiment (a hash prefix collision, a hand-set experiment name, a copied
-directory).
+job ids, the W&B run id its jobs log to). A later launch or job start that finds a record with another
+fingerprint in the directory refuses: the directory belongs to a different experiment (a hash prefix collision,
+a hand-set experiment name, a copied directory).
 
 Left out of the fingerprint (:data:`UNHASHED`): what the launcher itself sets (the name, the directory it
 implies, the resume mode) and the ``slurm`` block (time limit and signal lead: how a run is scheduled, not what
@@ -174,11 +175,45 @@ def check_record(checkpoint_dir: Path, digest: str) -> dict | None:
     return record
 
 
+def recorded_run_id(record: dict | None, project: str, experiment: str, checkpoint_dir: Path) -> str | None:
+    """The W&B run id the run in ``checkpoint_dir`` already logs to, from its run record; None for a run never
+    submitted, or for a copy of a run whose original is still in place (a copy is a run of its own).
+
+    A run keeps its W&B run whatever changes around it: an explicit ``WANDB_RUN_ID`` given at its first launch, a
+    launch directory moved, a package upgrade that changes how ids are derived. So the id is pinned in the record
+    (``wandb_run_id``, with the directory it was pinned in, ``wandb_run_dir``) when the run is first submitted.
+    A record without one was written by a launcher from before ids were pinned, whose jobs logged to
+    ``run_id(project, experiment)`` (the id then did not hash the checkpoint dir): the run they continue."""
+    from fgrpo_verl.tracking import run_id
+
+    if not record:
+        return None
+    pinned = record.get("wandb_run_id")
+    if not pinned:
+        return run_id(project, experiment) if record.get("jobs") else None
+    home = record.get("wandb_run_dir")
+    if home and _is_other_copy(Path(home), Path(checkpoint_dir), str(pinned)):
+        return None
+    return str(pinned)
+
+
+def _is_other_copy(home: Path, here: Path, pinned: str) -> bool:
+    """Whether ``here`` is a copy of the run still recorded at ``home`` (a move leaves nothing at ``home``)."""
+    try:
+        if not home.exists() or (here.exists() and os.path.samefile(home, here)):
+            return False
+        return (read_record(home) or {}).get("wandb_run_id") == pinned
+    except (OSError, ValueError):
+        return False
+
+
 def write_record(
-    checkpoint_dir: Path, digest: str, experiment: str, overrides, job_id: str | None = None, total_steps=None
+    checkpoint_dir: Path, digest: str, experiment: str, overrides, job_id: str | None = None, total_steps=None,
+    wandb_run_id: str | None = None,
 ) -> dict:
     """Create or update the run record (atomically: a reader never sees half a file); appends ``job_id``, sets
-    ``total_steps`` (the run's step count, for ``--status`` where its data is not at hand)."""
+    ``total_steps`` (the run's step count, for ``--status`` where its data is not at hand) and ``wandb_run_id``
+    (the W&B run its jobs log to, :func:`recorded_run_id`)."""
     checkpoint_dir = Path(checkpoint_dir)
     record = check_record(checkpoint_dir, digest) or {
         "fingerprint": digest,
@@ -190,6 +225,9 @@ def write_record(
         record["total_steps"] = int(total_steps)
     if job_id is not None:
         record["jobs"] = [*record.get("jobs", []), str(job_id)]
+    if wandb_run_id is not None:
+        record["wandb_run_id"] = str(wandb_run_id)
+        record["wandb_run_dir"] = os.path.abspath(checkpoint_dir)
     checkpoint_dir.mkdir(parents=True, exist_ok=True)
     tmp = checkpoint_dir / f".{RECORD}.{os.getpid()}"
     tmp.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")

@@ -29,7 +29,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from fgrpo_verl.tracking import config_run_name, config_run_tags, wandb_env
+from fgrpo_verl.tracking import check_run_id, config_run_name, config_run_tags, wandb_env
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -68,6 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         experiment_name,
         fingerprint,
         override_key,
+        recorded_run_id,
         secret_in_override,
         write_record,
     )
@@ -86,15 +87,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     with contextlib.redirect_stdout(sys.stderr):
         validate(config)
     checkpoint_dir = Path(str(config.trainer.default_local_dir))
+    env = job_environment(config, Path.cwd(), args.wandb_group, config_run_tags(config))
+    experiment = str(config.trainer.experiment_name)
     try:
+        # your own WANDB_RUN_ID (sbatch passes your environment) wins, as with `fgrpo-verl launch`; else a run
+        # started before keeps its W&B run (pinned in its record at its first start)
+        explicit = os.environ.get("WANDB_RUN_ID")
+        pinned = (explicit and check_run_id(explicit)) or recorded_run_id(
+            check_record(checkpoint_dir, digest), str(config.trainer.project_name), experiment, checkpoint_dir
+        )
+        if pinned is not None:
+            env["WANDB_RUN_ID"] = pinned
         if os.environ.get("SLURM_JOB_ID"):
-            write_record(checkpoint_dir, digest, str(config.trainer.experiment_name), args.overrides, os.environ["SLURM_JOB_ID"])
-        else:
-            check_record(checkpoint_dir, digest)
+            write_record(checkpoint_dir, digest, experiment, args.overrides, os.environ["SLURM_JOB_ID"],
+                         wandb_run_id=env["WANDB_RUN_ID"])
     except ValueError as exc:
         print(f"fgrpo jobenv: error: {exc}", file=sys.stderr)
         return 1
-    env = job_environment(config, Path.cwd(), args.wandb_group, config_run_tags(config))
     env["FGRPO_FINGERPRINT"] = digest
     # for slurm/lifecycle.sh: absolute, the trainer (a Ray actor) may run in another directory or on another node
     env["FGRPO_STOP_FILE"] = str(checkpoint_dir.resolve() / ".fgrpo-stop")

@@ -62,6 +62,8 @@ class JobScript:
     total_steps: int | None = None
     # (unsalted run dir, salt) of a --fresh rerun: recorded there on submit (identity.write_fresh)
     fresh: tuple[Path, str] | None = None
+    # the W&B run id the script exports (pinned in the run record on submit)
+    wandb_run_id: str = ""
 
 
 _SLURM_TIME = re.compile(r"^(?:(\d+)-(\d+)(?::(\d+)(?::(\d+))?)?|(\d+)(?::(\d+)(?::(\d+))?)?)$")

@@ -21,6 +21,7 @@ reader or writer for it).
 
 from __future__ import annotations
 
+import glob
 import os
 import struct
 import sys
@@ -118,7 +119,8 @@ def trim(wandb_root: Path, run_id: str, keep_through: int) -> list[tuple[Path, i
     """Drop history of steps > ``keep_through`` from every offline folder of ``run_id`` under ``wandb_root``
     (``$WANDB_DIR``, whose ``wandb/`` holds the folders). Returns (file, records dropped) per changed file."""
     changed = []
-    for folder in sorted((Path(wandb_root) / "wandb").glob(f"offline-run-*-{run_id}")):
+    # an explicit id may hold glob characters (`[`, `*`): they name themselves, not other runs' folders
+    for folder in sorted((Path(wandb_root) / "wandb").glob(f"offline-run-*-{glob.escape(run_id)}")):
         path = folder / f"run-{run_id}.wandb"
         if not path.is_file():
             continue
@@ -137,6 +139,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for path, dropped in trim(Path(args[1]), args[2], int(args[3])):
         print(f"[fgrpo] {path}: dropped {dropped} history record(s) after step {args[3]} (abandoned by a hard kill)")
+        # `wandb sync` marks what it uploaded and skips it later: the server keeps the abandoned steps, and
+        # the steps this start logs again are dropped there as non-monotonic
+        if Path(f"{path}.synced").exists():
+            print(
+                f"[fgrpo] warning: {path.parent} was uploaded by `wandb sync` before this trim: W&B's copy of run "
+                f"{args[2]} keeps the abandoned steps after {args[3]}. Sync a run's folders once it has finished; "
+                "to repair this one, delete the run in W&B and sync all its folders again with --include-synced",
+                file=sys.stderr,
+            )
     return 0
 
 
