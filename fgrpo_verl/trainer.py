@@ -12,6 +12,8 @@ Selected with ``trainer.v1.trainer_mode=fgrpo_sync`` (fgrpo-verl's default; ``fg
 - ``_compute_metrics`` (last call before verl logs a step): logs μ̂ as a W&B histogram, to W&B only.
 - ``on_step_begin`` (first call after verl logged the previous step): closes that step's W&B row at once
   (``fgrpo_verl.tracking.commit_wandb_row``), so a job killed during the next step does not lose it.
+- ``_save_checkpoint`` / ``on_step_begin`` / ``fit``: a restart resumes from step k only once step k is logged
+  (``fgrpo_verl/launch/resume_point.py``; verl saves a step before it validates and logs it).
 
 verl's base trainer branches on the literal ``self.trainer_mode == "sync"`` (replay-buffer class, checkpoint and
 prompt-refill paths). ``trainer_mode`` is therefore a property that reports the wrapped verl mode, so every such
@@ -37,6 +39,7 @@ from fgrpo_verl import registration, sessions
 from fgrpo_verl.estimator import capture_results
 from fgrpo_verl.focal import FocalSettings
 from fgrpo_verl.focal_metrics import focal_step_metrics, real_groups
+from fgrpo_verl.launch import resume_point
 from fgrpo_verl.launch.preempt import stop_at_step_boundary
 from fgrpo_verl.loss import METRIC_PREFIX as LOSS_PREFIX
 from fgrpo_verl.tracking import commit_wandb_row
@@ -66,6 +69,7 @@ class FocalMetricsMixin:
         self._fgrpo_settings = FocalSettings.from_config(config.algorithm.get("fgrpo"))
         self._fgrpo_mu_hat: list[tuple[torch.Tensor, int]] = []  # (μ̂ of the real groups, largest N) per batch
         self._fgrpo_open_row: int | None = None  # the step verl is about to log (and W&B will keep open)
+        self._fgrpo_unreleased: int | None = None  # a saved step the resume tracker does not name yet
         super().__init__(config)
 
     def _compute_advantage(self, batch, metrics: dict):
@@ -107,10 +111,27 @@ class FocalMetricsMixin:
         return metric_dict
 
     def on_step_begin(self):
-        # verl has logged the previous step (and nothing logs it after this point): close its W&B row
+        # verl has logged the previous step (and nothing logs it after this point): close its W&B row, then
+        # let a restart resume from it
         commit_wandb_row(getattr(self, "logger", None), self._fgrpo_open_row)
         self._fgrpo_open_row = None
+        resume_point.release(self, self._fgrpo_unreleased)
+        self._fgrpo_unreleased = None
         super().on_step_begin()
+
+    def _save_checkpoint(self):
+        # verl saves step k before it validates and logs it: resume from k only once it is logged
+        before = resume_point.read_tracker(self)
+        super()._save_checkpoint()
+        self._fgrpo_unreleased = resume_point.hold_back(self, before)
+
+    def fit(self, *args, **kwargs):
+        out = super().fit(*args, **kwargs)
+        # a normal return: the last step (or the step a stop request ended on) is logged. Not on an exception:
+        # a step that crashed before its log is trained again by the next start.
+        resume_point.release(self, self._fgrpo_unreleased)
+        self._fgrpo_unreleased = None
+        return out
 
     def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
         super()._compute_metrics(batch, metrics, timing_raw, global_steps, epoch)
@@ -175,6 +196,8 @@ HOOKED = {
     "_compute_metrics": ("batch", "metrics", "timing_raw", "global_steps", "epoch"),
     "on_step_begin": (),
     "on_step_end": (),
+    "_save_checkpoint": (),
+    "fit": ("agent_loop_manager",),
 }
 
 

@@ -6,8 +6,8 @@ them all. This rule scores about half the responses of a random policy 1: a resp
 g = (1 - μ̂)^γ takes values strictly between 0 and 1 and γ visibly changes the advantages.
 
 A Slurm test holds a run at a known point with it: while the file named by ``$FGRPO_TEST_HOLD_FILE`` exists and
-the checkpoint marker whose path it holds exists too, scoring waits (at most 10 minutes), i.e. the run stops in
-the rollout of the step after its first checkpoint (tests/test_slurm_launch_e2e_on_cpu.py, test (c)).
+the path it holds exists too, scoring waits (at most 10 minutes). Test (c) of tests/test_slurm_launch_e2e_on_cpu.py
+names step 2's checkpoint folder: the run stops in step 2's validation, after the checkpoint, before the log.
 """
 
 import os
@@ -22,10 +22,10 @@ def _hold() -> None:
     deadline = time.monotonic() + HOLD_LIMIT_S
     while hold and time.monotonic() < deadline:
         try:
-            marker = Path(Path(hold).read_text().strip())
+            gate = Path(Path(hold).read_text().strip())
         except FileNotFoundError:
             return
-        if not marker.exists():
+        if not gate.exists():
             return
         time.sleep(0.2)
 

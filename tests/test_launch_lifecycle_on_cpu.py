@@ -227,6 +227,83 @@ def test_the_fgrpo_trainers_carry_the_hook():
         assert cls.on_step_begin is FocalMetricsMixin.on_step_begin
 
 
+def _loop_trainer(ckpt: Path, keep: int | None = None, async_save: bool = False):
+    """An fgrpo trainer over verl's loop order, reduced to what the resume tracker sees: each step k begins,
+    saves (folder, then the tracker, as verl does; ``keep`` prunes old folders like max_actor_ckpt_to_keep),
+    then validates and logs. ``seen`` records the tracker at the moment of each log; ``crash_at`` raises there."""
+    from fgrpo_verl.launch.resume_point import TRACKER
+    from fgrpo_verl.trainer import FocalMetricsMixin
+
+    class VerlLoop:
+        def on_step_begin(self):
+            pass
+
+        def _save_checkpoint(self):
+            (ckpt / f"global_step_{self.global_steps}").mkdir(parents=True, exist_ok=True)
+            if keep is not None:
+                for old in sorted(ckpt.glob("global_step_*"), key=lambda d: int(d.name.rsplit("_", 1)[1]))[:-keep]:
+                    old.rmdir()
+            if not async_save:
+                (ckpt / TRACKER).write_text(str(self.global_steps))
+
+        def fit(self, agent_loop_manager):
+            for k in range(1, self.total + 1):
+                self.global_steps = k
+                self.on_step_begin()
+                if k % self.save_freq == 0 or k == self.total:
+                    self._save_checkpoint()
+                if k == self.crash_at:
+                    raise RuntimeError("killed between the checkpoint and the log")
+                self.seen.append((k, (ckpt / TRACKER).read_text() if (ckpt / TRACKER).exists() else None))
+
+    class Trainer(FocalMetricsMixin, VerlLoop):
+        pass
+
+    t = Trainer.__new__(Trainer)
+    t._fgrpo_open_row = t._fgrpo_unreleased = None
+    t.config = OmegaConf.create({"trainer": {"default_local_dir": str(ckpt)}})
+    t.seen, t.crash_at = [], None
+    return t
+
+
+def test_a_step_is_the_resume_point_only_once_it_is_logged(tmp_path):
+    """verl writes the resume tracker (latest_checkpointed_iteration.txt) when it saves step k, before it
+    validates and logs k: killed in between, a restart resumed after k and k's metrics were never logged. The
+    fgrpo trainers name k only once it is logged; a kill before that trains k again."""
+    t = _loop_trainer(tmp_path / "a")
+    t.total, t.save_freq = 5, 2
+    t.fit(None)
+    # while step k is validated and logged, the tracker still names the previous checkpoint (none before 2)
+    assert t.seen == [(1, None), (2, None), (3, "2"), (4, "2"), (5, "4")]
+    assert (tmp_path / "a" / "latest_checkpointed_iteration.txt").read_text() == "5"  # released when fit returns
+    # killed between step 4's checkpoint and its log: the next start resumes from 2 and trains 3, 4 again
+    t = _loop_trainer(tmp_path / "b")
+    t.total, t.save_freq, t.crash_at = 6, 2, 4
+    with pytest.raises(RuntimeError):
+        t.fit(None)
+    assert (tmp_path / "b" / "latest_checkpointed_iteration.txt").read_text() == "2"
+    assert (tmp_path / "b" / "global_step_4").is_dir()  # saved, not yet the resume point
+    # the first checkpoint, killed before its log: no resume point, a restart starts over
+    t = _loop_trainer(tmp_path / "c")
+    t.total, t.save_freq, t.crash_at = 3, 1, 1
+    with pytest.raises(RuntimeError):
+        t.fit(None)
+    assert not (tmp_path / "c" / "latest_checkpointed_iteration.txt").exists()
+
+
+def test_the_resume_point_is_not_held_back_to_a_checkpoint_that_is_gone_or_a_tracker_verl_did_not_write(tmp_path):
+    # max_actor_ckpt_to_keep=1: saving k removes k-1, so k-1 cannot be the resume point: k at once, as in verl
+    t = _loop_trainer(tmp_path / "keep1", keep=1)
+    t.total, t.save_freq = 3, 1
+    t.fit(None)
+    assert t.seen == [(1, None), (2, "2"), (3, "3")]
+    # async_save: verl writes the tracker later, elsewhere; nothing is held back or released
+    t = _loop_trainer(tmp_path / "async", async_save=True)
+    t.total, t.save_freq = 2, 1
+    t.fit(None)
+    assert not (tmp_path / "async" / "latest_checkpointed_iteration.txt").exists()
+
+
 # ---------------------------------------------------------------- Ray temp dir
 
 

@@ -1,8 +1,9 @@
 """`fgrpo-verl launch` on a real Slurm cluster running verl's trainer on the CPU backend (maze task, tiny model):
 
 (a) a one-node launch of a tiny recipe completes (state COMPLETED) and its advantages are F-GRPO's;
-(c) `scontrol requeue` in the middle of a run: the job starts again, resumes from its latest checkpoint, the
-    global step continues with no step lost or repeated, and W&B (offline) continues the same run id;
+(c) `scontrol requeue` at the worst moment, after step 2's checkpoint and before its log (during its
+    validation): the job starts again, resumes from the last *logged* checkpoint (1), trains step 2 again, and
+    the console and W&B (offline, same run id) hold steps 1..4 exactly once;
 (h) a preemption notice or the time limit's USR1 (`scancel --signal=USR1 --batch`, what `#SBATCH --signal=B:USR1`
     sends) reaches verl's real trainer: it checkpoints at the next step boundary, the job requeues itself, and
     the console and W&B history hold steps 1..T exactly once.
@@ -86,7 +87,9 @@ def workdir(slurm, tmp_path_factory):
         "common": common,
         "runs": [
             {"name": "fgrpo-g1", "group": "smoke", "overrides": [f"algorithm.fgrpo.gamma={GAMMA}", "trainer.total_training_steps=1"]},
-            {"name": "requeue", "group": "smoke", "overrides": ["algorithm.fgrpo.gamma=0.5", "trainer.total_training_steps=4"]},
+            # validation at steps 2 and 4: test (c) is killed inside step 2's, after its checkpoint
+            {"name": "requeue", "group": "smoke",
+             "overrides": ["algorithm.fgrpo.gamma=0.5", "trainer.total_training_steps=4", "trainer.test_freq=2"]},
             # save_freq 3: the step the stop lands on is not one verl saves itself (the stop path saves it)
             {"name": "usr1", "group": "smoke",
              "overrides": ["algorithm.fgrpo.gamma=0.25", "trainer.total_training_steps=4", "trainer.save_freq=3"]},
@@ -197,19 +200,24 @@ def test_requeue_mid_run_resumes_from_checkpoint_and_continues_the_wandb_run(slu
     experiment = next(iter(_plan_names(workdir, "requeue")))
     ckpt = workdir / "checkpoints" / PROJECT / experiment
     marker = ckpt / "latest_checkpointed_iteration.txt"
-    # Requeue in the middle of step 2, at a known point: the reward holds step 2's rollout once checkpoint 1
-    # exists, until the hold file is gone. Not the instant checkpoint 1 appears: verl saves a step before it
-    # logs it, and a kill between the two loses that step's metrics for good (docs/slurm.md, "What a hard kill
-    # loses"). Steps take about a second here, too short to aim a kill at by timing.
+    # The worst moment for a kill: verl saves step 2, then validates and logs it. The reward holds scoring once
+    # global_step_2 exists (that is, in step 2's validation) until the hold file is gone; steps take about a
+    # second here, too short to aim a kill at by timing. verl alone would resume after 2 and never log step 2.
     hold = workdir / "hold"
-    hold.write_text(str(marker))
+    hold.write_text(str(ckpt / "global_step_2"))
     try:
         job = _launch(slurm, workdir, "requeue")
         assert _JOB_NAMES[job] == experiment and experiment.startswith(_experiment(workdir, 0.5) + "-")
         _wait_for_step(slurm, workdir, job, "requeue", 1)
+        deadline = time.monotonic() + JOB_TIMEOUT_S
+        while not (ckpt / "global_step_2").is_dir():
+            assert time.monotonic() < deadline, "no checkpoint of step 2 before the deadline"
+            time.sleep(0.2)
         # step 1's W&B row was closed when step 2 began, and W&B writes every second in our jobs: 3 s is ample
         time.sleep(3)
-        assert marker.read_text().strip() == "1", "step 2 ended before the requeue: the hold did not hold"
+        assert not any(2 in steps for steps in steps_per_start(_log(workdir, "requeue", job))), "step 2 was logged"
+        # saved but not logged: the resume point is still step 1 (fgrpo_verl/launch/resume_point.py)
+        assert marker.read_text().strip() == "1"
         checkpoint_at_requeue = 1
         subprocess.run(["scontrol", "requeue", job], env=slurm.env, check=True)
         # a requeued job waits before it may start again; let it start now

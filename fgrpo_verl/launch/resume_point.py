@@ -1,0 +1,70 @@
+"""Resume only from a step whose metrics were logged.
+
+verl's training loop saves step k's checkpoint, and writes ``latest_checkpointed_iteration.txt`` = k (the step a
+restarted run resumes from), *before* it validates and logs step k. A job killed in between (a node failure, a
+preemption without notice, ``scontrol requeue``; with ``trainer.test_freq`` the gap is the whole validation,
+minutes on a large eval set) resumes after k, so step k's training and validation metrics are never logged
+anywhere: not on the console, not in W&B.
+
+The fgrpo trainers keep the tracker at the previous checkpoint until step k has been logged:
+
+    _save_checkpoint()   verl saves ``global_step_k`` and writes k; the previous value is put back (the file is
+                         removed when there was none: a restart then trains from the start)
+    on_step_begin()      step k + 1 begins, so step k is logged (and its W&B row closed): the tracker says k
+    fit() returns        the last step, or a stop at a step boundary, is logged: the tracker says k
+
+A job killed before the tracker says k resumes from the previous checkpoint and trains step k again (its new
+checkpoint replaces the unreleased ``global_step_k``); the W&B offline trim at the start
+(``fgrpo_verl/launch/wandb_offline.py``) drops whatever the killed start logged past that checkpoint. The price
+is that a kill in the gap recomputes ``trainer.save_freq`` steps instead of none.
+
+Not deferred (the tracker says k at once, as in verl): when the previous checkpoint is gone (verl removed it
+for ``max_actor_ckpt_to_keep``; putting its step back would point at nothing), and when verl did not write the
+tracker itself (``checkpoint.async_save``). Writes are atomic (a temporary file renamed over the tracker).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+TRACKER = "latest_checkpointed_iteration.txt"
+
+
+def _tracker(trainer) -> Path:
+    return Path(str(trainer.config.trainer.default_local_dir)) / TRACKER
+
+
+def read_tracker(trainer) -> str | None:
+    """The tracker's text (stripped), None when there is none."""
+    try:
+        return _tracker(trainer).read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        return None
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def hold_back(trainer, before: str | None) -> int | None:
+    """After verl's ``_save_checkpoint`` of step ``trainer.global_steps``: put the tracker back to ``before`` (its
+    text before the save) and return the step to release later; None when nothing was held back."""
+    path, step = _tracker(trainer), int(trainer.global_steps)
+    if read_tracker(trainer) != str(step) or before == str(step):
+        return None
+    if before is None:
+        path.unlink()
+    elif (path.parent / f"global_step_{before}").is_dir():
+        _write(path, before)
+    else:
+        return None
+    return step
+
+
+def release(trainer, step: int | None) -> None:
+    """Step ``step`` is logged: the tracker says ``step`` (nothing to do for None)."""
+    if step is not None:
+        _write(_tracker(trainer), str(int(step)))
