@@ -1,6 +1,7 @@
 """pass@k at paper scale, three implementations side by side in one run (same inputs, same process, one core).
 
-    table   fgrpo_verl.evaluation.pass_at_k_curve: per distinct n a (k x c) table, times the histogram of c
+    table   fgrpo_verl.evaluation.pass_at_k_curve: per distinct n a (k x c) table times the histogram of c, or
+            (many k, e.g. every k) the k recurrence over the distinct c, whichever is cheaper
     legacy  the previous implementation (-expm1 of a sum of log1p terms over a problems x c work array), kept
             here verbatim as the reference point
     naive   a per-problem Python loop over problems, numpy over the budgets k

@@ -2,7 +2,7 @@
 
 Selected with ``trainer.v1.trainer_mode=fgrpo_sync`` (fgrpo-verl's default; ``fgrpo_colocate_async`` and
 ``fgrpo_separate_async`` wrap verl's asynchronous modes the same way). Each is verl's trainer for that mode plus
-:class:`FocalMetricsMixin`, which hooks four methods and otherwise leaves verl's training loop alone:
+:class:`FocalMetricsMixin`, which hooks the methods below and otherwise leaves verl's training loop alone:
 
 - ``_compute_advantage``: runs verl's, capturing the ``FocalResult`` the ``fgrpo`` estimator built for the batch,
   and adds ``fgrpo/*`` (``fgrpo_verl/focal_metrics.py``). Nothing is computed twice. Other estimators: no-op.

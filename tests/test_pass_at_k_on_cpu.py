@@ -166,6 +166,27 @@ def test_property_curve_is_the_exact_mean_over_mixed_n(problems):
             assert _close(float(got), want), k
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 400), st.lists(st.floats(0, 1), min_size=1, max_size=25), st.data())
+def test_property_the_k_recurrence_is_exact_for_every_budget(n, fractions, data):
+    """The path pass_at_k_curve takes for many budgets (every k = 1..n): each k's histogram-weighted sum of
+    pass@k against exact rationals, including the exact zeros (c = 0) and ones (n - c < k)."""
+
+    module = __import__("fgrpo_verl.evaluation.pass_at_k", fromlist=["_recurrence_means"])
+    c = np.array([int(round(f * n)) for f in fractions] + data.draw(st.lists(st.sampled_from([0, n]), max_size=3)))
+    hist = np.bincount(c).astype(np.float64)
+    ks = np.arange(1, n + 1)
+    got = module._recurrence_means(n, hist, ks)
+    table = module._table(n, ks, hist.size - 1) @ hist
+    for k in ks.tolist():
+        want = sum(_exact_fraction(n, int(x), k) for x in c)
+        assert _close(float(got[k - 1]), want), (n, k)
+        assert _close(float(table[k - 1]), want), (n, k)
+    # only some budgets: the same values at those k
+    some = np.unique(np.array(data.draw(st.lists(st.integers(1, n), min_size=1, max_size=5))))
+    assert np.array_equal(module._recurrence_means(n, hist, some), got[some - 1])
+
+
 def test_curve_and_table_validate_input():
     with pytest.raises(ValueError, match="k must be <= n"):
         pass_at_k_table(4, [5])
