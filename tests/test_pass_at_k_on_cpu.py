@@ -207,3 +207,27 @@ def test_huge_n_with_few_correct_builds_only_the_needed_columns():
     want = 1 - ratio
     assert _close(float(pass_at_k(n, c, k)), want)
     assert _close(float(pass_at_k_curve([n], [c], [k])[0]), want)
+
+
+def test_curve_with_no_budget_within_the_smallest_n_is_all_nan():
+    """Every requested k above some problem's n (or none requested): NaN per budget (empty for none), not a crash
+    in the choice between the table and the k recurrence (it read the largest of zero budgets)."""
+    got = pass_at_k_curve([4, 8], [1, 2], [5, 6])
+    assert got.shape == (2,) and np.isnan(got).all()
+    assert pass_at_k_curve([4], [1], np.array([], dtype=np.int64)).shape == (0,)
+
+
+def test_curve_over_every_budget_takes_the_k_recurrence_and_is_exact(monkeypatch):
+    """pass_at_k_curve with every k = 1..n (the curve the docs plot) goes through the k recurrence, and each
+    budget's mean over problems, mapped back to the caller's order of ks, is the exact rational."""
+    module = __import__("fgrpo_verl.evaluation.pass_at_k", fromlist=["_recurrence_means"])
+    used = []
+    real = module._recurrence_means
+    monkeypatch.setattr(module, "_recurrence_means", lambda *a: used.append(a[0]) or real(*a))
+    n, c = 1000, np.array([0, 1, 7, 500, 999, 1000, 500])
+    ks = np.arange(n, 0, -1)  # descending, as a caller may pass them
+    curve = pass_at_k_curve(np.full(c.size, n), c, ks)
+    assert used == [n]
+    for k, got in zip(ks.tolist(), curve):
+        want = sum(_exact_fraction(n, int(x), k) for x in c) / c.size
+        assert _close(float(got), want), k

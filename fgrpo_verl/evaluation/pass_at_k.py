@@ -121,6 +121,8 @@ def _histogram_means(n: int, hist: np.ndarray, ks: np.ndarray) -> np.ndarray:
     """sum_c hist[c] pass@k(n, c) for each k in ``ks`` (sorted, unique, in [1, n]): the table times the
     histogram, or the k recurrence when that is cheaper (cost per cell / per step measured in
     benchmarks/bench_pass_at_k.py: ~15 ns per table cell, ~5 us + ~2 ns per distinct c per k step)."""
+    if ks.size == 0:  # no budget within this benchmark's smallest n: the caller fills NaN
+        return np.zeros(0)
     table_cost = ks.size * hist.size * 15e-9
     recurrence_cost = int(ks[-1]) * (5e-6 + np.count_nonzero(hist) * 2e-9)
     if recurrence_cost < table_cost:
