@@ -227,22 +227,37 @@ def test_the_fgrpo_trainers_carry_the_hook():
         assert cls.on_step_begin is FocalMetricsMixin.on_step_begin
 
 
-def _loop_trainer(ckpt: Path, keep: int | None = None, async_save: bool = False):
+def _loop_trainer(ckpt: Path, keep: int | dict | None = None, async_save: bool = False, use_critic: bool = False):
     """An fgrpo trainer over verl's loop order, reduced to what the resume tracker sees: each step k begins,
-    saves (folder, then the tracker, as verl does; ``keep`` prunes old folders like max_actor_ckpt_to_keep),
-    then validates and logs. ``seen`` records the tracker at the moment of each log; ``crash_at`` raises there."""
+    saves, then validates and logs. The save has verl's layout and order: ``global_step_k/actor`` (and
+    ``/critic``) through verl's own checkpoint-manager rotation (``keep`` = max_actor/critic_ckpt_to_keep, one
+    for both or ``{role: keep}``; it deletes the old *role folders*, leaving ``global_step_j/data.pt``), then
+    ``data.pt``, then the tracker.
+    ``seen`` records, at the moment of each log, the tracker and whether the checkpoint verl would resume from
+    there (``find_latest_ckpt_path``) still has every role folder ``_load_checkpoint`` loads; ``crash_at``
+    raises there."""
+    from verl.utils.checkpoint.checkpoint_manager import BaseCheckpointManager, find_latest_ckpt_path
+
     from fgrpo_verl.launch.resume_point import TRACKER
     from fgrpo_verl.trainer import FocalMetricsMixin
+
+    roles = ["actor", "critic"] if use_critic else ["actor"]
+    rotation = {}
+    for role in roles:  # one manager per role, as verl's worker groups hold
+        rotation[role] = BaseCheckpointManager.__new__(BaseCheckpointManager)
+        rotation[role].previous_saved_paths = []
 
     class VerlLoop:
         def on_step_begin(self):
             pass
 
         def _save_checkpoint(self):
-            (ckpt / f"global_step_{self.global_steps}").mkdir(parents=True, exist_ok=True)
-            if keep is not None:
-                for old in sorted(ckpt.glob("global_step_*"), key=lambda d: int(d.name.rsplit("_", 1)[1]))[:-keep]:
-                    old.rmdir()
+            step_dir = ckpt / f"global_step_{self.global_steps}"
+            for role in roles:
+                (step_dir / role).mkdir(parents=True, exist_ok=True)
+                (step_dir / role / "model_world_size_1_rank_0.pt").write_text("weights")
+                rotation[role].register_checkpoint(str(step_dir / role), keep.get(role) if isinstance(keep, dict) else keep)
+            (step_dir / "data.pt").write_text("dataloader")
             if not async_save:
                 (ckpt / TRACKER).write_text(str(self.global_steps))
 
@@ -254,7 +269,11 @@ def _loop_trainer(ckpt: Path, keep: int | None = None, async_save: bool = False)
                     self._save_checkpoint()
                 if k == self.crash_at:
                     raise RuntimeError("killed between the checkpoint and the log")
-                self.seen.append((k, (ckpt / TRACKER).read_text() if (ckpt / TRACKER).exists() else None))
+                tracker = (ckpt / TRACKER).read_text() if (ckpt / TRACKER).exists() else None
+                folder = find_latest_ckpt_path(str(ckpt))
+                loadable = folder is None or all((Path(folder) / role).is_dir() for role in roles)
+                self.seen.append((k, tracker))
+                self.loadable.append(loadable)
 
     class Trainer(FocalMetricsMixin, VerlLoop):
         pass
@@ -262,7 +281,8 @@ def _loop_trainer(ckpt: Path, keep: int | None = None, async_save: bool = False)
     t = Trainer.__new__(Trainer)
     t._fgrpo_open_row = t._fgrpo_unreleased = None
     t.config = OmegaConf.create({"trainer": {"default_local_dir": str(ckpt)}})
-    t.seen, t.crash_at = [], None
+    t.use_critic = use_critic
+    t.seen, t.loadable, t.crash_at = [], [], None
     return t
 
 
@@ -292,16 +312,59 @@ def test_a_step_is_the_resume_point_only_once_it_is_logged(tmp_path):
 
 
 def test_the_resume_point_is_not_held_back_to_a_checkpoint_that_is_gone_or_a_tracker_verl_did_not_write(tmp_path):
-    # max_actor_ckpt_to_keep=1: saving k removes k-1, so k-1 cannot be the resume point: k at once, as in verl
+    # max_actor_ckpt_to_keep=1: saving k makes verl's rotation delete global_step_{k-1}/actor (its data.pt stays),
+    # so k-1 cannot be the resume point: k at once, as in verl
     t = _loop_trainer(tmp_path / "keep1", keep=1)
     t.total, t.save_freq = 3, 1
     t.fit(None)
     assert t.seen == [(1, None), (2, "2"), (3, "3")]
+    assert t.loadable == [True, True, True]
+    assert (tmp_path / "keep1" / "global_step_1" / "data.pt").exists()  # the folder verl leaves behind
+    # max_critic_ckpt_to_keep=1 with the actor's unbounded: the critic folder of k-1 is gone, the same
+    t = _loop_trainer(tmp_path / "critic", keep={"critic": 1}, use_critic=True)
+    t.total, t.save_freq = 3, 1
+    t.fit(None)
+    assert t.seen == [(1, None), (2, "2"), (3, "3")]
+    assert t.loadable == [True, True, True]
+    # max_actor_ckpt_to_keep=2: k-1 stays, so it is held back as usual
+    t = _loop_trainer(tmp_path / "keep2", keep=2)
+    t.total, t.save_freq = 3, 1
+    t.fit(None)
+    assert t.seen == [(1, None), (2, "1"), (3, "2")]
+    assert t.loadable == [True, True, True]
+    # killed between step 2's checkpoint and its log with max_actor_ckpt_to_keep=1: a restart finds a checkpoint
+    # it can load (not global_step_1, whose actor folder verl deleted)
+    from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
+
+    t = _loop_trainer(tmp_path / "keep1crash", keep=1)
+    t.total, t.save_freq, t.crash_at = 3, 1, 2
+    with pytest.raises(RuntimeError):
+        t.fit(None)
+    assert (Path(find_latest_ckpt_path(str(tmp_path / "keep1crash"))) / "actor").is_dir()
     # async_save: verl writes the tracker later, elsewhere; nothing is held back or released
     t = _loop_trainer(tmp_path / "async", async_save=True)
     t.total, t.save_freq = 2, 1
     t.fit(None)
     assert not (tmp_path / "async" / "latest_checkpointed_iteration.txt").exists()
+
+
+def test_a_tracker_ahead_of_the_run_is_not_put_back(tmp_path):
+    """A tracker naming a later step than the one being saved was left by another trajectory
+    (trainer.resume_mode=disable or resume_path over a used directory): putting it back would make a restart
+    resume from that other run's checkpoint; verl's own value stands, as without fgrpo."""
+    ckpt = tmp_path / "ckpt"
+    (ckpt / "global_step_10" / "actor").mkdir(parents=True)
+    (ckpt / "latest_checkpointed_iteration.txt").write_text("10")
+    t = _loop_trainer(ckpt)
+    t.total, t.save_freq = 3, 1
+    t.fit(None)
+    assert t.seen == [(1, "1"), (2, "1"), (3, "2")]
+    # a tracker that is not a step number (damaged): verl's value stands too
+    (ckpt / "latest_checkpointed_iteration.txt").write_text("x\n")
+    t = _loop_trainer(ckpt)
+    t.total, t.save_freq = 1, 1
+    t.fit(None)
+    assert t.seen == [(1, "1")]
 
 
 # ---------------------------------------------------------------- Ray temp dir

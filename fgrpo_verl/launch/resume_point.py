@@ -18,9 +18,12 @@ checkpoint replaces the unreleased ``global_step_k``); the W&B offline trim at t
 (``fgrpo_verl/launch/wandb_offline.py``) drops whatever the killed start logged past that checkpoint. The price
 is that a kill in the gap recomputes ``trainer.save_freq`` steps instead of none.
 
-Not deferred (the tracker says k at once, as in verl): when the previous checkpoint is gone (verl removed it
-for ``max_actor_ckpt_to_keep``; putting its step back would point at nothing), and when verl did not write the
-tracker itself (``checkpoint.async_save``). Writes are atomic (a temporary file renamed over the tracker).
+Not deferred (the tracker says k at once, as in verl): when the previous checkpoint can no longer be loaded
+(``max_actor_ckpt_to_keep`` / ``max_critic_ckpt_to_keep`` = 1 or ``remove_previous_ckpt_in_save``: verl's
+rotation deletes ``global_step_<j>/actor`` and ``/critic`` but leaves the folder with its ``data.pt``, so the
+role folders are what is checked), when the tracker did not name an earlier step (another run's tracker in a
+reused directory with ``resume_mode=disable`` or ``resume_path``, or a damaged file), and when verl did not write
+the tracker itself (``checkpoint.async_save``). Writes are atomic (a temporary file renamed over the tracker).
 """
 
 from __future__ import annotations
@@ -49,18 +52,27 @@ def _write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def _loadable(trainer, step: int) -> bool:
+    """Whether verl's ``_load_checkpoint`` finds what it loads in ``global_step_<step>``: the actor folder and,
+    with a critic, the critic folder (verl's names; ``data.pt`` is optional to verl)."""
+    folder = _tracker(trainer).parent / f"global_step_{step}"
+    roles = ("actor", "critic") if getattr(trainer, "use_critic", False) else ("actor",)
+    return all((folder / role).is_dir() for role in roles)
+
+
 def hold_back(trainer, before: str | None) -> int | None:
     """After verl's ``_save_checkpoint`` of step ``trainer.global_steps``: put the tracker back to ``before`` (its
     text before the save) and return the step to release later; None when nothing was held back."""
     path, step = _tracker(trainer), int(trainer.global_steps)
-    if read_tracker(trainer) != str(step) or before == str(step):
+    if read_tracker(trainer) != str(step):
         return None
     if before is None:
         path.unlink()
-    elif (path.parent / f"global_step_{before}").is_dir():
-        _write(path, before)
-    else:
+        return step
+    previous = int(before) if before.isdigit() else None
+    if previous is None or previous >= step or not _loadable(trainer, previous):
         return None
+    _write(path, str(previous))
     return step
 
 
