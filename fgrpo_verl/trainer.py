@@ -11,7 +11,8 @@ Selected with ``trainer.v1.trainer_mode=fgrpo_sync`` (fgrpo-verl's default; ``fg
 - ``_val_metrics_update``: adds unbiased ``val-core/<source>/pass@<k>`` (``fgrpo_verl/val_pass_at_k.py``).
 - ``_compute_metrics`` (last call before verl logs a step): logs μ̂ as a W&B histogram, to W&B only.
 - ``on_step_begin`` (first call after verl logged the previous step): closes that step's W&B row at once
-  (``fgrpo_verl.tracking.commit_wandb_row``), so a job killed during the next step does not lose it.
+  (``fgrpo_verl.tracking.commit_wandb_row``), so a job killed during the next step does not lose it; ``fit``
+  closes the last step's row the same way when verl's loop returns.
 - ``_save_checkpoint`` / ``on_step_begin`` / ``fit``: a restart resumes from step k only once step k is logged
   (``fgrpo_verl/launch/resume_point.py``; verl saves a step before it validates and logs it).
 
@@ -128,7 +129,11 @@ class FocalMetricsMixin:
     def fit(self, *args, **kwargs):
         out = super().fit(*args, **kwargs)
         # a normal return: the last step (or the step a stop request ended on) is logged. Not on an exception:
-        # a step that crashed before its log is trained again by the next start.
+        # a step that crashed before its log is trained again by the next start. Its W&B row is closed first,
+        # as in on_step_begin: verl's Tracking.finish comes only after fit returns (main_ppo), and a kill in
+        # between with the tracker at the last step would leave that row unlogged for good.
+        commit_wandb_row(getattr(self, "logger", None), self._fgrpo_open_row)
+        self._fgrpo_open_row = None
         resume_point.release(self, self._fgrpo_unreleased)
         self._fgrpo_unreleased = None
         return out

@@ -261,6 +261,9 @@ def _loop_trainer(ckpt: Path, keep: int | dict | None = None, async_save: bool =
             if not async_save:
                 (ckpt / TRACKER).write_text(str(self.global_steps))
 
+        def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
+            pass
+
         def fit(self, agent_loop_manager):
             for k in range(1, self.total + 1):
                 self.global_steps = k
@@ -274,12 +277,14 @@ def _loop_trainer(ckpt: Path, keep: int | dict | None = None, async_save: bool =
                 loadable = folder is None or all((Path(folder) / role).is_dir() for role in roles)
                 self.seen.append((k, tracker))
                 self.loadable.append(loadable)
+                self._compute_metrics(None, {}, {}, k, 0)  # verl logs step k right after this call
 
     class Trainer(FocalMetricsMixin, VerlLoop):
         pass
 
     t = Trainer.__new__(Trainer)
     t._fgrpo_open_row = t._fgrpo_unreleased = None
+    t._fgrpo_mu_hat = []
     t.config = OmegaConf.create({"trainer": {"default_local_dir": str(ckpt)}})
     t.use_critic = use_critic
     t.seen, t.loadable, t.crash_at = [], [], None
@@ -346,6 +351,24 @@ def test_the_resume_point_is_not_held_back_to_a_checkpoint_that_is_gone_or_a_tra
     t.total, t.save_freq = 2, 1
     t.fit(None)
     assert not (tmp_path / "async" / "latest_checkpointed_iteration.txt").exists()
+
+
+def test_each_steps_wandb_row_is_closed_before_the_tracker_names_it(tmp_path):
+    """The resume point names step k only once k's W&B row is closed, the last step included: fit returns before
+    verl's Tracking.finish (main_ppo's finally), and a job killed in between with the tracker at T would never
+    log row T again (the run counts as done)."""
+    ckpt = tmp_path / "ckpt"
+    t = _loop_trainer(ckpt)
+    commits = []
+    tracker = ckpt / "latest_checkpointed_iteration.txt"
+    run = types.SimpleNamespace(log=lambda data, step, commit: commits.append(
+        (step, tracker.read_text() if tracker.exists() else None)))
+    t.logger = types.SimpleNamespace(logger={"wandb": types.SimpleNamespace(run=run)})
+    t.total, t.save_freq = 3, 1
+    t.fit(None)
+    # row k closed while the tracker still names k - 1; the last row closed before fit releases step 3
+    assert commits == [(1, None), (2, "1"), (3, "2")]
+    assert tracker.read_text() == "3"
 
 
 def test_a_tracker_ahead_of_the_run_is_not_put_back(tmp_path):
