@@ -148,7 +148,7 @@ class Trainer(FocalMetricsMixin, Base):
     pass
 
 t = Trainer.__new__(Trainer)
-t._fgrpo_open_row, t._fgrpo_mu_hat = None, []
+t._fgrpo_open_row, t._fgrpo_mu_hat, t._fgrpo_unreleased = None, [], None
 t.logger = Tracking(project_name="p", experiment_name="e", default_backend=["wandb"], config={"trainer": {}})
 ours = sys.argv[1] == "fgrpo"
 for step in (1, 2):
