@@ -123,8 +123,12 @@ class FocalMetricsMixin:
     def _save_checkpoint(self):
         # verl saves step k before it validates and logs it: resume from k only once it is logged
         before = resume_point.read_tracker(self)
-        super()._save_checkpoint()
-        self._fgrpo_unreleased = resume_point.hold_back(self, before)
+        try:
+            super()._save_checkpoint()
+        finally:
+            # also when verl's checkpoint_callback.on_save raises after the tracker was written: training aborts
+            # there, before step k is logged
+            self._fgrpo_unreleased = resume_point.hold_back(self, before)
 
     def fit(self, *args, **kwargs):
         out = super().fit(*args, **kwargs)

@@ -260,6 +260,8 @@ def _loop_trainer(ckpt: Path, keep: int | dict | None = None, async_save: bool =
             (step_dir / "data.pt").write_text("dataloader")
             if not async_save:
                 (ckpt / TRACKER).write_text(str(self.global_steps))
+            if self.global_steps == self.callback_fails_at:  # trainer.checkpoint_callback_class's on_save raised
+                raise OSError("checkpoint upload failed")
 
         def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
             pass
@@ -287,7 +289,7 @@ def _loop_trainer(ckpt: Path, keep: int | dict | None = None, async_save: bool =
     t._fgrpo_mu_hat = []
     t.config = OmegaConf.create({"trainer": {"default_local_dir": str(ckpt)}})
     t.use_critic = use_critic
-    t.seen, t.loadable, t.crash_at = [], [], None
+    t.seen, t.loadable, t.crash_at, t.callback_fails_at = [], [], None, None
     return t
 
 
@@ -369,6 +371,16 @@ def test_each_steps_wandb_row_is_closed_before_the_tracker_names_it(tmp_path):
     # row k closed while the tracker still names k - 1; the last row closed before fit releases step 3
     assert commits == [(1, None), (2, "1"), (3, "2")]
     assert tracker.read_text() == "3"
+
+
+def test_a_checkpoint_callback_that_raises_after_the_tracker_leaves_the_previous_resume_point(tmp_path):
+    """verl calls checkpoint_callback.on_save after it writes the tracker, and an exception there aborts training
+    (verl's documented contract). Step k is then saved but never logged: the restart must resume before it."""
+    t = _loop_trainer(tmp_path / "ckpt")
+    t.total, t.save_freq, t.callback_fails_at = 4, 2, 4
+    with pytest.raises(OSError, match="upload failed"):
+        t.fit(None)
+    assert (tmp_path / "ckpt" / "latest_checkpointed_iteration.txt").read_text() == "2"
 
 
 def test_a_tracker_ahead_of_the_run_is_not_put_back(tmp_path):
