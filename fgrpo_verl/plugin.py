@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import sys
 
 from fgrpo_verl import import_hooks, registration
 
@@ -58,6 +59,12 @@ def _validation() -> None:
 
 
 def _trainers() -> None:
+    half_built = sys.modules.get("fgrpo_verl.trainer")
+    if half_built is not None and not hasattr(half_built, "register"):
+        # fgrpo_verl.trainer was imported first and is importing verl's v1 stack itself (this hook fired from
+        # inside it): it registers when it is complete
+        half_built.REGISTER_WHEN_LOADED = True
+        return
     from fgrpo_verl import trainer
 
     trainer.register()

@@ -238,3 +238,9 @@ def register() -> None:
         registration.register(
             TRAINER_REGISTRY, cls.name, cls, "trainer mode", add=lambda name, c: register_trainer(name)(c)
         )
+
+
+# This module imported before verl's v1 stack (a script's `import fgrpo_verl.trainer`): the plugin's hook fired
+# while it was half-built and left the registration to its end (fgrpo_verl/plugin.py).
+if globals().get("REGISTER_WHEN_LOADED"):
+    registration.step("trainer modes fgrpo_sync / fgrpo_colocate_async / fgrpo_separate_async", register, False)

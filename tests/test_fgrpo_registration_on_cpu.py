@@ -263,3 +263,21 @@ def test_another_plugins_delegating_finder_ahead_of_ours_does_not_recurse(tmp_pa
     finally:
         import_hooks.discard(name)
         sys.modules.pop(name, None)
+
+
+def test_importing_the_trainer_module_first_still_registers_the_trainer_modes():
+    """A script that imports fgrpo_verl.trainer before anything else imports verl's v1 stack from inside it; the
+    plugin's hook then fires while fgrpo_verl.trainer is half-built. It used to log "not registered: partially
+    initialized module" and leave `fgrpo_sync` unknown to verl; the module now registers when complete."""
+    import subprocess
+    import sys
+
+    script = (
+        "import fgrpo_verl.trainer\n"
+        "from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY\n"
+        "print(sorted(name for name in TRAINER_REGISTRY if name.startswith('fgrpo_')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().splitlines()[-1] == "['fgrpo_colocate_async', 'fgrpo_separate_async', 'fgrpo_sync']"
+    assert "not registered" not in out.stderr, out.stderr[-3000:]
