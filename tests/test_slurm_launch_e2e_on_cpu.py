@@ -147,18 +147,50 @@ def _wait_for_step(slurm, workdir: Path, job: str, run: str, step: int) -> None:
         time.sleep(0.2)
 
 
-def _wait_done_starting_requeued(slurm, job: str, timeout: float) -> str:
-    """Wait for the job to end; a requeued job is held before it may start again (Slurm's begin-time delay),
-    so each time it is pending after a start it is released at once."""
-    deadline = time.monotonic() + timeout
-    while (state := slurm.job_field(job, "JobState")) not in {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT",
-                                                                "NODE_FAIL", "OUT_OF_MEMORY"}:
-        assert time.monotonic() < deadline, f"job {job} still {state}"
+_ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"}
+
+
+def _release_requeued(slurm, job: str) -> None:
+    """Let a requeued job start now instead of after Slurm's begin-time delay, but only once no node is still
+    completing its previous start: started earlier, slurmctld kills it ("Killing non-startable batch JobId=N:
+    Job credential revoked", seen here), which is what the delay is for."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        nodes = subprocess.run(["sinfo", "-h", "-N", "-o", "%t"], env=slurm.env, capture_output=True, text=True).stdout
+        if "comp" not in nodes.split():
+            break
+        time.sleep(0.5)
+    time.sleep(2)
+    subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=slurm.env, check=False,
+                   capture_output=True)
+
+
+def _wait_done_starting_requeued(slurm, job: str, timeout: float) -> tuple[str, str]:
+    """Wait for the job to end; returns (final state, what the wait saw). A requeued job is held before it may
+    start again (Slurm's begin-time delay), so each time it is pending after a start it is released at once.
+    An ended state must hold for 20 s: right after a job requeues itself, scontrol may still show how its
+    cancelled start ended before the job is pending again (seen once in CI as FAILED). The states seen and
+    slurmctld's lines about the job come back for the assertion message."""
+    deadline, seen = time.monotonic() + timeout, []
+    while True:
+        state = slurm.job_field(job, "JobState")
+        if not seen or seen[-1] != state:
+            seen.append(state)
+        assert time.monotonic() < deadline, f"job {job} still {state} (seen {seen})"
+        if state in _ENDED:
+            settled = time.monotonic() + 20
+            while time.monotonic() < settled and slurm.job_field(job, "JobState") == state:
+                time.sleep(0.5)
+            if slurm.job_field(job, "JobState") == state:
+                break
+            continue
         if state == "PENDING" and slurm.job_field(job, "Restarts") not in (None, "0"):
-            subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=slurm.env, check=False,
-                           capture_output=True)
-        time.sleep(1)
-    return state
+            _release_requeued(slurm, job)
+        time.sleep(0.5)
+    ctld = slurm.state_dir / "slurmctld.log"
+    lines = [line for line in ctld.read_text(errors="replace").splitlines() if f"JobId={job}" in line or
+             f"job {job}" in line.lower()] if ctld.exists() else []
+    return state, f"states seen: {seen}\nslurmctld:\n" + "\n".join(lines[-40:])
 
 
 def _logged_metric(log: str, step: int, key: str) -> float:
@@ -224,7 +256,7 @@ def test_requeue_mid_run_resumes_from_checkpoint_and_continues_the_wandb_run(slu
         slurm.wait_state(job, {"PENDING"}, 120)
     finally:
         hold.unlink(missing_ok=True)
-    subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=slurm.env, check=True)
+    _release_requeued(slurm, job)
     state = slurm.wait_done(job, JOB_TIMEOUT_S)
     wall = time.monotonic() - start
     log = _log(workdir, "requeue", job)
@@ -279,10 +311,10 @@ def test_usr1_stops_verls_trainer_at_a_step_boundary_and_the_job_requeues_itself
     _wait_for_step(slurm, workdir, job, "usr1", 1)
     # what `#SBATCH --signal=B:USR1@<lead>` sends before the time limit: USR1 to the batch shell only
     subprocess.run(["scancel", "--signal=USR1", "--batch", job], env=slurm.env, check=True)
-    state = _wait_done_starting_requeued(slurm, job, JOB_TIMEOUT_S)
+    state, seen = _wait_done_starting_requeued(slurm, job, JOB_TIMEOUT_S)
     wall = time.monotonic() - start
     log = _log(workdir, "usr1", job)
-    assert state == "COMPLETED", f"job {job} ended {state}:\n{log[-6000:]}"
+    assert state == "COMPLETED", f"job {job} ended {state}:\n{log[-6000:]}\n{seen}"
     assert slurm.job_field(job, "Restarts") == "1", log[-6000:]
     stopped = int(re.search(r"stopped on request after step (\d+) \(checkpoint (\d+)\): requeueing job", log).group(1))
     # the trainer (a Ray actor) saw the stop file, saved the step it stopped at although save_freq=3 skips it
