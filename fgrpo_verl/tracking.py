@@ -212,19 +212,14 @@ def config_run_tags(config) -> list[str]:
     return run_tags(config_algo(config), _select(config, GAMMA_KEY), _select(config, N_KEY))
 
 
-# Read by W&B (0.31) in the process that logs: how often its service writes buffered records to the run's
-# ``.wandb`` file. W&B's default is 15 s, and a process killed without warning loses what was not written (an
-# offline run killed 5 s after logging two rows kept none). The Slurm jobs export 1 s (slurm/lifecycle.sh).
-FLUSH_INTERVAL_ENV = "WANDB_X_TRANSACTION_LOG_FLUSH_INTERVAL"
-
-
 def commit_wandb_row(tracking, step: int | None) -> bool:
     """Close W&B's row of ``step`` now that verl has logged everything of that step.
 
     verl logs step k with ``wandb.log(metrics, step=k)``; W&B keeps that row open (in its service, unwritten)
     until a later step is logged, i.e. until the end of step k + 1. A job killed during step k + 1 then loses
-    row k although step k is checkpointed. ``log({}, step=k, commit=True)`` closes it at once; with the flush
-    interval above it is on disk within a second. ``tracking`` is verl's ``Tracking`` (or None); returns whether
+    row k although step k is checkpointed. ``log({}, step=k, commit=True)`` closes it at once. W&B then writes it
+    to the ``.wandb`` file at its next flush: every 15 s by default (an offline run killed 5 s after logging two
+    rows kept none), every second in our Slurm jobs (``WANDB_X_TRANSACTION_LOG_FLUSH_INTERVAL``, slurm/lifecycle.sh). ``tracking`` is verl's ``Tracking`` (or None); returns whether
     a row was committed (only when W&B is one of its backends and ``step`` is not None)."""
     backends = getattr(tracking, "logger", None) or {}
     if step is None or "wandb" not in backends:

@@ -111,13 +111,16 @@ class FocalMetricsMixin:
         )
         return metric_dict
 
-    def on_step_begin(self):
-        # verl has logged the previous step (and nothing logs it after this point): close its W&B row, then
-        # let a restart resume from it
+    def _fgrpo_step_logged(self) -> None:
+        # verl has logged the step (and nothing logs it after this point): close its W&B row, then let a restart
+        # resume from it
         commit_wandb_row(getattr(self, "logger", None), self._fgrpo_open_row)
         self._fgrpo_open_row = None
         resume_point.release(self, self._fgrpo_unreleased)
         self._fgrpo_unreleased = None
+
+    def on_step_begin(self):
+        self._fgrpo_step_logged()  # the previous step's
         super().on_step_begin()
 
     def _save_checkpoint(self):
@@ -133,13 +136,10 @@ class FocalMetricsMixin:
     def fit(self, *args, **kwargs):
         out = super().fit(*args, **kwargs)
         # a normal return: the last step (or the step a stop request ended on) is logged. Not on an exception:
-        # a step that crashed before its log is trained again by the next start. Its W&B row is closed first,
-        # as in on_step_begin: verl's Tracking.finish comes only after fit returns (main_ppo), and a kill in
-        # between with the tracker at the last step would leave that row unlogged for good.
-        commit_wandb_row(getattr(self, "logger", None), self._fgrpo_open_row)
-        self._fgrpo_open_row = None
-        resume_point.release(self, self._fgrpo_unreleased)
-        self._fgrpo_unreleased = None
+        # a step that crashed before its log is trained again by the next start. Its W&B row is closed here too:
+        # verl's Tracking.finish comes only after fit returns (main_ppo), and a kill in between with the tracker
+        # at the last step would leave that row unlogged for good.
+        self._fgrpo_step_logged()
         return out
 
     def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
