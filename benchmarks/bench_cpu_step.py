@@ -155,6 +155,56 @@ def verl_overrides(build, args, run_dir: Path, tuned: bool) -> list[str]:
     return overrides
 
 
+def _descendants_cpu(root: int) -> dict[int, tuple[str, float]]:
+    """CPU seconds (user + system) and process title of ``root`` and every live descendant, from ``/proc``.
+
+    Ray's local cluster is a child of the process that calls ``ray.init`` (the verl driver, or this script's
+    shared session), and every Ray worker a child of its raylet: the descendants are exactly the run's processes,
+    never another Ray cluster on the same machine. A worker's title is ``ray::<Class>.<method>`` while it runs a
+    method, so callers group by the part before the first dot.
+    """
+    children: dict[int, list[int]] = {}
+    info: dict[int, tuple[str, float]] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            title = (entry / "cmdline").read_bytes().split(b"\0")[0].decode(errors="replace").strip()
+        except OSError:  # exited while we looked
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) ": state, ppid, ...
+        pid, ppid = int(entry.name), int(fields[1])
+        children.setdefault(ppid, []).append(pid)
+        info[pid] = (title or stat[stat.index("(") + 1: stat.rindex(")")], (int(fields[11]) + int(fields[12])) / tick)
+    found, todo = {}, [root]
+    while todo:
+        pid = todo.pop()
+        if pid in info:
+            found[pid] = info[pid]
+        todo.extend(children.get(pid, []))
+    return found
+
+
+def _process_label(title: str) -> str:
+    """``ray::WorkerDict.actor_rollout_update_actor`` -> ``ray::WorkerDict``; a path -> its last two parts."""
+    if title.startswith("ray::"):
+        return title.split(".")[0]
+    return "/".join(Path(title.split()[0]).parts[-2:]) if title else "?"
+
+
+def cpu_per_step(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]], steps: int) -> dict:
+    """CPU seconds per step by process label between two :func:`_descendants_cpu` snapshots (a process that
+    started in between counts from 0; one that ended in between is lost, and says so by its absence)."""
+    by_label: dict[str, float] = {}
+    for pid, (title, cpu) in after.items():
+        spent = cpu - (before[pid][1] if pid in before else 0.0)
+        label = _process_label(before[pid][0] if pid in before and before[pid][0].startswith("ray::") else title)
+        by_label[label] = by_label.get(label, 0.0) + spent / steps
+    return dict(sorted(by_label.items(), key=lambda kv: -kv[1]))
+
+
 def run_verl(python: str, cwd: Path, overrides: list[str], run_dir: Path, timeout: float, session=None) -> dict:
     """Run ``fgrpo-verl train`` with ``python`` in ``cwd`` (joining ``session``, a started ``RaySession``, if
     given); time start-up/teardown from the console lines."""
@@ -170,8 +220,11 @@ def run_verl(python: str, cwd: Path, overrides: list[str], run_dir: Path, timeou
     t0 = time.monotonic()
     step_lines: list[float] = []
     driver_ready = None  # main_ppo prints its ray.init kwargs once the driver has imported and composed
+    cpu_marks: list[dict] = []  # CPU time of the run's processes at the end of each step
+    cpu_root = os.getpid() if session is not None else None  # the session's cluster is our child, else the driver's
     proc = subprocess.Popen([python, "-m", "fgrpo_verl", "train", *overrides], cwd=cwd, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    cpu_root = cpu_root or proc.pid
     try:
         for line in proc.stdout:
             log.write(f"{time.monotonic() - t0:8.2f} {line}")
@@ -179,6 +232,7 @@ def run_verl(python: str, cwd: Path, overrides: list[str], run_dir: Path, timeou
                 driver_ready = time.monotonic() - t0
             if "step:" in line and " - " in line and "timing_s/step" in line:
                 step_lines.append(time.monotonic() - t0)
+                cpu_marks.append(_descendants_cpu(cpu_root))
             if time.monotonic() - t0 > timeout:
                 raise TimeoutError(f"verl run in {run_dir} exceeded {timeout} s")
         proc.wait()
@@ -208,6 +262,8 @@ def run_verl(python: str, cwd: Path, overrides: list[str], run_dir: Path, timeou
         "driver_ready_s": driver_ready,
         "teardown_s": wall - step_lines[-1],
         "adv_share": phases["adv"] / step,
+        # steps 2..: the same steps as the medians above
+        "cpu_per_step_s": cpu_per_step(cpu_marks[0], cpu_marks[-1], len(cpu_marks) - 1) if len(cpu_marks) > 1 else {},
         "response_length": statistics.median(m.get("response_length/mean", 0.0) for m in timed),
     }
 
@@ -234,6 +290,13 @@ def report(result: dict) -> list[str]:
     for p in PHASES:
         print(f"{'  timing_s/' + p:<26}" + "".join(f"{c['phases_s'][p]:>12.3f}" for _, c in cols))
     print(f"{'driver ready for Ray (s)':<26}" + "".join(f"{c['driver_ready_s'] or float('nan'):>12.2f}" for _, c in cols))
+    labels = sorted({k for _, c in cols for k in c.get("cpu_per_step_s", {})},
+                    key=lambda k: -max(c.get("cpu_per_step_s", {}).get(k, 0.0) for _, c in cols))
+    if labels:
+        print(f"CPU seconds per step by process (steps 2.., {os.cpu_count()} cores; a step's wall x cores bounds the sum):")
+        for label in [x for x in labels if max(c["cpu_per_step_s"].get(x, 0.0) for _, c in cols) >= 0.01]:
+            print(f"{'  ' + label[:24]:<26}" + "".join(f"{c['cpu_per_step_s'].get(label, 0.0):>12.3f}" for _, c in cols))
+        print(f"{'  sum':<26}" + "".join(f"{sum(c['cpu_per_step_s'].values()):>12.3f}" for _, c in cols))
     missed = []
     checks = [("verl step / bare step", ours["step_s"] / bare["step_s"], "<=", TARGETS["step_vs_bare_max"]),
               ("start-up s", ours["startup_s"], "<=", TARGETS["startup_max_s"]),

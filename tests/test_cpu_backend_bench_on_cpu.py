@@ -33,6 +33,10 @@ def test_bench_cpu_step_runs_at_a_tiny_shape(tmp_path):
     # bypass mode (fast_overrides): no second actor forward for the old log-probs
     assert verl["phases_s"]["old_log_prob"] < verl["phases_s"]["update_actor"]
     assert result["session_start_s"] > 0
+    # CPU per step by process: the training worker and the rollout server did work in step 2
+    cpu = verl["cpu_per_step_s"]
+    assert cpu["ray::WorkerDict"] > 0 and cpu["ray::HFRolloutServer"] > 0, cpu
+    assert "CPU seconds per step by process" in proc.stdout
     assert "verl step / bare step" in proc.stdout and "start-up s" in proc.stdout
 
 
@@ -89,3 +93,56 @@ def test_ray_session_env_overrides_survive_hydra_parsing_with_awkward_values():
     assert {k: env[k] for k in values} == values
     assert env.VERL_PLATFORM == "cpu"  # the backend's own variables stay
     assert cfg.ray_kwargs.ray_init.num_cpus is None and cfg.ray_kwargs.ray_init.num_gpus is None
+
+
+def _bench_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_cpu_step", REPO / "benchmarks" / "bench_cpu_step.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_cpu_accounting_sees_a_grandchild_and_only_the_runs_processes(tmp_path):
+    """The per-process CPU table counts the run's whole process tree (Ray workers are grandchildren of the driver)
+    and nothing outside it: a busy grandchild shows up under its title, a busy process outside the tree does not."""
+    bench = _bench_module()
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.4: pass\ntime.sleep(30)\n"
+    outsider = subprocess.Popen([sys.executable, "-c", burn])
+    # parent -> bash -> busy grandchild under a ray-like title (as driver -> raylet -> worker)
+    parent_code = (
+        "import subprocess, sys, time\n"
+        f"subprocess.Popen(['/bin/bash', '-c', '(exec -a ray::Burner.work {sys.executable} -c \"$0\") & wait', {burn!r}])\n"
+        "time.sleep(30)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", parent_code])
+    try:
+        before = bench._descendants_cpu(parent.pid)
+        import time
+
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            after = bench._descendants_cpu(parent.pid)
+            if any(title.startswith("ray::Burner") and cpu >= 0.35 for title, cpu in after.values()):
+                break
+            time.sleep(0.1)
+        per_step = bench.cpu_per_step(before, after, steps=2)
+        assert per_step["ray::Burner"] >= 0.35 / 2 * 0.9, per_step
+        assert outsider.pid not in after and all(not t.startswith("ray::Burner") or p != outsider.pid
+                                                 for p, (t, _) in after.items())
+        assert parent.pid in after  # the root itself is counted (the verl driver)
+        assert list(per_step.values()) == sorted(per_step.values(), reverse=True)
+    finally:
+        for proc in (outsider, parent):
+            proc.kill()
+        subprocess.run(["pkill", "-f", "ray::Burner.work"], check=False)
+
+
+def test_cpu_accounting_labels_group_a_worker_across_its_methods():
+    bench = _bench_module()
+    before = {1: ("ray::WorkerDict.actor_rollout_update_actor", 10.0), 2: ("ray::IDLE", 1.0)}
+    after = {1: ("ray::WorkerDict.actor_rollout_compute_log_prob", 14.0), 2: ("ray::IDLE", 1.5),
+             3: ("/x/.venv/bin/python -m fgrpo_verl train", 0.5)}
+    assert bench.cpu_per_step(before, after, steps=2) == {"ray::WorkerDict": 2.0, "ray::IDLE": 0.25,
+                                                           "bin/python": 0.25}
