@@ -51,8 +51,13 @@ def plot_tail_miss(mus, rhos, path, n_max: int = 512) -> Path:
     return path
 
 
+def _label(c) -> str:
+    return f"γ={c.gamma:g}" if c.control_of is None else f"γ=0, lr×m_{c.control_of:g}"
+
+
 def plot_simulation(result, out_dir, curve_ns, zone) -> list:
-    """Fig. 2: (a) Q_pos vs step, (b) M_ret vs step for ``curve_ns`` (solid γ=0, dashed γ>0; mean over seeds),
+    """Fig. 2: (a) Q_pos vs step, (b) M_ret vs step for ``curve_ns`` (one line style per configuration: solid
+    for the first γ, then dashed, dotted, dash-dot, the controls last; mean over seeds),
     (c) final Q_pos and M_ret vs N with regimes I / II / III from ``zone`` = (first_n, last_n) or None."""
     plt = _pyplot()
     cfg = result.config
@@ -68,8 +73,8 @@ def plot_simulation(result, out_dir, curve_ns, zone) -> list:
         fig, ax = plt.subplots(figsize=(5.2, 3.6))
         for ci, n in enumerate(curve_ns):
             i = ns.index(n)
-            for gi, gamma in enumerate(cfg.gammas):
-                ax.plot(steps, values[:, i, gi], styles[gi % 4], color=colors[ci % len(colors)], label=f"N={n}, γ={gamma:g}")
+            for gi, c in enumerate(cfg.configurations):
+                ax.plot(steps, values[:, i, gi], styles[gi % 4], color=colors[ci % len(colors)], label=f"N={n}, {_label(c)}")
         ax.set_xlabel("step")
         ax.set_ylabel(label)
         ax.set_title(f"({key}) {label.split(' ')[0]} vs step (mean of {cfg.seeds} seed(s))", fontsize=10)
@@ -81,9 +86,9 @@ def plot_simulation(result, out_dir, curve_ns, zone) -> list:
         plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(5.6, 3.8))
-    for gi, gamma in enumerate(cfg.gammas):
-        ax.plot(ns, q_mean[-1, :, gi], styles[gi % 4], marker="o", color=colors[0], label=f"Q_pos, γ={gamma:g}")
-        ax.plot(ns, m_mean[-1, :, gi], styles[gi % 4], marker="s", color=colors[1], label=f"M_ret, γ={gamma:g}")
+    for gi, c in enumerate(cfg.configurations):
+        ax.plot(ns, q_mean[-1, :, gi], styles[gi % 4], marker="o", color=colors[0], label=f"Q_pos, {_label(c)}")
+        ax.plot(ns, m_mean[-1, :, gi], styles[gi % 4], marker="s", color=colors[1], label=f"M_ret, {_label(c)}")
     ax.set_xscale("log", base=2)
     ax.set_ylim(-0.05, 1.08)
     ax.set_xlabel("group size N")
