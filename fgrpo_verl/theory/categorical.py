@@ -119,7 +119,8 @@ class RunConfig:
 
 @dataclass(frozen=True)
 class SimulationConfig:
-    """One sweep: every combination of group size, γ and seed is one independent run."""
+    """One sweep: every combination of group size, configuration (each γ, then each control) and seed is one
+    independent run."""
 
     group_sizes: tuple  # N values (whole numbers >= 1)
     gammas: tuple  # focal strengths γ >= 0 (0 = plain mean-centred policy gradient)
