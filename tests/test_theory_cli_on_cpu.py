@@ -134,6 +134,7 @@ def test_simulate_control_and_equal_q_readout_match_curves_csv(tmp_path, capsys)
                 w = (row["q_pos"] - q0) / (q1 - q0)
                 step, m = t0 + w * (t1 - t0), m0 + w * (m1 - m0)
             assert row["step"] == pytest.approx(step, abs=0.02) and row["m_ret"] == pytest.approx(m, abs=1e-4)
+            assert len(row["m_ret_per_seed"]) == len(row["step_per_seed"]) == 2
     printed = capsys.readouterr().out
     assert "at equal Q_pos" in printed and "grpo_lr_x_m0.5" in printed
 
@@ -141,4 +142,24 @@ def test_simulate_control_and_equal_q_readout_match_curves_csv(tmp_path, capsys)
     assert main([*argv[:-3], "--q-levels", "0.999", "--out", str(tmp_path / "sim2"), "--no-progress"]) == 0
     rows = json.loads((tmp_path / "sim2" / "summary.json").read_text())["equal_q_pos"][0]["rows"]
     assert len(rows) == 5 and all(r["m_ret"] is None and r["step"] is None for r in rows)
+    assert all(r["m_ret_per_seed"] == [None, None] for r in rows)
     assert "never reached" in capsys.readouterr().out
+
+
+def test_simulate_equal_q_per_seed_readings_interpolate_each_seeds_curve():
+    import numpy as np
+
+    from fgrpo_verl.cli.simulate import equal_q_pos
+    from fgrpo_verl.theory.categorical import CategoricalSetup, SimulationConfig, simulate
+
+    result = simulate(SimulationConfig(group_sizes=(16,), gammas=(0.0,), seeds=3, steps=30, lr=0.02,
+                                       setup=CategoricalSetup(400, 40), controls=()))
+    level = float(np.round(result.q_pos[:, 0, 0, :].max(0).min() - 0.005, 4))  # below every seed's peak
+    row = equal_q_pos(result, [level])[0]["rows"][0]
+    for s in range(3):
+        q, m = result.q_pos[:, 0, 0, s], result.m_ret[:, 0, 0, s]
+        i = int(np.argmax(q >= level))
+        assert i > 0  # a real crossing, not the start point
+        w = (level - q[i - 1]) / (q[i] - q[i - 1])
+        assert row["step_per_seed"][s] == pytest.approx(i - 1 + w)
+        assert row["m_ret_per_seed"][s] == pytest.approx(m[i - 1] + w * (m[i] - m[i - 1]))

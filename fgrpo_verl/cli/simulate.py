@@ -92,8 +92,9 @@ def _curve_ns(ns):
 
 def equal_q_pos(result, levels=None) -> list:
     """Per N: each configuration's seed-mean (Q_pos, M_ret) curve read where Q_pos first reaches each level
-    (``frontier.at_level``). ``levels`` None: per N, ``frontier.default_levels`` of the initial Q_pos and the
-    peaks of the configurations' mean curves. A level a configuration never reaches gives m_ret/step None."""
+    (``frontier.at_level``), and each seed's own curve read the same way (``m_ret_per_seed``, ``step_per_seed``:
+    the spread behind the mean). ``levels`` None: per N, ``frontier.default_levels`` of the initial Q_pos and the
+    peaks of the configurations' mean curves. A level a curve never reaches gives None."""
     from fgrpo_verl.evaluation.frontier import at_level, default_levels
 
     cfg = result.config
@@ -106,8 +107,12 @@ def equal_q_pos(result, levels=None) -> list:
         for level in at_n:
             for ci, c in enumerate(cfg.configurations):
                 hit = at_level(steps, q_mean[:, i, ci], {"m_ret": m_mean[:, i, ci]}, level)
+                seeds = [at_level(steps, result.q_pos[:, i, ci, s], {"m_ret": result.m_ret[:, i, ci, s]}, level)
+                         for s in range(cfg.seeds)]
                 rows.append({"q_pos": level, "config": c.label, "gamma": c.gamma, "lr": c.lr,
-                             "m_ret": None if hit is None else hit.values["m_ret"], "step": None if hit is None else hit.step})
+                             "m_ret": None if hit is None else hit.values["m_ret"], "step": None if hit is None else hit.step,
+                             "m_ret_per_seed": [None if h is None else h.values["m_ret"] for h in seeds],
+                             "step_per_seed": [None if h is None else h.step for h in seeds]})
         out.append({"n": int(n), "levels": list(at_n), "levels_source": "default" if levels is None else "given", "rows": rows})
     return out
 
