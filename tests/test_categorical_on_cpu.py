@@ -67,6 +67,31 @@ def test_sampler_counts_follow_the_multinomial_law():
         assert z.abs().max() < 5.0, (row, z.abs().max())
 
 
+def test_control_is_grpo_at_lr_times_m_gamma_and_leaves_the_gamma_runs_alone():
+    """The control rows are exactly GRPO at lr x m_gamma: equal, bit for bit, to a plain gamma = 0 run at that lr
+    drawing from the same sampling generator (block index 1 in both), and adding them changes no gamma run."""
+    from fgrpo_verl.theory import mean_shrink
+
+    setup = CategoricalSetup(400, 40)
+    with_control = SimulationConfig(group_sizes=(16,), gammas=(1.0,), seeds=3, steps=25, lr=0.02, setup=setup, controls=(1.0,))
+    labels = [(c.label, c.gamma, c.lr, c.control_of) for c in with_control.configurations]
+    assert labels == [("fgrpo_g1", 1.0, 0.02, None), ("grpo_lr_x_m1", 0.0, 0.02 * mean_shrink(1.0), 1.0)]
+    a = simulate(with_control)
+    assert a.q_pos.shape == (26, 1, 2, 3) and a.final_entropy.shape == (1, 2, 3)
+    plain = simulate(SimulationConfig(group_sizes=(16,), gammas=(1.0,), seeds=3, steps=25, lr=0.02, setup=setup))
+    np.testing.assert_array_equal(a.q_pos[:, :, :1], plain.q_pos)
+    np.testing.assert_array_equal(a.m_ret[:, :, :1], plain.m_ret)
+    # the second block of this run (N = 16, gamma 0, lr 0.01) draws from the same generator as the control block
+    grpo = simulate(SimulationConfig(group_sizes=(2, 16), gammas=(0.0,), seeds=3, steps=25, lr=0.01, setup=setup))
+    np.testing.assert_array_equal(a.q_pos[:, 0, 1], grpo.q_pos[:, 1, 0])
+    np.testing.assert_array_equal(a.m_ret[:, 0, 1], grpo.m_ret[:, 1, 0])
+    assert not np.array_equal(a.q_pos[:, 0, 0], a.q_pos[:, 0, 1])  # the control did move differently
+    for kwargs, needle in [(dict(controls=(0.0,)), "controls holds 0.0"), (dict(controls=(1.0, 1.0)), "repeats"),
+                           (dict(gammas=(1.0, 1.0)), "repeated configurations")]:
+        with pytest.raises(ValueError, match=needle):
+            SimulationConfig(**{**dict(group_sizes=(16,), gammas=(1.0,), seeds=1, steps=1, setup=setup), **kwargs})
+
+
 def test_simulation_is_reproducible_and_validates():
     cfg = SimulationConfig(group_sizes=(2, 64), gammas=(0.0, 1.0), seeds=2, steps=5, setup=CategoricalSetup(400, 40))
     a, b = simulate(cfg), simulate(cfg, workers=1)

@@ -228,7 +228,9 @@ def test_prototype_grpo_step_moves_the_policy():
 # ---------------------------------------------------------------- the demo's argument checks
 @pytest.mark.parametrize("argv,match", [(["--gammas", "1"], "include 0"), (["--gammas", "0,x"], "--gammas"),
                                         (["--warm", "0.3,0.1"], "--warm"), (["--warm", "0.6,0.3,0.3"], "WarmStart"),
-                                        (["--seeds", "0"], "--seeds")])
+                                        (["--seeds", "0"], "--seeds"), (["--q-levels", "0.5,1"], "--q-levels holds 1.0"),
+                                        (["--q-levels", "0.5,x"], "--q-levels must be"),
+                                        (["--q-levels", "0.5,0.5"], "repeats a level")])
 def test_raremode_demo_rejects_bad_arguments(tmp_path, argv, match):
     from fgrpo_verl.cli import build_parser
 

@@ -69,7 +69,9 @@ def test_simulate_writes_numbers_and_figures(tmp_path, capsys):
     assert summary["config"]["group_sizes"] == [2, 64, 4096] and summary["config"]["seeds"] == 2
     assert len(summary["final"]) == 6
     lines = (out / "final.csv").read_text().splitlines()
-    assert lines[0] == "n,gamma,seed,q_pos,m_ret,anchor,entropy" and len(lines) == 1 + 12
+    # the original columns keep their place and meaning; config and lr are appended
+    assert lines[0] == "n,gamma,seed,q_pos,m_ret,anchor,entropy,config,lr" and len(lines) == 1 + 12
+    assert lines[1].startswith("2,0,0,") and lines[1].endswith(",grpo,0.01")
     assert len((out / "curves.csv").read_text().splitlines()) == 1 + 31 * 6
     for name in summary["plots"]:
         assert (out / name).read_bytes()[:4] == b"\x89PNG"
@@ -84,8 +86,80 @@ def test_simulate_writes_numbers_and_figures(tmp_path, capsys):
         (["--gamma", "-1"], "gammas holds -1.0"),
         (["--actions", "10", "--correct", "10"], "num_correct=10 is invalid for num_actions=10"),
         (["--zone-threshold", "0"], "zone_threshold=0.0 is invalid"),
+        (["--gamma", "0", "--control"], "--control needs a gamma > 0 in --gamma"),
+        (["--q-levels", "0.5", "1"], "--q-levels holds 1.0"),
+        (["--q-levels", "0.7", "0.7"], "--q-levels=[0.7, 0.7] repeats a level"),
     ],
 )
 def test_simulate_bad_args(argv, needle, capsys, tmp_path):
     assert main(["simulate", *argv, "--out", str(tmp_path)]) == 2
     assert needle in capsys.readouterr().err
+
+
+def test_simulate_control_and_equal_q_readout_match_curves_csv(tmp_path, capsys):
+    """--control adds GRPO at lr x m_gamma for each gamma > 0, labelled in both CSVs and summary.json; the
+    equal-Q_pos readout equals a linear interpolation computed here from curves.csv."""
+    import csv
+
+    from fgrpo_verl.theory import mean_shrink
+
+    out = tmp_path / "sim"
+    argv = ["simulate", "--n", "4", "64", "--gamma", "0", "0.5", "1", "--seeds", "2", "--steps", "40", "--actions", "400",
+            "--correct", "40", "--lr", "0.02", "--control", "--out", str(out), "--no-progress"]
+    assert main(argv) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    expected = {"grpo": (0.0, 0.02), "fgrpo_g0.5": (0.5, 0.02), "fgrpo_g1": (1.0, 0.02),
+                "grpo_lr_x_m0.5": (0.0, 0.02 * mean_shrink(0.5)), "grpo_lr_x_m1": (0.0, 0.01)}
+    assert {c["config"]: (c["gamma"], c["lr"]) for c in summary["config"]["configurations"]} == expected
+    assert summary["config"]["controls"] == [0.5, 1.0]
+    final = list(csv.DictReader((out / "final.csv").open()))
+    assert len(final) == 2 * 5 * 2
+    assert {(r["config"], r["gamma"], r["lr"]) for r in final} >= {("grpo_lr_x_m0.5", "0", f"{0.02 * mean_shrink(0.5):g}")}
+    curves = list(csv.DictReader((out / "curves.csv").open()))
+    assert len(curves) == 41 * 2 * 5
+
+    blocks = summary["equal_q_pos"]
+    assert [b["n"] for b in blocks] == [4, 64]
+    for block in blocks:
+        assert block["levels_source"] == "default" and len(block["rows"]) == 5 * len(block["levels"])
+        for row in block["rows"]:
+            pts = [(int(r["step"]), float(r["q_pos_mean"]), float(r["m_ret_mean"])) for r in curves
+                   if int(r["n"]) == block["n"] and r["config"] == row["config"]]
+            pts.sort()
+            i = next(j for j, (_, q, _) in enumerate(pts) if q >= row["q_pos"])  # default levels: every one reaches
+            if i == 0:
+                step, m = pts[0][0], pts[0][2]
+            else:
+                (t0, q0, m0), (t1, q1, m1) = pts[i - 1], pts[i]
+                w = (row["q_pos"] - q0) / (q1 - q0)
+                step, m = t0 + w * (t1 - t0), m0 + w * (m1 - m0)
+            assert row["step"] == pytest.approx(step, abs=0.02) and row["m_ret"] == pytest.approx(m, abs=1e-4)
+            assert len(row["m_ret_per_seed"]) == len(row["step_per_seed"]) == 2
+    printed = capsys.readouterr().out
+    assert "at equal Q_pos" in printed and "grpo_lr_x_m0.5" in printed
+
+    # a level nobody reaches is reported as such, not dropped
+    assert main([*argv[:-3], "--q-levels", "0.999", "--out", str(tmp_path / "sim2"), "--no-progress"]) == 0
+    rows = json.loads((tmp_path / "sim2" / "summary.json").read_text())["equal_q_pos"][0]["rows"]
+    assert len(rows) == 5 and all(r["m_ret"] is None and r["step"] is None for r in rows)
+    assert all(r["m_ret_per_seed"] == [None, None] for r in rows)
+    assert "never reached" in capsys.readouterr().out
+
+
+def test_simulate_equal_q_per_seed_readings_interpolate_each_seeds_curve():
+    import numpy as np
+
+    from fgrpo_verl.cli.simulate import equal_q_pos
+    from fgrpo_verl.theory.categorical import CategoricalSetup, SimulationConfig, simulate
+
+    result = simulate(SimulationConfig(group_sizes=(16,), gammas=(0.0,), seeds=3, steps=30, lr=0.02,
+                                       setup=CategoricalSetup(400, 40), controls=()))
+    level = float(np.round(result.q_pos[:, 0, 0, :].max(0).min() - 0.005, 4))  # below every seed's peak
+    row = equal_q_pos(result, [level])[0]["rows"][0]
+    for s in range(3):
+        q, m = result.q_pos[:, 0, 0, s], result.m_ret[:, 0, 0, s]
+        i = int(np.argmax(q >= level))
+        assert i > 0  # a real crossing, not the start point
+        w = (level - q[i - 1]) / (q[i] - q[i - 1])
+        assert row["step_per_seed"][s] == pytest.approx(i - 1 + w)
+        assert row["m_ret_per_seed"][s] == pytest.approx(m[i - 1] + w * (m[i] - m[i - 1]))

@@ -4,6 +4,12 @@ Quick default (≲ 1 minute on 2 cores): the paper's policy scaled down 10× (12
 same logits, so Q_pos = 0.631 and each non-anchor correct action has 6.3e-4 instead of 6.3e-5), N = 2, 8, …,
 32768, γ ∈ {0, 1}, 2 seeds, 1,000 steps. Being 10× smaller, its concentration zone sits 10× lower in N.
 ``--paper``: 128,000 actions, 10,000 correct, N = 2, 4, …, 131072, γ ∈ {0, 1}, 4 seeds, 1,000 steps.
+``--control``: for every γ > 0, also GRPO (γ = 0) at lr × m_γ (the paper's scale-matched control, App. N).
+
+Besides the final state, the readout at equal Q_pos (summary.json "equal_q_pos", printed): for each N, each
+configuration's seed-mean curve is read where its Q_pos first reaches a level (``fgrpo_verl.evaluation.frontier``,
+linear interpolation between steps): M_ret there and the (fractional) step. Levels: ``--q-levels``, or by default
+per N the highest level every configuration's mean curve reaches and the midpoint from the initial Q_pos.
 """
 
 from __future__ import annotations
@@ -29,6 +35,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--actions", type=int, help="number of actions (quick 12800, paper 128000)")
     parser.add_argument("--correct", type=int, help="number of correct actions, the anchor included (quick 1000, paper 10000)")
     parser.add_argument("--lr", type=float, default=1e-2, help="learning rate eta (paper 1e-2)")
+    parser.add_argument("--control", action="store_true",
+                        help="also run, for every gamma > 0, GRPO (gamma 0) at lr x m_gamma (scale-matched control)")
+    parser.add_argument("--q-levels", type=float, nargs="+",
+                        help="Q_pos levels in (0, 1) of the equal-Q_pos readout, used at every N, reported in increasing "
+                             "order (default per N: the highest level every configuration reaches, and the midpoint "
+                             "from the initial Q_pos)")
     parser.add_argument("--surrogate", choices=["log", "linear"], default="log", help="objective; see docs/theory.md (default log)")
     parser.add_argument("--optimizer", choices=["adam", "sgd"], default="adam", help="ascent rule; see docs/theory.md (default adam)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the sampling generator (default 0)")
@@ -54,6 +66,9 @@ def _config(args):
     if not 0 < args.zone_threshold <= 1:
         raise ValueError(f"zone_threshold={args.zone_threshold!r} is invalid: must be in (0, 1]")
     setup = CategoricalSetup(num_actions=pick["actions"], num_correct=pick["correct"])
+    controls = tuple(g for g in pick["gamma"] if g > 0) if args.control else ()
+    if args.control and not controls:
+        raise ValueError(f"--control needs a gamma > 0 in --gamma (got {pick['gamma']}): the control is GRPO at lr x m_gamma")
     return SimulationConfig(
         group_sizes=tuple(pick["n"]),
         gammas=tuple(pick["gamma"]),
@@ -64,6 +79,7 @@ def _config(args):
         optimizer=args.optimizer,
         seed=args.seed,
         setup=setup,
+        controls=controls,
     )
 
 
@@ -74,8 +90,38 @@ def _curve_ns(ns):
     return picks
 
 
-def write_outputs(result, out: Path, zone_threshold: float) -> dict:
-    """final.csv (one row per run), curves.csv (seed means per step), summary.json, and the Fig. 2 PNGs."""
+def equal_q_pos(result, levels=None) -> list:
+    """Per N: each configuration's seed-mean (Q_pos, M_ret) curve read where Q_pos first reaches each level
+    (``frontier.at_level``), and each seed's own curve read the same way (``m_ret_per_seed``, ``step_per_seed``:
+    the spread behind the mean). ``levels`` None: per N, ``frontier.default_levels`` of the initial Q_pos and the
+    peaks of the configurations' mean curves. A level a curve never reaches gives None."""
+    from fgrpo_verl.evaluation.frontier import at_level, default_levels
+
+    cfg = result.config
+    q_mean, m_mean = result.q_pos.mean(-1), result.m_ret.mean(-1)  # (step, N, configuration)
+    steps = list(range(q_mean.shape[0]))
+    out = []
+    for i, n in enumerate(cfg.group_sizes):
+        at_n = levels if levels is not None else default_levels(float(q_mean[0, i, 0]), q_mean[:, i, :].max(0).tolist())
+        rows = []
+        for level in at_n:
+            for ci, c in enumerate(cfg.configurations):
+                hit = at_level(steps, q_mean[:, i, ci], {"m_ret": m_mean[:, i, ci]}, level)
+                seeds = [at_level(steps, result.q_pos[:, i, ci, s], {"m_ret": result.m_ret[:, i, ci, s]}, level)
+                         for s in range(cfg.seeds)]
+                rows.append({"q_pos": level, "config": c.label, "gamma": c.gamma, "lr": c.lr,
+                             "m_ret": None if hit is None else hit.values["m_ret"], "step": None if hit is None else hit.step,
+                             "m_ret_per_seed": [None if h is None else h.values["m_ret"] for h in seeds],
+                             "step_per_seed": [None if h is None else h.step for h in seeds]})
+        out.append({"n": int(n), "levels": list(at_n), "levels_source": "default" if levels is None else "given", "rows": rows})
+    return out
+
+
+def write_outputs(result, out: Path, zone_threshold: float, q_levels=None) -> dict:
+    """final.csv (one row per run), curves.csv (seed means per step), summary.json, and the Fig. 2 PNGs.
+
+    Both CSVs end with the columns config (``RunConfig.label``) and lr; with ``--control`` the control's rows have
+    gamma 0 (the γ it trains with) and config ``grpo_lr_x_m<γ>``."""
     import numpy as np
 
     from fgrpo_verl.theory.categorical import concentration_zone
@@ -83,30 +129,32 @@ def write_outputs(result, out: Path, zone_threshold: float) -> dict:
 
     cfg = result.config
     out.mkdir(parents=True, exist_ok=True)
-    ns, gammas = list(cfg.group_sizes), list(cfg.gammas)
+    ns, configs = list(cfg.group_sizes), cfg.configurations
     with open(out / "final.csv", "w") as f:
-        f.write("n,gamma,seed,q_pos,m_ret,anchor,entropy\n")
+        f.write("n,gamma,seed,q_pos,m_ret,anchor,entropy,config,lr\n")
         for i, n in enumerate(ns):
-            for gi, g in enumerate(gammas):
+            for gi, c in enumerate(configs):
                 for s in range(cfg.seeds):
                     f.write(
-                        f"{n},{g:g},{s},{result.q_pos[-1, i, gi, s]:.6f},{result.m_ret[-1, i, gi, s]:.6f},"
-                        f"{result.anchor[-1, i, gi, s]:.6g},{result.final_entropy[i, gi, s]:.4f}\n"
+                        f"{n},{c.gamma:g},{s},{result.q_pos[-1, i, gi, s]:.6f},{result.m_ret[-1, i, gi, s]:.6f},"
+                        f"{result.anchor[-1, i, gi, s]:.6g},{result.final_entropy[i, gi, s]:.4f},{c.label},{c.lr:g}\n"
                     )
     q_mean, m_mean = result.q_pos.mean(-1), result.m_ret.mean(-1)
     with open(out / "curves.csv", "w") as f:
-        f.write("step,n,gamma,q_pos_mean,m_ret_mean\n")
+        f.write("step,n,gamma,q_pos_mean,m_ret_mean,config,lr\n")
         for t in range(q_mean.shape[0]):
             for i, n in enumerate(ns):
-                for gi, g in enumerate(gammas):
-                    f.write(f"{t},{n},{g:g},{q_mean[t, i, gi]:.6f},{m_mean[t, i, gi]:.6f}\n")
+                for gi, c in enumerate(configs):
+                    f.write(f"{t},{n},{c.gamma:g},{q_mean[t, i, gi]:.6f},{m_mean[t, i, gi]:.6f},{c.label},{c.lr:g}\n")
     zone = concentration_zone(ns, m_mean[-1, :, 0], threshold=zone_threshold)
     curve_ns = _curve_ns(ns)
     pngs = plot_simulation(result, out, curve_ns, zone)
     summary = {
         "config": {
             "group_sizes": ns,
-            "gammas": gammas,
+            "gammas": list(cfg.gammas),
+            "controls": list(cfg.controls),
+            "configurations": [{"config": c.label, "gamma": c.gamma, "lr": c.lr} for c in configs],
             "seeds": cfg.seeds,
             "steps": cfg.steps,
             "lr": cfg.lr,
@@ -123,7 +171,9 @@ def write_outputs(result, out: Path, zone_threshold: float) -> dict:
         "final": [
             {
                 "n": n,
-                "gamma": g,
+                "gamma": c.gamma,
+                "config": c.label,
+                "lr": c.lr,
                 "q_pos_mean": float(q_mean[-1, i, gi]),
                 "m_ret_mean": float(m_mean[-1, i, gi]),
                 "m_ret_min_over_seeds": float(result.m_ret[-1, i, gi].min()),
@@ -131,8 +181,9 @@ def write_outputs(result, out: Path, zone_threshold: float) -> dict:
                 "entropy_mean": float(np.mean(result.final_entropy[i, gi])),
             }
             for i, n in enumerate(ns)
-            for gi, g in enumerate(gammas)
+            for gi, c in enumerate(configs)
         ],
+        "equal_q_pos": equal_q_pos(result, q_levels),
         "plots": [p.name for p in pngs],
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
@@ -140,22 +191,32 @@ def write_outputs(result, out: Path, zone_threshold: float) -> dict:
 
 
 def run(args) -> int:
+    from fgrpo_verl.evaluation.frontier import check_levels
+
     try:
         config = _config(args)
+        q_levels = None if args.q_levels is None else check_levels("--q-levels", args.q_levels)
     except ValueError as err:
         print(f"fgrpo-verl simulate: error: {err}", file=sys.stderr)
         return 2
     from fgrpo_verl.theory.categorical import simulate
 
     result = simulate(config, progress=not args.no_progress)
-    summary = write_outputs(result, Path(args.out), args.zone_threshold)
-    print(f"{'N':>7} {'gamma':>5} {'Q_pos':>7} {'M_ret':>7}")
+    summary = write_outputs(result, Path(args.out), args.zone_threshold, q_levels)
+    print(f"{'N':>7} {'config':>16} {'lr':>9} {'Q_pos':>7} {'M_ret':>7}")
     for row in summary["final"]:
-        print(f"{row['n']:>7d} {row['gamma']:>5g} {row['q_pos_mean']:>7.3f} {row['m_ret_mean']:>7.3f}")
+        print(f"{row['n']:>7d} {row['config']:>16} {row['lr']:>9.3g} {row['q_pos_mean']:>7.3f} {row['m_ret_mean']:>7.3f}")
+    print("at equal Q_pos (seed-mean curves, first crossing, linear interpolation): M_ret @ step")
+    print(f"{'N':>7} {'Q_pos':>6} " + " ".join(f"{c.label:>20}" for c in config.configurations))
+    for block in summary["equal_q_pos"]:
+        for level in block["levels"]:
+            cells = [r for r in block["rows"] if r["q_pos"] == level]
+            print(f"{block['n']:>7d} {level:>6.3f} " + " ".join(
+                f"{'never reached':>20}" if r["m_ret"] is None else f"{r['m_ret']:>9.3f} @ {r['step']:>8.1f}" for r in cells))
     zone = summary["zone_II"]
     print(
         f"zone II (M_ret < {args.zone_threshold:g} at gamma={config.gammas[0]:g}): "
         + ("none" if zone is None else f"N = {zone['first_n']} .. {zone['last_n']}")
     )
-    print(f"simulated {len(config.group_sizes) * len(config.gammas) * config.seeds} runs in {result.seconds:.1f} s; wrote {args.out}/")
+    print(f"simulated {len(config.group_sizes) * len(config.configurations) * config.seeds} runs in {result.seconds:.1f} s; wrote {args.out}/")
     return 0

@@ -30,7 +30,12 @@ zone) and the linear surrogate does not (M_ret collapses at N = 2^17 too, becaus
 favours the anchor). The default is therefore ``surrogate="log", optimizer="adam"``; the literal reading is one
 flag away (``--surrogate linear --optimizer sgd``).
 
-Everything is vectorised over runs: all (N, γ, seed) combinations are rows of one (runs, actions) tensor;
+The scale-matched control (paper App. N): ``controls`` adds, for each listed γ, plain GRPO runs (γ = 0) at
+learning rate η · m_γ (``fgrpo_verl.theory.mean_shrink``). The result's configuration axis holds the γ runs first,
+then the controls (``SimulationConfig.configurations``). Control rows get their own sampling generators (blocks
+after the γ runs' blocks), so adding controls leaves the γ runs bit for bit as they were.
+
+Everything is vectorised over runs: all (N, configuration, seed) combinations are rows of one (runs, actions) tensor;
 sampling is an inverse-CDF search per run (``CountSampler``) plus one ``index_add_`` into per-action counts, so
 no Python loop touches actions or draws.
 """
@@ -45,6 +50,7 @@ import numpy as np
 import torch
 
 from fgrpo_verl.focal import focal_weight
+from fgrpo_verl.theory.shrink import mean_shrink, run_label
 
 SURROGATES = ("log", "linear")
 OPTIMIZERS = ("adam", "sgd")
@@ -102,8 +108,19 @@ class CategoricalSetup:
 
 
 @dataclass(frozen=True)
+class RunConfig:
+    """One configuration of the sweep: its label (``run_label``), the γ it trains with, its learning rate."""
+
+    label: str
+    gamma: float
+    lr: float
+    control_of: float | None = None  # for the scale-matched control: the γ whose m_γ scaled the lr
+
+
+@dataclass(frozen=True)
 class SimulationConfig:
-    """One sweep: every combination of group size, γ and seed is one independent run."""
+    """One sweep: every combination of group size, configuration (each γ, then each control) and seed is one
+    independent run."""
 
     group_sizes: tuple  # N values (whole numbers >= 1)
     gammas: tuple  # focal strengths γ >= 0 (0 = plain mean-centred policy gradient)
@@ -114,10 +131,17 @@ class SimulationConfig:
     optimizer: str = "adam"  # "adam" or "sgd", see the module docstring
     seed: int = 0  # seeds the sampling generators (one per group size, see CountSampler)
     setup: CategoricalSetup = field(default_factory=CategoricalSetup)
+    controls: tuple = ()  # γ values whose scale-matched control (γ = 0 at lr · m_γ) is added; see the module docstring
 
     def __post_init__(self):
         object.__setattr__(self, "group_sizes", tuple(self.group_sizes))
         object.__setattr__(self, "gammas", tuple(self.gammas))
+        object.__setattr__(self, "controls", tuple(self.controls))
+        for g in self.controls:
+            if _finite("controls", g) <= 0:
+                raise ValueError(f"controls holds {g!r}: a scale-matched control needs a finite gamma > 0 (m_0 = 1 is GRPO itself)")
+        if len(set(self.controls)) != len(self.controls):
+            raise ValueError(f"controls={self.controls!r} repeats a value: list each gamma once")
         if not self.group_sizes:
             raise ValueError("group_sizes is empty: give at least one group size N >= 1")
         for n in self.group_sizes:
@@ -142,17 +166,28 @@ class SimulationConfig:
             raise ValueError(f"surrogate={self.surrogate!r} is invalid: valid surrogates are {', '.join(SURROGATES)}")
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer={self.optimizer!r} is invalid: valid optimizers are {', '.join(OPTIMIZERS)}")
+        labels = [c.label for c in self.configurations]
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"gammas={self.gammas!r} give repeated configurations {labels}: list each gamma once")
+
+    @property
+    def configurations(self) -> list:
+        """The result's configuration axis: one ``RunConfig`` per γ, then one per control."""
+        return [RunConfig(run_label(g), float(g), self.lr) for g in self.gammas] + [
+            RunConfig(run_label(0.0, control_of=g), 0.0, self.lr * float(mean_shrink(g)), float(g)) for g in self.controls
+        ]
 
 
 @dataclass
 class SimulationResult:
-    """Per-step metrics with axes (step 0..steps, N, γ, seed); step 0 is the initial policy."""
+    """Per-step metrics with axes (step 0..steps, N, configuration, seed); step 0 is the initial policy. The
+    configuration axis is ``config.configurations``: the γ runs in ``config.gammas`` order, then the controls."""
 
     config: SimulationConfig
     q_pos: np.ndarray  # correct mass Q_pos
     m_ret: np.ndarray  # retained positive mass M_ret (eq. 26)
     anchor: np.ndarray  # the anchor action's probability
-    final_entropy: np.ndarray  # (N, γ, seed) policy entropy in nats after the last step
+    final_entropy: np.ndarray  # (N, configuration, seed) policy entropy in nats after the last step
     seconds: float  # wall time of the run loop
 
 
@@ -260,12 +295,22 @@ def simulate(config: SimulationConfig, progress: bool = False, dtype=torch.float
     from tqdm.auto import tqdm
 
     setup = config.setup
-    grid = list(itertools.product(config.group_sizes, config.gammas, range(config.seeds)))
+    configs = config.configurations
+    parts = (configs[: len(config.gammas)], configs[len(config.gammas):])  # the γ runs, then the controls
+    # rows: (N, γ, seed) of the γ runs, then (N, control, seed); rows sharing one N and part are contiguous
+    grid = [(n, c, s) for part in parts for n, c, s in itertools.product(config.group_sizes, part, range(config.seeds))]
     runs, ncorrect = len(grid), setup.num_correct
-    block = len(config.gammas) * config.seeds  # rows sharing one N are contiguous
-    block_sizes = [(block, int(n)) for n in config.group_sizes]
+    block_sizes = [(len(part) * config.seeds, int(n)) for part in parts if part for n in config.group_sizes]
     n_col = torch.tensor([float(n) for n, _, _ in grid], dtype=torch.float64).unsqueeze(1)  # (runs, 1)
-    gamma_col = torch.tensor([float(g) for _, g, _ in grid], dtype=torch.float64)  # (runs,)
+    gamma_col = torch.tensor([c.gamma for _, c, _ in grid], dtype=torch.float64)  # (runs,)
+    # contiguous row ranges sharing one learning rate: the update is applied per range with a scalar lr, so the
+    # γ runs take exactly the arithmetic they take without controls
+    lr_ranges = []
+    for r, (_, c, _) in enumerate(grid):
+        if lr_ranges and lr_ranges[-1][2] == c.lr:
+            lr_ranges[-1][1] = r + 1
+        else:
+            lr_ranges.append([r, r + 1, c.lr])
 
     z = setup.initial_logits(dtype).unsqueeze(0).repeat(runs, 1)
     p = torch.empty_like(z)
@@ -285,15 +330,23 @@ def simulate(config: SimulationConfig, progress: bool = False, dtype=torch.float
         b1, b2 = ADAM_BETAS
         m, v, denom = torch.zeros_like(z), torch.zeros_like(z), torch.empty_like(z)
 
-    shape = (config.steps + 1, len(config.group_sizes), len(config.gammas), config.seeds)
+    shape = (config.steps + 1, len(config.group_sizes), len(configs), config.seeds)
     q_pos, m_ret, anchor = (np.empty(shape) for _ in range(3))
+    split = len(config.group_sizes) * len(parts[0]) * config.seeds
+
+    def grid_of(per_run: torch.Tensor) -> np.ndarray:
+        """(runs,) in row order -> (N, configuration, seed)."""
+        v = per_run.numpy()
+        main = v[:split].reshape(len(config.group_sizes), len(parts[0]), config.seeds)
+        ctrl = v[split:].reshape(len(config.group_sizes), len(parts[1]), config.seeds)
+        return np.concatenate([main, ctrl], axis=1)
 
     def record(t, p):
         pc = p[:, :ncorrect].to(torch.float64)
-        q_pos[t] = pc.sum(1).numpy().reshape(shape[1:])
+        q_pos[t] = grid_of(pc.sum(1))
         lost = (p0_correct.unsqueeze(0) - pc).clamp_min_(0.0).sum(1)
-        m_ret[t] = (1.0 - lost / p0_correct_mass).numpy().reshape(shape[1:])
-        anchor[t] = pc[:, 0].numpy().reshape(shape[1:])
+        m_ret[t] = grid_of(1.0 - lost / p0_correct_mass)
+        anchor[t] = grid_of(pc[:, 0])
 
     start = time.perf_counter()
     softmax_(z, p)
@@ -309,16 +362,18 @@ def simulate(config: SimulationConfig, progress: bool = False, dtype=torch.float
                 # = η sqrt(1 - β2^t) / (1 - β1^t) · m / (sqrt(v) + ε sqrt(1 - β2^t))
                 c2 = math.sqrt(1 - b2**t)
                 torch.sqrt(v, out=denom).add_(ADAM_EPS * c2)
-                z.addcdiv_(m, denom, value=config.lr * c2 / (1 - b1**t))  # ascent on the surrogate
+                for lo, hi, lr in lr_ranges:  # ascent on the surrogate
+                    z[lo:hi].addcdiv_(m[lo:hi], denom[lo:hi], value=lr * c2 / (1 - b1**t))
             else:
-                z.add_(grad, alpha=config.lr)
+                for lo, hi, lr in lr_ranges:
+                    z[lo:hi].add_(grad[lo:hi], alpha=lr)
             softmax_(z, p)
             record(t, p)
     finally:
         sampler.close()
     seconds = time.perf_counter() - start
     p64 = p.to(torch.float64)
-    entropy = -(p64 * torch.log(p64.clamp_min(1e-300))).sum(1).numpy().reshape(shape[1:])
+    entropy = grid_of(-(p64 * torch.log(p64.clamp_min(1e-300))).sum(1))
     return SimulationResult(config=config, q_pos=q_pos, m_ret=m_ret, anchor=anchor, final_entropy=entropy, seconds=seconds)
 
 

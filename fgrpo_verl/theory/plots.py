@@ -51,39 +51,55 @@ def plot_tail_miss(mus, rhos, path, n_max: int = 512) -> Path:
     return path
 
 
+def _label(c) -> str:
+    return f"γ={c.gamma:g}" if c.control_of is None else f"γ=0, lr×m_{c.control_of:g}"
+
+
 def plot_simulation(result, out_dir, curve_ns, zone) -> list:
-    """Fig. 2: (a) Q_pos vs step, (b) M_ret vs step for ``curve_ns`` (solid γ=0, dashed γ>0; mean over seeds),
-    (c) final Q_pos and M_ret vs N with regimes I / II / III from ``zone`` = (first_n, last_n) or None."""
+    """Fig. 2: (a) Q_pos vs step, (b) M_ret vs step for ``curve_ns`` (one line style per configuration: solid
+    for the first γ, then dashed, dotted, dash-dot, the controls last; mean over seeds),
+    (c) final Q_pos and M_ret vs N with regimes I / II / III from ``zone`` = (first_n, last_n) or None,
+    (d) M_ret vs Q_pos along the curves of ``curve_ns`` (not in the paper: the frontier that the equal-Q_pos readout
+    reads)."""
     plt = _pyplot()
     cfg = result.config
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     ns = list(cfg.group_sizes)
-    q_mean, m_mean = result.q_pos.mean(-1), result.m_ret.mean(-1)  # (step, N, γ)
+    q_mean, m_mean = result.q_pos.mean(-1), result.m_ret.mean(-1)  # (step, N, configuration)
     steps = np.arange(result.q_pos.shape[0])
-    styles = ["-", "--", ":", "-."]
+    # one dash pattern per configuration (5 distinct: 3 γ and 2 controls in the documented run), then repeat
+    styles = ["-", "--", ":", "-.", (0, (6, 1, 1, 1, 1, 1))]
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     paths = []
-    for key, values, label in (("a", q_mean, "Q_pos (correct mass)"), ("b", m_mean, "M_ret (retained positive mass)")):
+    steps_grid = np.broadcast_to(steps[:, None, None], q_mean.shape)
+    q_label, m_label = "Q_pos (correct mass)", "M_ret (retained positive mass)"
+    panels = (  # (d): the frontier, where runs that move at different speeds are compared at equal Q_pos
+        ("a", steps_grid, q_mean, "step", q_label, "fig2a_q_pos_vs_step.png", "Q_pos vs step"),
+        ("b", steps_grid, m_mean, "step", m_label, "fig2b_m_ret_vs_step.png", "M_ret vs step"),
+        ("d", q_mean, m_mean, q_label, m_label, "fig2d_m_ret_vs_q_pos.png", "M_ret vs Q_pos, the frontier"),
+    )
+    for key, xs, ys, xlabel, ylabel, name, title in panels:
         fig, ax = plt.subplots(figsize=(5.2, 3.6))
         for ci, n in enumerate(curve_ns):
             i = ns.index(n)
-            for gi, gamma in enumerate(cfg.gammas):
-                ax.plot(steps, values[:, i, gi], styles[gi % 4], color=colors[ci % len(colors)], label=f"N={n}, γ={gamma:g}")
-        ax.set_xlabel("step")
-        ax.set_ylabel(label)
-        ax.set_title(f"({key}) {label.split(' ')[0]} vs step (mean of {cfg.seeds} seed(s))", fontsize=10)
+            for gi, c in enumerate(cfg.configurations):
+                ax.plot(xs[:, i, gi], ys[:, i, gi], linestyle=styles[gi % len(styles)], color=colors[ci % len(colors)],
+                        label=f"N={n}, {_label(c)}")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.set_title(f"({key}) {title} (mean of {cfg.seeds} seed(s))", fontsize=10)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, ncol=2)
         fig.tight_layout()
-        paths.append(out_dir / f"fig2{key}_{'q_pos' if key == 'a' else 'm_ret'}_vs_step.png")
+        paths.append(out_dir / name)
         fig.savefig(paths[-1], dpi=100)
         plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(5.6, 3.8))
-    for gi, gamma in enumerate(cfg.gammas):
-        ax.plot(ns, q_mean[-1, :, gi], styles[gi % 4], marker="o", color=colors[0], label=f"Q_pos, γ={gamma:g}")
-        ax.plot(ns, m_mean[-1, :, gi], styles[gi % 4], marker="s", color=colors[1], label=f"M_ret, γ={gamma:g}")
+    for gi, c in enumerate(cfg.configurations):
+        ax.plot(ns, q_mean[-1, :, gi], linestyle=styles[gi % len(styles)], marker="o", color=colors[0], label=f"Q_pos, {_label(c)}")
+        ax.plot(ns, m_mean[-1, :, gi], linestyle=styles[gi % len(styles)], marker="s", color=colors[1], label=f"M_ret, {_label(c)}")
     ax.set_xscale("log", base=2)
     ax.set_ylim(-0.05, 1.08)
     ax.set_xlabel("group size N")

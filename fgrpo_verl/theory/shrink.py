@@ -24,3 +24,11 @@ def mean_shrink(gamma):
     # lgamma keeps large γ finite (Γ overflows past ~171); the ratio is taken in log space.
     out = np.vectorize(lambda x: 4.0 / math.sqrt(math.pi) * math.exp(math.lgamma(x + 1.5) - math.lgamma(x + 3.0)))(g)
     return float(out) if out.ndim == 0 else out.astype(np.float64)
+
+
+def run_label(gamma: float, control_of: float | None = None) -> str:
+    """The name of a run configuration, the same in every experiment: ``grpo`` (γ = 0), ``fgrpo_g<γ>``, and
+    ``grpo_lr_x_m<γ>`` for the scale-matched control (GRPO at lr × m_γ)."""
+    if control_of is not None:
+        return f"grpo_lr_x_m{control_of:g}"
+    return "grpo" if gamma == 0 else f"fgrpo_g{gamma:g}"

@@ -6,7 +6,10 @@ verl's trainer on the CPU backend, with exact rare-mass metrics per step.
 3. one verl run per (configuration, seed) (``experiment.py``), seed-major so that an interrupted demo still has
    complete pairs; every step's checkpoint is scored exactly afterwards (``evaluate.py``);
 4. table: final Q_pos, M_ret, ΔNLL_rare, sampled pass@1 / pass@k (mean ± 95% seed CI), paired differences against
-   GRPO; plots of the per-step curves; ``results.json`` with every per-seed, per-step number.
+   GRPO; then M_ret, ΔNLL_rare and the step at equal Q_pos (``frontier_report.py``); plots of the per-step
+   curves; ``results.json`` with every per-seed, per-step number (the equal-Q_pos table under "equal_q_pos").
+
+``--report-equal-q FILE`` prints the equal-Q_pos table of an existing ``raremode_results.json`` without training.
 """
 
 from __future__ import annotations
@@ -32,12 +35,42 @@ def add_arguments(g) -> None:
     g.add_argument("--control-gamma", type=float, default=None,
                    help="[raremode] add GRPO at lr x m_gamma for this gamma (quick: none, --full: 1)")
     g.add_argument("--pass-n", type=int, default=256, help="[raremode] samples per held-out prompt for pass@k")
+    g.add_argument("--q-levels", default=None,
+                   help="[raremode] comma-separated Q_pos levels in (0, 1) for the equal-Q_pos table, reported in "
+                        "increasing order (default: the highest level every run reaches and the midpoint from the SFT start)")
+    g.add_argument("--report-equal-q", metavar="RESULTS_JSON", default=None,
+                   help="[raremode] only print the equal-Q_pos table of an existing raremode_results.json (no training)")
     g.add_argument("--full", action="store_true",
                    help="[raremode] the long variant (<= 60 min): 5 seeds, gammas 0,0.5,1, the lr x m_1 control, 40 steps")
 
 
 def _metrics_row(final: dict) -> dict:
     return {k: final[k] for k in ("q_pos", "m_ret", "delta_nll_rare", "anchor_mass", "rare_fraction")}
+
+
+def q_levels(text: str | None) -> list[float] | None:
+    """``--q-levels`` parsed and checked (``frontier.check_levels``); None = the default levels."""
+    from fgrpo_verl.evaluation.frontier import check_levels
+
+    if text is None:
+        return None
+    try:
+        values = [float(x) for x in text.split(",")]
+    except ValueError as err:
+        raise ValueError(f"--q-levels must be comma-separated numbers in (0, 1), got {text!r}") from err
+    return check_levels("--q-levels", values)
+
+
+def report_equal_q(path: str, levels: list[float] | None) -> int:
+    from fgrpo_verl.tasks.raremode.frontier_report import report_from_results
+
+    try:
+        results = json.loads(Path(path).read_text())
+        lines, _ = report_from_results(results, levels)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        raise ValueError(f"--report-equal-q {path!r}: not a readable raremode_results.json ({type(err).__name__}: {err})") from err
+    print("\n".join(lines), flush=True)
+    return 0
 
 
 def run(args, memory) -> int:
@@ -54,6 +87,9 @@ def run(args, memory) -> int:
     from fgrpo_verl.tasks.raremode.measure import candidate_probs, exact_metrics, rare_mask
     from fgrpo_verl.tasks.raremode.sft import SFTConfig, sft
 
+    levels = q_levels(args.q_levels)
+    if args.report_equal_q is not None:
+        return report_equal_q(args.report_equal_q, levels)
     preset = FULL if args.full else QUICK
     seeds = args.seeds if args.seeds is not None else preset["seeds"]
     gammas_text = args.gammas if args.gammas is not None else preset["gammas"]
@@ -113,7 +149,7 @@ def run(args, memory) -> int:
     t_rl = time.time() - t0 - t_sft
     return _report(args, out, done_results=results, failed=failed, base_metrics=base_metrics, base_pass=base_pass,
                    ks=ks, settings=settings, lr=lr, n_val=n_val, n_train=n_train, seeds=seeds, cfgs=cfgs, warm=warm,
-                   sft_cfg=sft_cfg, t0=t0, t_sft=t_sft, t_rl=t_rl, memory=memory)
+                   sft_cfg=sft_cfg, t0=t0, t_sft=t_sft, t_rl=t_rl, memory=memory, levels=levels)
 
 
 @contextlib.contextmanager
@@ -163,7 +199,8 @@ def _run_all(args, b, sft_dir, cfgs, seeds, settings, out, tok, splits, base, ra
 
 
 def _report(args, out, done_results, failed, base_metrics, base_pass, ks, settings, lr, n_val, n_train, seeds, cfgs,
-            warm, sft_cfg, t0, t_sft, t_rl, memory) -> int:
+            warm, sft_cfg, t0, t_sft, t_rl, memory, levels=None) -> int:
+    from fgrpo_verl.tasks.raremode.frontier_report import equal_q_report
     from fgrpo_verl.tasks.raremode.plots import plot_curves
 
     results = done_results
@@ -197,6 +234,8 @@ def _report(args, out, done_results, failed, base_metrics, base_pass, ks, settin
                 summary[name][f"diff_vs_grpo_{c}"] = asdict(d)
                 cells.append(f"{str(d) + ('*' if d.excludes_zero else ''):>18}")
             lines.append(f"{name + ' - grpo':<20}{len(common):>6}" + "".join(cells))
+    equal_q_lines, equal_q = equal_q_report(done, base_metrics.q_pos, levels)
+    lines += equal_q_lines
     wall = time.time() - t0
     lines.append("")
     lines.append(f"held-out: {n_val} prompts; Q_pos, M_ret (eq. 26 on the rare set), ΔNLL_rare exact (teacher-forced); "
@@ -213,7 +252,7 @@ def _report(args, out, done_results, failed, base_metrics, base_pass, ks, settin
                      "rl": asdict(settings), "sft": asdict(sft_cfg), "n_train": n_train, "n_val": n_val,
                      "pass_n": args.pass_n},
         "sft_start": {**base_metrics.as_dict(), **{f"pass@{k}": v for k, v in base_pass.items()}},
-        "summary": summary, "runs": results, "failed": failed,
+        "summary": summary, "equal_q_pos": equal_q, "runs": results, "failed": failed,
         "wall_seconds": wall, "peak_pss_bytes": memory.peak,
     }, indent=1))
     return 1 if failed else 0

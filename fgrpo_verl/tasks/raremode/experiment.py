@@ -31,12 +31,12 @@ class Config:
 
 def configs(gammas: list[float], lr: float, control_gamma: float | None) -> list[Config]:
     """GRPO / F-GRPO for each gamma, plus GRPO at lr x m_{control_gamma} when ``control_gamma`` is given."""
-    from fgrpo_verl.theory import mean_shrink
+    from fgrpo_verl.theory.shrink import mean_shrink, run_label
 
-    out = [Config("grpo" if g == 0 else f"fgrpo_g{g:g}", float(g), lr) for g in gammas]
+    out = [Config(run_label(g), float(g), lr) for g in gammas]
     if control_gamma is not None:
         m = float(mean_shrink(control_gamma))
-        out.append(Config(f"grpo_lr_x_m{control_gamma:g}", 0.0, lr * m))
+        out.append(Config(run_label(0.0, control_of=control_gamma), 0.0, lr * m))
     names = [c.name for c in out]
     if len(set(names)) != len(names):
         raise ValueError(f"configurations must be distinct, got {names}")

@@ -1,4 +1,5 @@
-"""Per-step curves of the rare-mode experiment (like the paper's Fig. 2 a/b): mean over seeds with the 95% band."""
+"""Per-step curves of the rare-mode experiment (like the paper's Fig. 2 a/b): mean over seeds with the 95% band;
+and the frontier, M_ret against Q_pos along the seed-mean curves (where the equal-Q_pos table reads them)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ def plot_curves(curves: dict[str, dict[int, dict[int, dict]]], path: Path, title
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(METRICS), figsize=(5 * len(METRICS), 4))
+    fig, axes = plt.subplots(1, len(METRICS) + 1, figsize=(5 * (len(METRICS) + 1), 4))
     for ax, (key, label) in zip(axes, METRICS):
         for name, by_seed in curves.items():
             steps = sorted(set.intersection(*(set(s) for s in by_seed.values())))
@@ -30,6 +31,16 @@ def plot_curves(curves: dict[str, dict[int, dict[int, dict]]], path: Path, title
         ax.set_xlabel("RL step")
         ax.set_title(label, fontsize=10)
         ax.grid(alpha=0.3)
+    frontier = axes[-1]
+    for name, by_seed in curves.items():
+        steps = sorted(set.intersection(*(set(s) for s in by_seed.values())))
+        q = [sum(by_seed[seed][t]["q_pos"] for seed in by_seed) / len(by_seed) for t in steps]
+        m = [sum(by_seed[seed][t]["m_ret"] for seed in by_seed) / len(by_seed) for t in steps]
+        frontier.plot(q, m, marker=".", label=name)
+    frontier.set_xlabel("Q_pos (seed mean)")
+    frontier.set_ylabel("M_ret (seed mean)")
+    frontier.set_title("M_ret vs Q_pos along the curves (the frontier)", fontsize=10)
+    frontier.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()

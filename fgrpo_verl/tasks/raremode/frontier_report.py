@@ -1,0 +1,101 @@
+"""The rare-mode demo's table at equal correct mass Q_pos (docs/raremode.md, "M_ret and ΔNLL_rare at equal Q_pos").
+
+A configuration that learns more slowly (the lr × m_γ control) keeps more rare mass at a fixed step simply because
+it has moved less; at equal Q_pos the comparison is like for like. Each run's per-step curve is read where its
+Q_pos first reaches the level (``fgrpo_verl.evaluation.frontier.at_level``: linear interpolation between the two
+steps around the crossing, which also gives the fractional step reached). Then, per configuration, the seed mean
+± 95 % t-interval of M_ret, ΔNLL_rare and the step (``stats.t_interval``), and the paired difference to GRPO over
+the seeds where both reached the level (``stats.paired_difference``).
+
+Levels: by default the highest level every completed run reaches (the lowest per-run peak of Q_pos, rounded down
+to 3 decimals) and the midpoint between the SFT start's Q_pos and it (``frontier.default_levels``); or the user's.
+A run that never reaches a level is counted and named, never dropped silently.
+
+Works on the demo's in-memory results and on a loaded ``raremode_results.json`` alike (seed and step keys are
+ints in memory, strings in JSON).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from fgrpo_verl.evaluation.frontier import at_level, default_levels
+from fgrpo_verl.tasks.raremode.stats import paired_difference, t_interval
+
+METRICS = ("m_ret", "delta_nll_rare")
+REFERENCE = "grpo"
+
+
+def _curve(run: dict):
+    points = sorted((int(t), m) for t, m in run["curve"].items())
+    steps = [t for t, _ in points]
+    return steps, [m["q_pos"] for _, m in points], {k: [m[k] for _, m in points] for k in METRICS}
+
+
+def crossings(runs: dict, level: float) -> dict:
+    """{config: {seed: Crossing or None}} for every completed run."""
+    out = {}
+    for name, by_seed in runs.items():
+        out[name] = {}
+        for seed, run in by_seed.items():
+            steps, q, values = _curve(run)
+            out[name][int(seed)] = at_level(steps, q, values, level)
+    return out
+
+
+def _cell(interval, star: bool = False) -> str:
+    return str(interval) + ("*" if star and interval.excludes_zero else "")
+
+
+def equal_q_report(runs: dict, start_q: float, levels: list[float] | None = None) -> tuple[list[str], dict]:
+    """Table lines and the JSON block for ``runs`` ({config: {seed: {"curve": {step: metrics}}}}, completed runs
+    only) at ``levels`` (None: the default levels, module docstring)."""
+    runs = {name: by_seed for name, by_seed in runs.items() if by_seed}
+    if not runs:
+        return ["at equal Q_pos: no completed run"], {"levels": [], "by_level": []}
+    source = "given"
+    if levels is None:
+        source = "default"
+        levels = default_levels(start_q, [max(_curve(r)[1]) for by_seed in runs.values() for r in by_seed.values()])
+    header = (f"{'configuration':<20}{'reached':>9}{'step':>16}{'M_ret':>16}{'ΔNLL_rare':>16}"
+              f"{'M_ret - grpo':>17}{'ΔNLL - grpo':>17}")
+    lines = ["", f"at equal Q_pos (levels {', '.join(f'{x:.3f}' for x in levels)}, {source}; SFT start "
+                 f"{start_q:.3f}): each run read where its Q_pos first reaches the level (linear interpolation "
+                 "between steps); mean ± 95% CI over the seeds that reach it; paired differences to GRPO over seeds "
+                 "where both do, * = CI excludes 0"]
+    blocks = []
+    for level in levels:
+        hits = crossings(runs, level)
+        lines += ["", f"Q_pos {level:.3f}", header, "-" * len(header)]
+        block = {"q_pos": level, "configs": {}}
+        for name, by_seed in hits.items():
+            reached = {s: c for s, c in by_seed.items() if c is not None}
+            entry = {"seeds": len(by_seed), "reached": len(reached),
+                     "not_reached_seeds": sorted(s for s, c in by_seed.items() if c is None),
+                     "per_seed": {str(s): None if c is None else {"step": c.step, **c.values} for s, c in by_seed.items()}}
+            block["configs"][name] = entry
+            count = f"{len(reached)}/{len(by_seed)}"
+            if not reached:
+                lines.append(f"{name:<20}{count:>9}  never reaches Q_pos {level:.3f}")
+                continue
+            seeds = sorted(reached)
+            stats = {"step": t_interval([reached[s].step for s in seeds]),
+                     **{k: t_interval([reached[s].values[k] for s in seeds]) for k in METRICS}}
+            entry.update({k: asdict(v) for k, v in stats.items()})
+            diffs = []
+            ref = hits.get(REFERENCE, {})
+            common = [s for s in seeds if ref.get(s) is not None]
+            if name != REFERENCE and common:
+                for k in METRICS:
+                    d = paired_difference([reached[s].values[k] for s in common], [ref[s].values[k] for s in common])
+                    entry[f"diff_vs_grpo_{k}"] = {**asdict(d), "seeds": common}
+                    diffs.append(_cell(d, star=True))
+            lines.append(f"{name:<20}{count:>9}{str(stats['step']):>16}{str(stats['m_ret']):>16}"
+                         f"{str(stats['delta_nll_rare']):>16}" + "".join(f"{c:>17}" for c in diffs))
+        blocks.append(block)
+    return lines, {"levels": list(levels), "levels_source": source, "start_q_pos": start_q, "by_level": blocks}
+
+
+def report_from_results(results: dict, levels: list[float] | None = None) -> tuple[list[str], dict]:
+    """``equal_q_report`` over a loaded ``raremode_results.json``."""
+    return equal_q_report(results["runs"], results["sft_start"]["q_pos"], levels)
