@@ -146,3 +146,37 @@ def test_demo_reports_equal_q_from_a_results_file(tmp_path, capsys):
     path.write_text("{not json")
     with pytest.raises(ValueError, match="not a readable raremode_results.json"):
         args._run(args)
+
+
+def test_equal_q_table_survives_a_run_with_a_non_finite_q_pos():
+    """A run whose Q_pos curve holds NaN (a diverged policy) is named and counted as not read, not a crash: the demo
+    computes this table before it writes raremode_results.json, so a crash there loses every run's numbers."""
+    from fgrpo_verl.tasks.raremode.frontier_report import report_from_results
+
+    results = _results()
+    results["runs"]["grpo"]["2"] = _run([0.4, 0.6, float("nan"), float("nan"), float("nan")], [1, 0.9, 0.8, 0.7, 0.6])
+    for levels in (None, [0.55]):
+        lines, block = report_from_results(results, levels)
+        grpo = block["by_level"][-1]["configs"]["grpo"]
+        assert grpo["invalid_seeds"] == [2] and 2 in grpo["not_reached_seeds"] and grpo["per_seed"]["2"] is None
+        assert (grpo["reached"], grpo["seeds"]) == (2, 3)
+        assert any("non-finite Q_pos" in line and "grpo" in line for line in lines), lines
+    # the default levels come from the runs that can be read: the same as without the broken run
+    assert report_from_results(results)[1]["levels"] == [0.44, 0.48]
+
+
+def test_maze_demo_rejects_the_raremode_only_equal_q_flags(tmp_path, monkeypatch):
+    """--report-equal-q / --q-levels belong to the rare-mode demo; with --task maze they must not be ignored while
+    a maze training run starts instead of the promised no-training report."""
+    import fgrpo_verl.cli.demo as demo_cli
+    from fgrpo_verl.cli import build_parser
+
+    def no_training(args):
+        raise AssertionError("the maze demo started training")
+
+    monkeypatch.setattr(demo_cli, "_run_maze", no_training)
+    for extra, needle in ((["--report-equal-q", str(tmp_path / "r.json")], "--report-equal-q"),
+                          (["--q-levels", "0.5"], "--q-levels")):
+        args = build_parser().parse_args(["demo", "--task", "maze", "--out-dir", str(tmp_path / "out"), *extra])
+        with pytest.raises(ValueError, match=needle):
+            args._run(args)
