@@ -114,6 +114,10 @@ def _mean(values):
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.task != "raremode":
+        for flag, value in (("--report-equal-q", args.report_equal_q), ("--q-levels", args.q_levels)):
+            if value is not None:
+                raise ValueError(f"{flag} is a [raremode] option: it has no meaning for --task {args.task}")
     if args.threads < 1:
         raise ValueError(f"--threads must be >= 1, got {args.threads}")
     if not _wandb_configured():

@@ -9,7 +9,9 @@ the seeds where both reached the level (``stats.paired_difference``).
 
 Levels: by default the highest level every completed run reaches (the lowest per-run peak of Q_pos, rounded down
 to 3 decimals) and the midpoint between the SFT start's Q_pos and it (``frontier.default_levels``); or the user's.
-A run that never reaches a level is counted and named, never dropped silently.
+A run that never reaches a level is counted and named, never dropped silently. A run whose Q_pos curve holds a
+non-finite value (a diverged policy) is not read at all: it is counted as not reaching any level, named under
+``invalid_seeds`` and in the table, and left out of the default levels.
 
 Works on the demo's in-memory results and on a loaded ``raremode_results.json`` alike (seed and step keys are
 ints in memory, strings in JSON).
@@ -17,6 +19,7 @@ ints in memory, strings in JSON).
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict
 
 from fgrpo_verl.evaluation.frontier import at_level, default_levels
@@ -32,14 +35,19 @@ def _curve(run: dict):
     return steps, [m["q_pos"] for _, m in points], {k: [m[k] for _, m in points] for k in METRICS}
 
 
+def _readable(run: dict) -> bool:
+    """Whether the run's Q_pos curve is finite everywhere (else its crossing is undefined)."""
+    return all(math.isfinite(x) for x in _curve(run)[1])
+
+
 def crossings(runs: dict, level: float) -> dict:
-    """{config: {seed: Crossing or None}} for every completed run."""
+    """{config: {seed: Crossing or None}} for every completed run (None also for a run that is not ``_readable``)."""
     out = {}
     for name, by_seed in runs.items():
         out[name] = {}
         for seed, run in by_seed.items():
             steps, q, values = _curve(run)
-            out[name][int(seed)] = at_level(steps, q, values, level)
+            out[name][int(seed)] = at_level(steps, q, values, level) if _readable(run) else None
     return out
 
 
@@ -56,13 +64,20 @@ def equal_q_report(runs: dict, start_q: float, levels: list[float] | None = None
     source = "given"
     if levels is None:
         source = "default"
-        levels = default_levels(start_q, [max(_curve(r)[1]) for by_seed in runs.values() for r in by_seed.values()])
+        peaks = [max(_curve(r)[1]) for by_seed in runs.values() for r in by_seed.values() if _readable(r)]
+        if not peaks:
+            return ["at equal Q_pos: no completed run has a finite Q_pos curve"], {"levels": [], "by_level": []}
+        levels = default_levels(start_q, peaks)
     header = (f"{'configuration':<20}{'reached':>9}{'step':>16}{'M_ret':>16}{'ΔNLL_rare':>16}"
               f"{'M_ret - grpo':>17}{'ΔNLL - grpo':>17}")
     lines = ["", f"at equal Q_pos (levels {', '.join(f'{x:.3f}' for x in levels)}, {source}; SFT start "
                  f"{start_q:.3f}): each run read where its Q_pos first reaches the level (linear interpolation "
                  "between steps); mean ± 95% CI over the seeds that reach it; paired differences to GRPO over seeds "
                  "where both do, * = CI excludes 0"]
+    invalid = {name: sorted(int(s) for s, r in by_seed.items() if not _readable(r)) for name, by_seed in runs.items()}
+    for name, seeds in invalid.items():
+        if seeds:
+            lines.append(f"{name}: seed(s) {seeds} have a non-finite Q_pos in their curve: not read, counted as not reached")
     blocks = []
     for level in levels:
         hits = crossings(runs, level)
@@ -72,6 +87,7 @@ def equal_q_report(runs: dict, start_q: float, levels: list[float] | None = None
             reached = {s: c for s, c in by_seed.items() if c is not None}
             entry = {"seeds": len(by_seed), "reached": len(reached),
                      "not_reached_seeds": sorted(s for s, c in by_seed.items() if c is None),
+                     "invalid_seeds": invalid[name],
                      "per_seed": {str(s): None if c is None else {"step": c.step, **c.values} for s, c in by_seed.items()}}
             block["configs"][name] = entry
             count = f"{len(reached)}/{len(by_seed)}"
