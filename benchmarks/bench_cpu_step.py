@@ -155,8 +155,9 @@ def verl_overrides(build, args, run_dir: Path, tuned: bool) -> list[str]:
     return overrides
 
 
-def _descendants_cpu(root: int) -> dict[int, tuple[str, float]]:
-    """CPU seconds (user + system) and process title of ``root`` and every live descendant, from ``/proc``.
+def _descendants_cpu(root: int) -> dict[int, tuple[str, float, int]]:
+    """Process title, CPU seconds (user + system) and start time (clock ticks after boot, to tell a reused pid) of
+    ``root`` and every live descendant, from ``/proc``.
 
     Ray's local cluster is a child of the process that calls ``ray.init`` (the verl driver, or this script's
     shared session), and every Ray worker a child of its raylet: the descendants are exactly the run's processes,
@@ -164,7 +165,7 @@ def _descendants_cpu(root: int) -> dict[int, tuple[str, float]]:
     method, so callers group by the part before the first dot.
     """
     children: dict[int, list[int]] = {}
-    info: dict[int, tuple[str, float]] = {}
+    info: dict[int, tuple[str, float, int]] = {}
     tick = os.sysconf("SC_CLK_TCK")
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -177,7 +178,8 @@ def _descendants_cpu(root: int) -> dict[int, tuple[str, float]]:
         fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) ": state, ppid, ...
         pid, ppid = int(entry.name), int(fields[1])
         children.setdefault(ppid, []).append(pid)
-        info[pid] = (title or stat[stat.index("(") + 1: stat.rindex(")")], (int(fields[11]) + int(fields[12])) / tick)
+        info[pid] = (title or stat[stat.index("(") + 1: stat.rindex(")")], (int(fields[11]) + int(fields[12])) / tick,
+                     int(fields[19]))
     found, todo = {}, [root]
     while todo:
         pid = todo.pop()
@@ -194,13 +196,17 @@ def _process_label(title: str) -> str:
     return "/".join(Path(title.split()[0]).parts[-2:]) if title else "?"
 
 
-def cpu_per_step(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]], steps: int) -> dict:
-    """CPU seconds per step by process label between two :func:`_descendants_cpu` snapshots (a process that
-    started in between counts from 0; one that ended in between is lost, and says so by its absence)."""
+def cpu_per_step(before: dict[int, tuple[str, float, int]], after: dict[int, tuple[str, float, int]],
+                 steps: int) -> dict:
+    """CPU seconds per step by process label between two :func:`_descendants_cpu` snapshots. A process that
+    started in between (or a pid reused by one: another start time) counts from 0; one that ended in between is
+    lost, and says so by its absence. The label is the later title, or the earlier one when the later is an idle
+    Ray worker (``ray::IDLE`` between tasks)."""
     by_label: dict[str, float] = {}
-    for pid, (title, cpu) in after.items():
-        spent = cpu - (before[pid][1] if pid in before else 0.0)
-        label = _process_label(before[pid][0] if pid in before and before[pid][0].startswith("ray::") else title)
+    for pid, (title, cpu, started) in after.items():
+        same = pid in before and before[pid][2] == started
+        spent = cpu - (before[pid][1] if same else 0.0)
+        label = _process_label(before[pid][0] if same and title == "ray::IDLE" else title)
         by_label[label] = by_label.get(label, 0.0) + spent / steps
     return dict(sorted(by_label.items(), key=lambda kv: -kv[1]))
 

@@ -58,8 +58,8 @@ def test_bad_input_names_the_argument(steps, reach, values, level, match):
 def test_default_levels_are_reached_by_every_curve():
     assert floor3(0.6849) == 0.684 and floor3(0.684) == 0.684 and floor3(0.5) == 0.5
     assert default_levels(0.411, [0.6849, 0.75, 0.9]) == [0.547, 0.684]
-    # nobody rose above the start: only the (start-point) top level
-    assert default_levels(0.5, [0.45, 0.7]) == [0.45]
+    # a curve that never rises above the start: no level compares anything
+    assert default_levels(0.5, [0.45, 0.7]) == [] and default_levels(0.5, [0.5004, 0.7]) == []
     with pytest.raises(ValueError, match="peaks is empty"):
         default_levels(0.5, [])
 
@@ -180,3 +180,18 @@ def test_maze_demo_rejects_the_raremode_only_equal_q_flags(tmp_path, monkeypatch
         args = build_parser().parse_args(["demo", "--task", "maze", "--out-dir", str(tmp_path / "out"), *extra])
         with pytest.raises(ValueError, match=needle):
             args._run(args)
+
+
+def test_levels_at_or_below_the_start_are_named_and_not_read():
+    """Every run is at a level <= its start from step 0 (read as '1.000 @ 0.0' for everyone before): the reports
+    name such levels and read only the others."""
+    from fgrpo_verl.evaluation.frontier import above_start
+    from fgrpo_verl.tasks.raremode.frontier_report import report_from_results
+
+    assert above_start([0.3, 0.4, 0.45, 0.5], 0.4) == ([0.45, 0.5], [0.3, 0.4])
+    lines, block = report_from_results(_results(), [0.3, 0.44])
+    assert block["levels"] == [0.44] and block["levels_at_or_below_start"] == [0.3]
+    assert [b["q_pos"] for b in block["by_level"]] == [0.44]
+    assert any("0.300 at or below the SFT start" in line for line in lines)
+    lines, block = report_from_results(_results(), [0.3])
+    assert block["by_level"] == [] and "nothing to compare" in lines[0]

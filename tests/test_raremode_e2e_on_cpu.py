@@ -29,9 +29,15 @@ def test_raremode_demo_end_to_end_tiny(tmp_path, capsys):
     assert set(results["runs"]["grpo"]["0"]["train_reward"]) == {"1", "2"}
     assert any(line.startswith("grpo ") for line in out.splitlines()), out[-2000:]
     assert (tmp_path / "raremode_curves.png").stat().st_size > 0
-    # the equal-Q_pos table: by default every completed run reaches every level, so the one run has a reading
+    # the equal-Q_pos table: by default every completed run reaches every level, so the one run has a reading;
+    # two tiny steps may leave Q_pos at or below the SFT start, and then no level compares anything
     equal_q = results["equal_q_pos"]
-    assert equal_q["levels_source"] == "default" and equal_q["levels"]
+    from fgrpo_verl.evaluation.frontier import floor3
+
+    rose = floor3(max(m["q_pos"] for m in curve.values())) > results["sft_start"]["q_pos"]  # a level above the start
+    assert equal_q["levels_source"] == "default" and bool(equal_q["levels"]) == rose, (equal_q, curve)
+    if not rose:
+        assert "nothing to compare" in out
     for block in equal_q["by_level"]:
         assert block["configs"]["grpo"]["reached"] == 1 and block["configs"]["grpo"]["per_seed"]["0"] is not None
     assert "at equal Q_pos" in out

@@ -163,3 +163,14 @@ def test_simulate_equal_q_per_seed_readings_interpolate_each_seeds_curve():
         w = (level - q[i - 1]) / (q[i] - q[i - 1])
         assert row["step_per_seed"][s] == pytest.approx(i - 1 + w)
         assert row["m_ret_per_seed"][s] == pytest.approx(m[i - 1] + w * (m[i] - m[i - 1]))
+
+
+def test_simulate_names_levels_at_or_below_the_initial_q_pos_and_reads_only_the_others(tmp_path, capsys):
+    out = tmp_path / "sim"
+    argv = ["simulate", "--n", "4", "--gamma", "0", "1", "--seeds", "1", "--steps", "10", "--actions", "400",
+            "--correct", "40", "--q-levels", "0.05", "0.99", "--out", str(out), "--no-progress"]
+    assert main(argv) == 0
+    (block,) = json.loads((out / "summary.json").read_text())["equal_q_pos"]
+    assert block["start_q_pos"] > 0.05 and block["levels_at_or_below_start"] == [0.05] and block["levels"] == [0.99]
+    assert {r["q_pos"] for r in block["rows"]} == {0.99}
+    assert "0.050 at or below the initial Q_pos" in capsys.readouterr().out

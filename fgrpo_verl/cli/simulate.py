@@ -95,14 +95,16 @@ def equal_q_pos(result, levels=None) -> list:
     (``frontier.at_level``), and each seed's own curve read the same way (``m_ret_per_seed``, ``step_per_seed``:
     the spread behind the mean). ``levels`` None: per N, ``frontier.default_levels`` of the initial Q_pos and the
     peaks of the configurations' mean curves. A level a curve never reaches gives None."""
-    from fgrpo_verl.evaluation.frontier import at_level, default_levels
+    from fgrpo_verl.evaluation.frontier import above_start, at_level, default_levels
 
     cfg = result.config
     q_mean, m_mean = result.q_pos.mean(-1), result.m_ret.mean(-1)  # (step, N, configuration)
     steps = list(range(q_mean.shape[0]))
     out = []
     for i, n in enumerate(cfg.group_sizes):
-        at_n = levels if levels is not None else default_levels(float(q_mean[0, i, 0]), q_mean[:, i, :].max(0).tolist())
+        q0 = float(q_mean[0, i, 0])  # every configuration starts from the same logits
+        at_n = levels if levels is not None else default_levels(q0, q_mean[:, i, :].max(0).tolist())
+        at_n, at_start = above_start(at_n, q0)
         rows = []
         for level in at_n:
             for ci, c in enumerate(cfg.configurations):
@@ -113,7 +115,8 @@ def equal_q_pos(result, levels=None) -> list:
                              "m_ret": None if hit is None else hit.values["m_ret"], "step": None if hit is None else hit.step,
                              "m_ret_per_seed": [None if h is None else h.values["m_ret"] for h in seeds],
                              "step_per_seed": [None if h is None else h.step for h in seeds]})
-        out.append({"n": int(n), "levels": list(at_n), "levels_source": "default" if levels is None else "given", "rows": rows})
+        out.append({"n": int(n), "levels": list(at_n), "levels_source": "default" if levels is None else "given",
+                    "levels_at_or_below_start": at_start, "start_q_pos": q0, "rows": rows})
     return out
 
 
@@ -209,6 +212,9 @@ def run(args) -> int:
     print("at equal Q_pos (seed-mean curves, first crossing, linear interpolation): M_ret @ step")
     print(f"{'N':>7} {'Q_pos':>6} " + " ".join(f"{c.label:>20}" for c in config.configurations))
     for block in summary["equal_q_pos"]:
+        if block["levels_at_or_below_start"]:
+            print(f"{block['n']:>7d} level(s) {', '.join(f'{x:.3f}' for x in block['levels_at_or_below_start'])} at or "
+                  f"below the initial Q_pos {block['start_q_pos']:.3f}: every run is there at step 0, not read")
         for level in block["levels"]:
             cells = [r for r in block["rows"] if r["q_pos"] == level]
             print(f"{block['n']:>7d} {level:>6.3f} " + " ".join(

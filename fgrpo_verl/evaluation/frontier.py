@@ -85,14 +85,22 @@ def floor3(x: float) -> float:
 
 def default_levels(start: float, peaks: Sequence[float]) -> list[float]:
     """The levels every curve reaches: top = the lowest peak rounded down to 3 decimals, and the midpoint between
-    the common starting value and top (also rounded down); just [top] when no curve rises above the start."""
+    the common starting value and top (also rounded down); none when some curve never rises above the start (every
+    curve is at such a level from its first point: there is nothing to compare)."""
     if len(peaks) == 0:
         raise ValueError("peaks is empty: need the highest value of at least one curve")
     top = floor3(min(float(p) for p in peaks))
     if top <= start:
-        return [top]
+        return []
     mid = floor3((start + top) / 2)
     return [mid, top] if start < mid < top else [top]
+
+
+def above_start(levels: Sequence[float], start: float) -> tuple[list[float], list[float]]:
+    """(levels above ``start``, levels at or below it). A curve that starts at ``start`` is at every level of the
+    second list from its first point (read there as step 0, the start's values for every run), so those levels
+    compare nothing; reports name them and read only the first list."""
+    return [x for x in levels if x > start], [x for x in levels if x <= start]
 
 
 def check_levels(name: str, levels: Sequence[float]) -> list[float]:

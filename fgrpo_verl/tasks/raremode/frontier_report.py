@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict
 
-from fgrpo_verl.evaluation.frontier import at_level, default_levels
+from fgrpo_verl.evaluation.frontier import above_start, at_level, default_levels
 from fgrpo_verl.tasks.raremode.stats import paired_difference, t_interval
 
 METRICS = ("m_ret", "delta_nll_rare")
@@ -68,12 +68,22 @@ def equal_q_report(runs: dict, start_q: float, levels: list[float] | None = None
         if not peaks:
             return ["at equal Q_pos: no completed run has a finite Q_pos curve"], {"levels": [], "by_level": []}
         levels = default_levels(start_q, peaks)
+    levels, at_start = above_start(levels, start_q)
+    if not levels:
+        why = (f"level(s) {', '.join(f'{x:.3f}' for x in at_start)} at or below" if at_start
+               else "no run's Q_pos rises above")
+        return ([f"at equal Q_pos: {why} the SFT start {start_q:.3f}: every run is there at step 0, nothing to compare"],
+                {"levels": [], "levels_source": source, "levels_at_or_below_start": at_start, "start_q_pos": start_q,
+                 "by_level": []})
     header = (f"{'configuration':<20}{'reached':>9}{'step':>16}{'M_ret':>16}{'ΔNLL_rare':>16}"
               f"{'M_ret - grpo':>17}{'ΔNLL - grpo':>17}")
     lines = ["", f"at equal Q_pos (levels {', '.join(f'{x:.3f}' for x in levels)}, {source}; SFT start "
                  f"{start_q:.3f}): each run read where its Q_pos first reaches the level (linear interpolation "
                  "between steps); mean ± 95% CI over the seeds that reach it; paired differences to GRPO over seeds "
                  "where both do, * = CI excludes 0"]
+    if at_start:
+        lines.append(f"level(s) {', '.join(f'{x:.3f}' for x in at_start)} at or below the SFT start: every run is there "
+                     "at step 0, not read")
     invalid = {name: sorted(int(s) for s, r in by_seed.items() if not _readable(r)) for name, by_seed in runs.items()}
     for name, seeds in invalid.items():
         if seeds:
@@ -109,7 +119,8 @@ def equal_q_report(runs: dict, start_q: float, levels: list[float] | None = None
             lines.append(f"{name:<20}{count:>9}{str(stats['step']):>16}{str(stats['m_ret']):>16}"
                          f"{str(stats['delta_nll_rare']):>16}" + "".join(f"{c:>17}" for c in diffs))
         blocks.append(block)
-    return lines, {"levels": list(levels), "levels_source": source, "start_q_pos": start_q, "by_level": blocks}
+    return lines, {"levels": list(levels), "levels_source": source, "levels_at_or_below_start": at_start,
+                   "start_q_pos": start_q, "by_level": blocks}
 
 
 def report_from_results(results: dict, levels: list[float] | None = None) -> tuple[list[str], dict]:
