@@ -74,6 +74,10 @@ def report_equal_q(path: str, levels: list[float] | None) -> int:
 
 
 def run(args, memory) -> int:
+    levels = q_levels(args.q_levels)  # checked before anything is imported or built
+    if args.report_equal_q is not None:
+        return report_equal_q(args.report_equal_q, levels)
+
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -87,9 +91,6 @@ def run(args, memory) -> int:
     from fgrpo_verl.tasks.raremode.measure import candidate_probs, exact_metrics, rare_mask
     from fgrpo_verl.tasks.raremode.sft import SFTConfig, sft
 
-    levels = q_levels(args.q_levels)
-    if args.report_equal_q is not None:
-        return report_equal_q(args.report_equal_q, levels)
     preset = FULL if args.full else QUICK
     seeds = args.seeds if args.seeds is not None else preset["seeds"]
     gammas_text = args.gammas if args.gammas is not None else preset["gammas"]

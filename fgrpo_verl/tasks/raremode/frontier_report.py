@@ -30,25 +30,24 @@ REFERENCE = "grpo"
 
 
 def _curve(run: dict):
+    """(steps, Q_pos, {metric: values}) in step order; None when Q_pos is not finite everywhere (a diverged run:
+    its crossing is undefined)."""
     points = sorted((int(t), m) for t, m in run["curve"].items())
-    steps = [t for t, _ in points]
-    return steps, [m["q_pos"] for _, m in points], {k: [m[k] for _, m in points] for k in METRICS}
+    q = [m["q_pos"] for _, m in points]
+    if not all(math.isfinite(x) for x in q):
+        return None
+    return [t for t, _ in points], q, {k: [m[k] for _, m in points] for k in METRICS}
 
 
-def _readable(run: dict) -> bool:
-    """Whether the run's Q_pos curve is finite everywhere (else its crossing is undefined)."""
-    return all(math.isfinite(x) for x in _curve(run)[1])
+def _curves(runs: dict) -> dict:
+    """{config: {seed (int): ``_curve``}}: every run parsed once for all levels."""
+    return {name: {int(seed): _curve(run) for seed, run in by_seed.items()} for name, by_seed in runs.items()}
 
 
-def crossings(runs: dict, level: float) -> dict:
-    """{config: {seed: Crossing or None}} for every completed run (None also for a run that is not ``_readable``)."""
-    out = {}
-    for name, by_seed in runs.items():
-        out[name] = {}
-        for seed, run in by_seed.items():
-            steps, q, values = _curve(run)
-            out[name][int(seed)] = at_level(steps, q, values, level) if _readable(run) else None
-    return out
+def crossings(curves: dict, level: float) -> dict:
+    """{config: {seed: Crossing or None}} over ``_curves``' output (None also for a run without a finite curve)."""
+    return {name: {seed: None if c is None else at_level(*c, level) for seed, c in by_seed.items()}
+            for name, by_seed in curves.items()}
 
 
 def _cell(interval, star: bool = False) -> str:
@@ -61,10 +60,11 @@ def equal_q_report(runs: dict, start_q: float, levels: list[float] | None = None
     runs = {name: by_seed for name, by_seed in runs.items() if by_seed}
     if not runs:
         return ["at equal Q_pos: no completed run"], {"levels": [], "by_level": []}
+    curves = _curves(runs)
     source = "given"
     if levels is None:
         source = "default"
-        peaks = [max(_curve(r)[1]) for by_seed in runs.values() for r in by_seed.values() if _readable(r)]
+        peaks = [max(c[1]) for by_seed in curves.values() for c in by_seed.values() if c is not None]
         if not peaks:
             return ["at equal Q_pos: no completed run has a finite Q_pos curve"], {"levels": [], "by_level": []}
         levels = default_levels(start_q, peaks)
@@ -84,13 +84,13 @@ def equal_q_report(runs: dict, start_q: float, levels: list[float] | None = None
     if at_start:
         lines.append(f"level(s) {', '.join(f'{x:.3f}' for x in at_start)} at or below the SFT start: every run is there "
                      "at step 0, not read")
-    invalid = {name: sorted(int(s) for s, r in by_seed.items() if not _readable(r)) for name, by_seed in runs.items()}
+    invalid = {name: sorted(s for s, c in by_seed.items() if c is None) for name, by_seed in curves.items()}
     for name, seeds in invalid.items():
         if seeds:
             lines.append(f"{name}: seed(s) {seeds} have a non-finite Q_pos in their curve: not read, counted as not reached")
     blocks = []
     for level in levels:
-        hits = crossings(runs, level)
+        hits = crossings(curves, level)
         lines += ["", f"Q_pos {level:.3f}", header, "-" * len(header)]
         block = {"q_pos": level, "configs": {}}
         for name, by_seed in hits.items():

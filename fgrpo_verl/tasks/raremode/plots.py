@@ -18,11 +18,17 @@ def plot_curves(curves: dict[str, dict[int, dict[int, dict]]], path: Path, title
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    # per configuration: the steps every seed has, and per metric the seed mean and 95% interval at each
+    seed_stats = {}
+    for name, by_seed in curves.items():
+        steps = sorted(set.intersection(*(set(s) for s in by_seed.values())))
+        seed_stats[name] = steps, {key: [t_interval([by_seed[seed][t][key] for seed in by_seed]) for t in steps]
+                                   for key, _ in METRICS}
     fig, axes = plt.subplots(1, len(METRICS) + 1, figsize=(5 * (len(METRICS) + 1), 4))
     for ax, (key, label) in zip(axes, METRICS):
         for name, by_seed in curves.items():
-            steps = sorted(set.intersection(*(set(s) for s in by_seed.values())))
-            stats = [t_interval([by_seed[seed][t][key] for seed in by_seed]) for t in steps]
+            steps, by_key = seed_stats[name]
+            stats = by_key[key]
             mean = [s.mean for s in stats]
             line = ax.plot(steps, mean, label=f"{name} ({len(by_seed)} seeds)")[0]
             if all(s.n > 1 for s in stats):
@@ -32,11 +38,8 @@ def plot_curves(curves: dict[str, dict[int, dict[int, dict]]], path: Path, title
         ax.set_title(label, fontsize=10)
         ax.grid(alpha=0.3)
     frontier = axes[-1]
-    for name, by_seed in curves.items():
-        steps = sorted(set.intersection(*(set(s) for s in by_seed.values())))
-        q = [sum(by_seed[seed][t]["q_pos"] for seed in by_seed) / len(by_seed) for t in steps]
-        m = [sum(by_seed[seed][t]["m_ret"] for seed in by_seed) / len(by_seed) for t in steps]
-        frontier.plot(q, m, marker=".", label=name)
+    for name, (_, by_key) in seed_stats.items():
+        frontier.plot([s.mean for s in by_key["q_pos"]], [s.mean for s in by_key["m_ret"]], marker=".", label=name)
     frontier.set_xlabel("Q_pos (seed mean)")
     frontier.set_ylabel("M_ret (seed mean)")
     frontier.set_title("M_ret vs Q_pos along the curves (the frontier)", fontsize=10)
