@@ -229,3 +229,78 @@ def commit_wandb_row(tracking, step: int | None) -> bool:
         return False
     run.log({}, step=int(step), commit=True)
     return True
+
+
+def close_wandb(tracking) -> None:
+    """Finish verl's ``Tracking`` (its W&B run) and shut W&B's service process down now, in the process that
+    logged (verl's TaskRunner), at the end of a successful fit.
+
+    Otherwise W&B does both in an ``atexit`` hook, when Ray ends the TaskRunner's process after the driver
+    returns; by then W&B's service process is gone, and every successful run ended with a ~30-line
+    "Exception ignored in atexit callback ... ConnectionResetError: Connection lost" traceback. ``Tracking.finish``
+    is idempotent, so verl's own call after ``fit`` does nothing more."""
+    import sys
+
+    if tracking is not None and hasattr(tracking, "finish"):
+        tracking.finish(exit_code=0)
+    if "wandb" in sys.modules:
+        sys.modules["wandb"].teardown()
+
+
+# `fgrpo-verl wandb-env` exports these next to the WANDB_* variables; `fgrpo-verl train` reads them (read_env_names)
+EXPERIMENT_ENV = "FGRPO_EXPERIMENT_NAME"
+PROJECT_ENV = "FGRPO_PROJECT_NAME"
+_NAME_PARTS = re.compile(r"^(?P<algo>[A-Za-z0-9._]+)-g(?P<gamma>[0-9.e+-]+?)-n(?P<n>\d+)-(?P<model>.+)-s(?P<seed>\d+)$")
+
+
+def env_run_names(environ=None) -> tuple[str | None, str | None]:
+    """``(project, experiment)`` that ``fgrpo-verl wandb-env`` exported (None where unset)."""
+    environ = os.environ if environ is None else environ
+    return environ.get(PROJECT_ENV) or None, environ.get(EXPERIMENT_ENV) or None
+
+
+def check_env_run_name(config, experiment: str, project: str | None) -> None:
+    """An experiment name from the environment must describe the run it names: γ and N read from the name
+    (``{algo}-g{γ}-n{N}-...``) must be the config's, and a ``WANDB_RUN_ID`` exported with it must be the id of
+    that (project, name); otherwise it is left over from another run in the same shell, and the run would be
+    logged under the other run's name (and W&B run)."""
+    match = _NAME_PARTS.match(experiment)
+    fix = f"rerun `fgrpo-verl wandb-env` for this run, or unset {EXPERIMENT_ENV}"
+    if match:
+        gamma = format_gamma(_select(config, GAMMA_KEY))
+        n = _select(config, N_KEY)
+        if match.group("gamma") != gamma or str(match.group("n")) != str(n):
+            raise ValueError(
+                f"{EXPERIMENT_ENV}={experiment} (from `fgrpo-verl wandb-env`) names gamma {match.group('gamma')}, "
+                f"N {match.group('n')}, but this run has {GAMMA_KEY}={gamma}, {N_KEY}={n}: {fix}"
+            )
+    run_id_env = os.environ.get("WANDB_RUN_ID")
+    if run_id_env and project is not None and run_id_env != run_id(project, experiment):
+        raise ValueError(
+            f"WANDB_RUN_ID={run_id_env} is not the id `fgrpo-verl wandb-env` gives {project}/{experiment} "
+            f"({run_id(project, experiment)}): it belongs to another run; {fix}, or unset WANDB_RUN_ID"
+        )
+
+
+def wandb_configured(environ=None, home=None, cwd=None) -> bool:
+    """Whether ``wandb.init`` can start without asking for a key: ``WANDB_MODE`` or ``WANDB_API_KEY`` set, a
+    ``wandb login`` entry in ``~/.netrc`` (for api.wandb.ai or ``WANDB_BASE_URL``'s host), or a mode saved by
+    ``wandb offline`` / ``wandb disabled`` (``$WANDB_CONFIG_DIR/settings``, ``~/.config/wandb/settings``,
+    ``./wandb/settings``)."""
+    from pathlib import Path
+    from urllib.parse import urlparse
+
+    environ = os.environ if environ is None else environ
+    home = Path.home() if home is None else Path(home)
+    cwd = Path.cwd() if cwd is None else Path(cwd)
+    if environ.get("WANDB_MODE") or environ.get("WANDB_API_KEY"):
+        return True
+    host = urlparse(environ.get("WANDB_BASE_URL") or "https://api.wandb.ai").hostname or "api.wandb.ai"
+    netrc = Path(environ.get("NETRC") or home / ".netrc")
+    if netrc.is_file() and host in netrc.read_text(errors="ignore"):
+        return True
+    config_dir = Path(environ["WANDB_CONFIG_DIR"]) if environ.get("WANDB_CONFIG_DIR") else home / ".config" / "wandb"
+    for settings in (config_dir / "settings", cwd / "wandb" / "settings"):
+        if settings.is_file() and re.search(r"^\s*mode\s*=", settings.read_text(errors="ignore"), re.MULTILINE):
+            return True
+    return False

@@ -15,6 +15,7 @@ Selected with ``trainer.v1.trainer_mode=fgrpo_sync`` (fgrpo-verl's default; ``fg
   closes the last step's row the same way when verl's loop returns.
 - ``_save_checkpoint`` / ``on_step_begin`` / ``fit``: a restart resumes from step k only once step k is logged
   (``fgrpo_verl/launch/resume_point.py``; verl saves a step before it validates and logs it).
+- ``fit``: after a normal end, finishes W&B and stops its service process (``fgrpo_verl.tracking.close_wandb``).
 
 verl's base trainer branches on the literal ``self.trainer_mode == "sync"`` (replay-buffer class, checkpoint and
 prompt-refill paths). ``trainer_mode`` is therefore a property that reports the wrapped verl mode, so every such
@@ -43,7 +44,7 @@ from fgrpo_verl.focal_metrics import focal_step_metrics, real_groups
 from fgrpo_verl.launch import resume_point
 from fgrpo_verl.launch.preempt import stop_at_step_boundary
 from fgrpo_verl.loss import METRIC_PREFIX as LOSS_PREFIX
-from fgrpo_verl.tracking import commit_wandb_row
+from fgrpo_verl.tracking import close_wandb, commit_wandb_row
 from fgrpo_verl.val_pass_at_k import validation_pass_at_k
 
 MU_HAT_HISTOGRAM = "fgrpo/mu_hat_hist"
@@ -140,6 +141,9 @@ class FocalMetricsMixin:
         # verl's Tracking.finish comes only after fit returns (main_ppo), and a kill in between with the tracker
         # at the last step would leave that row unlogged for good.
         self._fgrpo_step_logged()
+        # and W&B is finished and its service shut down here, while it still runs (tracking.close_wandb): at the
+        # TaskRunner's exit it is gone, and W&B's atexit hook printed a "Connection lost" traceback
+        close_wandb(getattr(self, "logger", None))
         return out
 
     def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):

@@ -25,13 +25,38 @@ def check_fgrpo(config) -> None:
         return
     from fgrpo_verl.estimator import settings_of
 
-    settings_of(algorithm)
+    settings, _ = settings_of(algorithm)
+    check_gae_gamma_unused(algorithm, settings.gamma)
     rollout = config.get("actor_rollout_ref", {}).get("rollout", {})
     n = rollout.get("n", None) if hasattr(rollout, "get") else None
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+        raise ValueError(f"actor_rollout_ref.rollout.n={n!r} is invalid: the group size must be an integer >= 1 "
+                         "(the paper: 8)")
     if n == 1:
         logger.warning(
             "fgrpo-verl: actor_rollout_ref.rollout.n=1: every prompt group holds one rollout, so every fgrpo (and "
             "GRPO) advantage is 0 and nothing is learned; set rollout.n to the group size (the paper: 8, algo=grpo)"
+        )
+
+
+# verl's default for algorithm.gamma (its GAE discount, ppo_trainer.yaml)
+VERL_GAE_GAMMA = 1.0
+
+
+def check_gae_gamma_unused(algorithm, focal_gamma: float) -> None:
+    """``algorithm.gamma`` is verl's GAE discount, not the focal strength: with ``adv_estimator=fgrpo`` it is read by
+    nothing, so a value other than verl's default is almost surely γ put under the wrong key (the run would train
+    with ``algorithm.fgrpo.gamma`` instead). Refused, saying where γ goes."""
+    value = algorithm.get("gamma", VERL_GAE_GAMMA)
+    try:
+        same = float(value) == VERL_GAE_GAMMA
+    except (TypeError, ValueError):
+        same = False
+    if not same:
+        raise ValueError(
+            f"algorithm.gamma={value!r} is verl's GAE discount, which adv_estimator=fgrpo does not use (this run "
+            f"would train with the focal strength algorithm.fgrpo.gamma={focal_gamma:g}): for F-GRPO's gamma set "
+            f"algorithm.fgrpo.gamma={value} and leave algorithm.gamma at {VERL_GAE_GAMMA:g}"
         )
 
 

@@ -2,6 +2,11 @@
 
 Each sub-command module defines ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int`` and keeps
 heavy imports (verl, torch, ray) inside ``run`` so that ``fgrpo-verl --help`` stays instant.
+
+Errors (``errors.py``): a mistake in what the user typed (a ``ValueError``: a bad value, a misspelt key, a missing
+input file) is one line ``fgrpo-verl <command>: error: ...`` on stderr and exit status 2; a missing service or
+tool (Slurm, vLLM) one line and status 1. ``--debug`` (anywhere on the command line) or ``HYDRA_FULL_ERROR=1``
+shows the traceback instead.
 """
 
 from __future__ import annotations
@@ -10,43 +15,89 @@ import argparse
 import importlib
 import sys
 
+from fgrpo_verl.cli.errors import DEBUG_FLAG, report_errors, strip_debug_flag
+
 # sub-command name -> module under fgrpo_verl.cli
 COMMANDS = {
     "train": "train",
     "doctor": "doctor",
     "launch": "launch",
+    "recipes": "recipes",
     "prepare-deepscaler": "prepare_deepscaler",
     "eval": "eval",
     "rare-nll": "rare_nll",
     "wandb-env": "wandb_env",
     "demo": "demo",
     "tail-miss": "tail_miss",
+    "m-gamma": "m_gamma",
     "simulate": "simulate",
 }
 
 
+def version() -> str:
+    """``fgrpo-verl <version> (verl <version>, python <version>)``, read from the installed metadata (no import of
+    verl: ``--version`` must answer at once, also where verl is broken)."""
+    from importlib import metadata
+
+    def installed(name: str) -> str:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    py = sys.version_info
+    return f"fgrpo-verl {installed('fgrpo-verl')} (verl {installed('verl')}, python {py.major}.{py.minor}.{py.micro})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="fgrpo-verl", description="F-GRPO (arXiv 2602.06717) for verl: train, check, reproduce."
+        prog="fgrpo-verl",
+        description="F-GRPO (arXiv 2602.06717) for verl: train, check, reproduce.",
+        epilog=f"{DEBUG_FLAG} (anywhere) or HYDRA_FULL_ERROR=1: show tracebacks instead of one-line errors",
     )
+    parser.add_argument("--version", action="version", version=version())
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, module_name in COMMANDS.items():
         module = importlib.import_module(f"fgrpo_verl.cli.{module_name}")
-        p = sub.add_parser(name, help=module.HELP, description=module.HELP)
+        epilog = getattr(module, "epilog", None)
+        p = sub.add_parser(name, help=module.HELP, description=module.HELP, epilog=epilog() if epilog else None,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
         module.add_arguments(p)
         p.set_defaults(_run=module.run)
     return parser
 
 
+def quiet_verl_import_notices() -> None:
+    """verl's ``workers/engine/__init__.py`` warns, in every process that imports it, about each optional training
+    engine that is not installed (torchtitan, veomni, automodel, mindspeed, megatron): five warnings that nothing
+    here uses or can act on. Ignored in fgrpo-verl's own command processes (not by the plugin, which leaves other
+    verl runs as they are; Ray workers print theirs into the run's log)."""
+    import logging
+    import warnings
+
+    warnings.filterwarnings("ignore", message=r"\w+ engine is not available", category=UserWarning)
+    # and its INFO "Platform override from VERL_PLATFORM: cpu" on every backend=cpu command (its WARNINGs stay)
+    logging.getLogger("verl.plugin.platform.platform_manager").addFilter(lambda r: r.levelno >= logging.WARNING)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = build_parser()
+    quiet_verl_import_notices()
+    argv, debug = strip_debug_flag(argv)
+    command = argv[0] if argv and argv[0] in COMMANDS else None
+    with report_errors(command, debug) as outcome:
+        outcome.code = _dispatch(argv, debug)
+    return outcome.code
+
+
+def _dispatch(argv: list[str], debug: bool) -> int:
     # A sub-command with PASS_THROUGH = True (train) takes every later argument verbatim, Hydra's own flags
     # (`--cfg job`, `--info`) included, which argparse would reject or split from their values.
     if argv and argv[0] in COMMANDS and not set(argv[1:2]) & {"-h", "--help"}:
         module = importlib.import_module(f"fgrpo_verl.cli.{COMMANDS[argv[0]]}")
         if getattr(module, "PASS_THROUGH", False):
-            return int(module.run(argparse.Namespace(command=argv[0], overrides=argv[1:])) or 0)
+            return int(module.run(argparse.Namespace(command=argv[0], overrides=argv[1:], debug=debug)) or 0)
+    parser = build_parser()
     args = parser.parse_args(argv)
     return int(args._run(args) or 0)
 

@@ -68,13 +68,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_raremode_arguments(parser.add_argument_group("rare-mode task"))
 
 
-def _wandb_configured() -> bool:
-    if os.environ.get("WANDB_MODE") or os.environ.get("WANDB_API_KEY"):
-        return True
-    netrc = Path.home() / ".netrc"
-    return netrc.is_file() and "api.wandb.ai" in netrc.read_text(errors="ignore")
-
-
 class PeakMemory:
     """Samples the summed PSS (proportional set size: shared pages split between the processes sharing them) of
     this process and all its descendants (the verl driver, Ray and its workers) every 0.5 s."""
@@ -120,7 +113,9 @@ def run(args: argparse.Namespace) -> int:
                 raise ValueError(f"{flag} is a [raremode] option: it has no meaning for --task {args.task}")
     if args.threads < 1:
         raise ValueError(f"--threads must be >= 1, got {args.threads}")
-    if not _wandb_configured():
+    from fgrpo_verl.tracking import wandb_configured
+
+    if not wandb_configured():
         os.environ["WANDB_MODE"] = "offline"
     if args.task == "raremode":
         from fgrpo_verl.tasks.raremode.demo import run as run_raremode

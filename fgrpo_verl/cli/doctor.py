@@ -1,4 +1,9 @@
-"""``fgrpo-verl doctor``: is this environment able to train with fgrpo?"""
+"""``fgrpo-verl doctor``: is this environment able to train with fgrpo?
+
+Exit status: 0 all checks passed, 2 the overrides given are not a valid config (the input), 1 anything else
+failed (the environment). verl's import-time notices (engines that are not installed, the accelerator fallback)
+are not repeated: the ``platform`` line says what verl resolved and what it means here.
+"""
 
 from __future__ import annotations
 
@@ -42,9 +47,11 @@ def registry_in_ray_actor() -> str:
     """Start a local Ray (or use the running one) and ask a fresh actor process for the estimator."""
     import ray
 
+    from fgrpo_verl import ray_start
+
     started = not ray.is_initialized()
     if started:
-        ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+        ray_start.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
     try:
 
         @ray.remote(num_cpus=0)
@@ -71,6 +78,18 @@ def registry_in_ray_actor() -> str:
     return f"fgrpo -> {found} (Ray actor)"
 
 
+def _platform() -> str:
+    """The platform verl resolves in this process (what the driver of a run without ``backend=`` would use)."""
+    from verl.plugin.platform import platform_manager
+
+    platform = platform_manager.get_platform()
+    name = type(platform).__name__
+    if platform.is_available():
+        return f"{name} ({platform.device_name})"
+    return (f"{name} ({platform.device_name}), no accelerator here: train on this machine with backend=cpu "
+            "(docs/cpu_backend.md)")
+
+
 def _compose(overrides: list[str]) -> Callable[[], str]:
     def check() -> str:
         from fgrpo_verl.compose import compose, validate
@@ -86,24 +105,51 @@ def _compose(overrides: list[str]) -> Callable[[], str]:
     return check
 
 
+class _QuietVerl:
+    """verl's notices while the checks import it: the engines that are not installed (UserWarnings) and the
+    accelerator auto-detection (WARNINGs of its platform manager); the ``platform`` check reports the outcome."""
+
+    def __enter__(self):
+        import logging
+        import warnings
+
+        self._warnings = warnings.catch_warnings()
+        self._warnings.__enter__()
+        warnings.filterwarnings("ignore", message=r"\w+ engine is not available", category=UserWarning)
+        # a filter, not a level: verl sets its logger's level when the module is imported (inside the checks)
+        self._logger = logging.getLogger("verl.plugin.platform.platform_manager")
+        self._filter = lambda record: record.levelno >= logging.ERROR
+        self._logger.addFilter(self._filter)
+        return self
+
+    def __exit__(self, *exc):
+        self._logger.removeFilter(self._filter)
+        self._warnings.__exit__(*exc)
+
+
 def run(args: argparse.Namespace) -> int:
     checks: list[tuple[str, Callable[[], str]]] = [
         ("versions", _versions),
         ("registry (driver)", _registry_driver),
+        ("platform", _platform),
         ("config composes + verl validate_config", _compose(args.overrides)),
     ]
     if not args.no_ray:
         checks.append(("registry (Ray actor)", registry_in_ray_actor))
-    failures = 0
+    failures, input_failures = 0, 0
     print("fgrpo-verl doctor")
-    for name, check in checks:
-        try:
-            detail = check()
-            print(f"  [ok]   {name}: {detail}")
-        except Exception as exc:  # report every failing check, not only the first
-            failures += 1
-            print(f"  [FAIL] {name}: {type(exc).__name__}: {exc}")
-            if "--verbose" in sys.argv:
-                traceback.print_exc()
+    with _QuietVerl():
+        for name, check in checks:
+            try:
+                detail = check()
+                print(f"  [ok]   {name}: {detail}")
+            except Exception as exc:  # report every failing check, not only the first
+                failures += 1
+                input_failures += name.startswith("config") and isinstance(exc, ValueError)
+                print(f"  [FAIL] {name}: {type(exc).__name__}: {exc}")
+                if "--verbose" in sys.argv:
+                    traceback.print_exc()
     print("all checks passed" if not failures else f"{failures} check(s) failed")
-    return 1 if failures else 0
+    if not failures:
+        return 0
+    return 2 if failures == input_failures else 1

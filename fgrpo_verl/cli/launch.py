@@ -77,6 +77,16 @@ def split_only(only: list[str] | None, overrides: list[str]) -> tuple[list[str] 
     return names, moved + list(overrides)
 
 
+def _not_final(recipe, job) -> str:
+    """Why ``job``'s dry-run script differs from the one a submit would render, or ``""``: a recipe with
+    ``save_per_epoch`` sets ``trainer.save_freq`` to the steps per epoch of the run's training data, which a
+    submit requires and a dry run without the data cannot count (fgrpo_verl/launch/steps.py)."""
+    if job.total_steps is not None or not recipe.save_per_epoch:
+        return ""
+    return (f"training data {job.config.data.train_files} not found here, so trainer.save_freq=<steps per epoch> "
+            "(recipe save_per_epoch) is missing below; prepare the data (docs/recipes.md) to see the exact script")
+
+
 def _disk_note(job) -> str:
     from fgrpo_verl.launch.disk import checkpoint_disk
 
@@ -94,6 +104,14 @@ def run(args: argparse.Namespace) -> int:
     workdir = Path.cwd()
     log_dir = (workdir / args.log_dir).resolve()
     submit = not (args.dry_run or args.status)
+    if args.status:
+        from fgrpo_verl.launch.queue import require_slurm
+
+        try:
+            require_slurm()  # before dozens of configs are composed
+        except RuntimeError as exc:
+            print(f"fgrpo-verl launch: error: {exc}", file=sys.stderr)
+            return 1
     try:
         only, overrides = split_only(args.only, args.overrides)
         recipe, jobs = plan_jobs(
@@ -110,11 +128,20 @@ def run(args: argparse.Namespace) -> int:
         print(f"fgrpo-verl launch: error: {exc}", file=sys.stderr)
         return 2
     if args.dry_run:
+        incomplete = []
         for job in jobs:
             print(f"### job {job.job_name} (run {job.run.name}): {job.nodes} node(s) x {job.gpus_per_node} GPU(s); "
                   f"{_disk_note(job)}")
+            missing = _not_final(recipe, job)
+            if missing:
+                incomplete.append(job.run.name)
+                print(f"### NOT the script a submit renders: {missing}")
             print(job.text)
         print(f"### {len(jobs)} job(s) from recipe {recipe.name} ({recipe.reproduces}); dry run, nothing submitted")
+        if incomplete:
+            print(f"fgrpo-verl launch: note: {len(incomplete)} of {len(jobs)} script(s) cannot be rendered exactly yet "
+                  f"(their training data is not here, see the '### NOT' lines): {', '.join(incomplete)}",
+                  file=sys.stderr)
         return 0
     try:
         if args.status:

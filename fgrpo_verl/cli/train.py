@@ -7,8 +7,18 @@ Order of work, all in the driver before Ray starts:
    (Ray gives them to every actor; the driver needs them too, before ``import verl`` resolves verl's platform);
 3. import verl (its plugins load with that environment) and register fgrpo-verl strictly (a broken install or an
    unsupported verl fails here, not as "Unknown trainer" in a worker);
-4. validate: verl version, the ``algorithm.fgrpo`` block, verl's ``validate_config``;
-5. run verl's ``main_ppo`` with the same overrides and flags.
+4. validate: verl version, the ``algorithm.fgrpo`` block, verl's ``validate_config``, W&B usable when
+   ``trainer.logger`` has wandb;
+5. run verl's ``main_ppo`` with the same overrides and flags; a local Ray cluster that starts slowly on a busy
+   machine is started again (``fgrpo_verl/ray_start.py``).
+
+Output: on a terminal (or with ``--quiet``) verl's and Ray's output goes to ``<trainer.default_local_dir>/train.log``
+and the terminal shows one line per step and fgrpo-verl's warnings (``fgrpo_verl/cli/quiet.py``); piped, in a
+Slurm job or with ``--verbose``, everything passes through as verl prints it.
+
+W&B names: ``FGRPO_PROJECT_NAME`` / ``FGRPO_EXPERIMENT_NAME`` (exported by ``fgrpo-verl wandb-env``) become
+``trainer.project_name`` / ``trainer.experiment_name`` unless the command line sets those
+(``fgrpo_verl.tracking.check_env_run_name``).
 """
 
 from __future__ import annotations
@@ -18,11 +28,31 @@ import logging
 import os
 import re
 import sys
+import time
+from pathlib import Path
+
+from fgrpo_verl.suggest import did_you_mean
 
 HELP = (
     "Run verl's PPO trainer (main_ppo) with fgrpo-verl's config; every verl Hydra override is accepted, and Hydra's "
     "--cfg job|hydra|all, --info [topic], --package, --resolve (inspect the config, no training)."
 )
+
+
+def epilog() -> str:
+    """``train --help``'s list of config groups and options, read from the shipped ``hydra_configs/``."""
+    from fgrpo_verl.compose import config_groups
+
+    groups = "\n".join(f"  {group}={'|'.join(options)}" for group, options in config_groups().items())
+    return (
+        "config groups (select with GROUP=OPTION; see docs/recipes.md):\n" + groups + "\n\n"
+        "examples:\n"
+        "  fgrpo-verl train algo=grpo algorithm.fgrpo.gamma=1.0 data.train_files=... actor_rollout_ref.model.path=...\n"
+        "  fgrpo-verl train algo=dapo backend=cpu --cfg job     # the composed config, validated; no training\n\n"
+        "output: on a terminal, one line per step; verl's and Ray's output in <trainer.default_local_dir>/train.log.\n"
+        "  --verbose: everything on the terminal (the default when piped or in a Slurm job); --quiet: the reverse.\n"
+        "W&B: FGRPO_PROJECT_NAME / FGRPO_EXPERIMENT_NAME (`fgrpo-verl wandb-env`) name the run unless overridden."
+    )
 
 # Every later argument is ours verbatim (fgrpo_verl/cli/__init__.py): Hydra flags keep their values.
 PASS_THROUGH = True
@@ -31,6 +61,10 @@ logger = logging.getLogger("fgrpo_verl")
 
 # Hydra flags that only inspect the config, and whether each takes a value (--info's is optional).
 INSPECT_FLAGS = {"--cfg": True, "-c": True, "--info": None, "-i": None, "--package": True, "-p": True, "--resolve": False}
+# Flags that print a config: it is validated first, as `train` would (--info shows how Hydra composes; not validated)
+VALIDATED_INSPECT = {"--cfg", "-c", "--package", "-p", "--resolve"}
+# fgrpo-verl's own output flags (not Hydra's): where verl's and Ray's output goes (fgrpo_verl/cli/quiet.py)
+OUTPUT_FLAGS = {"--quiet": True, "--verbose": False}
 INFO_TOPICS = ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")
 RAY_ENV_KEY = "ray_kwargs.ray_init.runtime_env.env_vars"
 
@@ -43,6 +77,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def split_output_flags(args: list[str]) -> tuple[list[str], bool | None]:
+    """``(args without --quiet / --verbose, quiet?)``; None when neither is given (quiet on a terminal)."""
+    quiet = None
+    for flag, value in OUTPUT_FLAGS.items():
+        if flag in args:
+            if quiet is not None and quiet != value:
+                raise ValueError("--quiet and --verbose contradict each other: give one")
+            quiet = value
+    return [a for a in args if a not in OUTPUT_FLAGS], quiet
+
+
 def split_hydra_args(args: list[str]) -> tuple[list[str], list[str]]:
     """``(hydra_flags, overrides)``; refuses what ``train`` cannot do, with what to use instead."""
     flags, overrides = [], []
@@ -50,14 +95,15 @@ def split_hydra_args(args: list[str]) -> tuple[list[str], list[str]]:
     while i < len(args):
         arg = args[i]
         if arg in ("-m", "--multirun"):
-            raise SystemExit(
+            raise ValueError(
                 "fgrpo-verl train runs one job; for a sweep (several gamma, seeds, ...) use `fgrpo-verl launch "
                 "<recipe.yaml>` (docs/recipes.md), which submits one job per run"
             )
         if arg.startswith("-") and arg not in INSPECT_FLAGS:
-            raise SystemExit(
-                f"fgrpo-verl train: Hydra flag {arg!r} is not supported here; supported: "
-                f"{', '.join(sorted(INSPECT_FLAGS))} (the config is always fgrpo_trainer: select groups with overrides)"
+            known = [*INSPECT_FLAGS, *OUTPUT_FLAGS]
+            raise ValueError(
+                f"flag {arg!r} is not supported here{did_you_mean(arg, known)} (supported: "
+                f"{', '.join(sorted(known))}; the config is always fgrpo_trainer: select groups with overrides)"
             )
         if arg.startswith("-"):
             takes = INSPECT_FLAGS[arg]
@@ -65,7 +111,7 @@ def split_hydra_args(args: list[str]) -> tuple[list[str], list[str]]:
             nxt = args[i + 1] if i + 1 < len(args) else None
             if takes is True:
                 if nxt is None:
-                    raise SystemExit(f"fgrpo-verl train: Hydra flag {arg} needs a value")
+                    raise ValueError(f"Hydra flag {arg} needs a value (e.g. {arg} job)")
                 flags.append(nxt)
                 i += 1
             elif takes is None and nxt in INFO_TOPICS:
@@ -145,8 +191,50 @@ def warn_without_algo_preset(overrides: list[str], config) -> None:
         )
 
 
+def with_env_run_names(overrides: list[str]) -> list[str]:
+    """``overrides`` plus ``trainer.project_name`` / ``trainer.experiment_name`` from ``FGRPO_PROJECT_NAME`` /
+    ``FGRPO_EXPERIMENT_NAME`` (``fgrpo-verl wandb-env``), for the keys the command line does not set."""
+    from fgrpo_verl.tracking import env_run_names
+
+    project, experiment = env_run_names()
+    keys = {re.sub(r"^[+~]+", "", o.split("=", 1)[0]).strip() for o in overrides}
+    added = []
+    if project is not None and "trainer.project_name" not in keys:
+        added.append(f"trainer.project_name={project}")
+    if experiment is not None and "trainer.experiment_name" not in keys:
+        added.append(f"trainer.experiment_name={experiment}")
+    return [*overrides, *added]
+
+
+def check_env_names(overrides: list[str], config) -> None:
+    """A run named from ``FGRPO_EXPERIMENT_NAME`` must be the run that name describes (tracking.check_env_run_name)."""
+    from fgrpo_verl.tracking import EXPERIMENT_ENV, check_env_run_name, env_run_names
+
+    project, experiment = env_run_names()
+    if experiment is not None and f"trainer.experiment_name={experiment}" in overrides:
+        check_env_run_name(config, experiment, str(config.trainer.project_name) if project is not None else None)
+        print(f"fgrpo-verl train: W&B run {config.trainer.project_name}/{experiment} (from {EXPERIMENT_ENV})",
+              file=sys.stderr)
+
+
+def check_wandb_usable(config) -> None:
+    """``trainer.logger`` with wandb needs W&B set up here, or ``wandb.init`` fails in the TaskRunner after Ray and
+    the workers started (without a terminal it cannot ask for a key)."""
+    from fgrpo_verl.tracking import wandb_configured
+
+    loggers = config.trainer.get("logger") or []
+    loggers = [loggers] if isinstance(loggers, str) else list(loggers)
+    if "wandb" in loggers and not wandb_configured():
+        raise RuntimeError(
+            "trainer.logger includes wandb, but W&B is not set up on this machine (no WANDB_API_KEY, `wandb login` "
+            "or WANDB_MODE): run `wandb login`, or set WANDB_MODE=offline (runs are written under ./wandb; "
+            "`wandb sync` them later), or drop it: trainer.logger=[console]"
+        )
+
+
 def prepare(overrides: list[str], inspect_only: bool = False):
-    """Steps 1-4 of the module docstring; returns the composed, validated config."""
+    """Steps 1-4 of the module docstring; returns the composed, validated config. ``inspect_only``: compose and
+    export only (Hydra's --info, which shows how a config is composed, also when it is not valid)."""
     from fgrpo_verl.compose import compose, validate
 
     config = compose(overrides)
@@ -159,22 +247,80 @@ def prepare(overrides: list[str], inspect_only: bool = False):
     check_driver_platform(exported)
     if not inspect_only:
         warn_without_algo_preset(overrides, config)
+        check_env_names(overrides, config)
         validate(config)
     return config
 
 
-def run(args: argparse.Namespace) -> int:
+def _hydra_argv(flags: list[str], overrides: list[str]) -> list[str]:
     from fgrpo_verl.paths import CONFIG_NAME, config_dir
 
-    flags, overrides = split_hydra_args(list(args.overrides))
-    prepare(overrides, inspect_only=bool(flags))
+    # overrides before flags: `--info` takes an optional topic and would read an override after it as one
+    return [sys.argv[0], "--config-path", str(config_dir()), "--config-name", CONFIG_NAME, *overrides, *flags]
+
+
+def _run_main_ppo(argv: list[str]) -> None:
     from verl.trainer import main_ppo
 
-    argv = [sys.argv[0], "--config-path", str(config_dir()), "--config-name", CONFIG_NAME, *flags, *overrides]
     old_argv = sys.argv
     sys.argv = argv
     try:
         main_ppo.main()
     finally:
         sys.argv = old_argv
+
+
+def _shutdown_ray() -> None:
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+def log_path(config) -> Path:
+    """Where quiet mode writes verl's and Ray's output: next to the run's checkpoints."""
+    return Path(str(config.trainer.default_local_dir)) / "train.log"
+
+
+def run(args: argparse.Namespace) -> int:
+    from fgrpo_verl import ray_start
+
+    passed, quiet = split_output_flags(list(args.overrides))
+    flags, overrides = split_hydra_args(passed)
+    overrides = with_env_run_names(overrides)
+    inspect_only = bool(flags) and not any(f in VALIDATED_INSPECT for f in flags)
+    config = prepare(overrides, inspect_only=inspect_only)
+    argv = _hydra_argv(flags, overrides)
+    if flags:
+        # verl's `import verl` adds a stderr handler to the root logger; Hydra's --info logs through its own
+        # handler, so every line came twice (once as "INFO:<time>:...")
+        for handler in list(logging.getLogger().handlers):
+            logging.getLogger().removeHandler(handler)
+        _run_main_ppo(argv)
+        return 0
+    check_wandb_usable(config)
+    if quiet is None:
+        quiet = sys.stdout.isatty() and not getattr(args, "debug", False)
+    with ray_start.retrying_init():
+        if not quiet:
+            _run_main_ppo(argv)
+            return 0
+        from fgrpo_verl.cli.quiet import last_error, quiet_terminal
+
+        path = log_path(config).resolve()
+        total = config.trainer.get("total_training_steps")
+        print(f"fgrpo-verl train: verl's and Ray's output -> {path} (--verbose shows it here)", flush=True)
+        started = time.monotonic()
+        try:
+            with quiet_terminal(path, total_steps=total):
+                try:
+                    _run_main_ppo(argv)
+                finally:
+                    # Ray forwards its workers' last lines when it shuts down (at exit otherwise): into the log
+                    _shutdown_ray()
+        except SystemExit as exc:
+            if exc.code not in (0, None):
+                error = last_error(path) or f"exit status {exc.code}"
+                raise RuntimeError(f"training failed: {error}; full log: {path}") from None
+        print(f"fgrpo-verl train: done in {time.monotonic() - started:.0f} s; full log: {path}", flush=True)
     return 0

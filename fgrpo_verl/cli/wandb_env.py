@@ -2,7 +2,12 @@
 
     eval "$(fgrpo-verl wandb-env --project fgrpo --algo fgrpo --gamma 0.5 --n 8 --model Qwen/Qwen2.5-7B --seed 1 \\
         --group gamma-sweep)"
-    fgrpo-verl train trainer.project_name=fgrpo trainer.experiment_name="$FGRPO_EXPERIMENT_NAME" ...
+    fgrpo-verl train algo=grpo algorithm.fgrpo.gamma=0.5 ...     # W&B project fgrpo, run fgrpo-g0.5-n8-Qwen2.5-7B-s1
+
+``train`` reads ``FGRPO_PROJECT_NAME`` / ``FGRPO_EXPERIMENT_NAME`` as ``trainer.project_name`` /
+``trainer.experiment_name`` unless the command line sets them, and refuses a name whose γ or N is not the run's
+(left over from another run in the same shell). Plain ``python -m verl.trainer.main_ppo`` does not read them:
+give it ``trainer.project_name=$FGRPO_PROJECT_NAME trainer.experiment_name=$FGRPO_EXPERIMENT_NAME``.
 
 ``--format hydra`` prints the equivalent Hydra overrides instead (run name + Ray runtime_env variables).
 """
@@ -28,14 +33,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import re
+
     from fgrpo_verl import tracking
 
-    name = tracking.run_name(args.algo, args.gamma, args.n, args.model, args.seed)
-    env = tracking.wandb_env(args.project, name, args.group, tracking.run_tags(args.algo, args.gamma, args.n), args.mode)
+    try:
+        name = tracking.run_name(args.algo, args.gamma, args.n, args.model, args.seed)
+        env = tracking.wandb_env(args.project, name, args.group, tracking.run_tags(args.algo, args.gamma, args.n),
+                                 args.mode)
+    except ValueError as err:  # tracking names the argument ("gamma=-1.0 is invalid: ..."): name the flag
+        raise ValueError(re.sub(r"^([a-z]+)=", r"--\1 ", str(err))) from err
     if args.format == "hydra":
         for line in tracking.experiment_overrides(args.project, name) + tracking.ray_env_overrides(env):
             print(line)
         return 0
-    for key, value in {**env, "FGRPO_EXPERIMENT_NAME": name}.items():
+    for key, value in {**env, tracking.PROJECT_ENV: args.project, tracking.EXPERIMENT_ENV: name}.items():
         print(f"export {key}={shlex.quote(value)}")
     return 0

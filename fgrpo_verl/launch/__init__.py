@@ -16,10 +16,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from fgrpo_verl.compose import batch_session
 from fgrpo_verl.launch.recipe import Recipe, load_recipe
 from fgrpo_verl.launch.render import JobScript, render_job
 
 
+@batch_session()  # dozens of configs resolved: share the parsing of their ${...} strings
 def plan_jobs(
     recipe_arg: str,
     only: list[str] | None,
@@ -43,7 +45,7 @@ def plan_jobs(
     step count (a dry run)."""
     from omegaconf import OmegaConf
 
-    from fgrpo_verl.compose import compose, validate
+    from fgrpo_verl.compose import SharedComposer, validate
     from fgrpo_verl.launch.identity import (
         check_record,
         check_user_overrides,
@@ -67,13 +69,14 @@ def plan_jobs(
             "select one run with --only, or unset WANDB_RUN_ID"
         )
     jobs, names = [], {}
+    composer = SharedComposer()  # the runs share their config groups: composed once per distinct selection
     for run in runs:
         run_overrides = recipe.run_overrides(run, overrides)
         where = f"recipe {recipe.name}, run {run.name}"
         try:
             check_user_overrides([*recipe.common, *run.overrides])
             with recipe_environment(recipe.env):
-                config = compose(run_overrides)
+                config = composer.compose(run_overrides)
                 rows = train_rows(config, workdir)
                 plan = None
                 if rows is not None:

@@ -127,9 +127,20 @@ def fingerprint(config, fresh: str | None = None, workdir: Path | None = None) -
     paths count as the absolute paths they name there."""
     from omegaconf import OmegaConf
 
-    copy = OmegaConf.create(OmegaConf.to_container(config, resolve=False))
-    OmegaConf.update(copy, "trainer.experiment_name", _PLACEHOLDER, force_add=True)
-    tree = OmegaConf.to_container(copy, resolve=True)
+    trainer = config.get("trainer") if hasattr(config, "get") else None
+    if trainer is not None and "experiment_name" in trainer and not OmegaConf.is_readonly(trainer):
+        # in place and put back (the value as written, an interpolation stays one): copying the whole config
+        # first costs more than resolving it, and a recipe plans dozens of runs
+        written = OmegaConf.to_container(trainer, resolve=False)["experiment_name"]
+        trainer.experiment_name = _PLACEHOLDER
+        try:
+            tree = OmegaConf.to_container(config, resolve=True)
+        finally:
+            trainer.experiment_name = written
+    else:
+        copy = OmegaConf.create(OmegaConf.to_container(config, resolve=False))
+        OmegaConf.update(copy, "trainer.experiment_name", _PLACEHOLDER, force_add=True)
+        tree = OmegaConf.to_container(copy, resolve=True)
     for key in UNHASHED:
         _drop(tree, key)
     if workdir is not None:

@@ -44,14 +44,28 @@ def _run(cmd: list[str]) -> subprocess.CompletedProcess | None:
         return None
 
 
+def _squeue_failed(done: subprocess.CompletedProcess | None) -> RuntimeError:
+    lines = [] if done is None else [line.strip() for line in done.stderr.splitlines() if line.strip()]
+    # squeue's last line is its verdict ("squeue: fatal: Could not establish a configuration source")
+    why = "squeue not found" if done is None else (lines[-1] if lines else f"exit {done.returncode}")
+    return RuntimeError(f"cannot ask Slurm which runs are queued ({why}); is this a Slurm login node?")
+
+
+def require_slurm() -> None:
+    """Slurm answers here (``squeue`` reaches the controller). ``launch --status`` asks this before it plans a
+    recipe (composing and validating dozens of configs), so a laptop or a node without Slurm hears it at once."""
+    done = _run(["squeue", "-h", "-o", "%i", "--name=fgrpo-verl-probe"])
+    if done is None or done.returncode != 0:
+        raise _squeue_failed(done)
+
+
 def active_jobs(names: list[str]) -> dict[str, list[tuple[str, str]]]:
     """``{job name: [(job id, state), ...]}`` for jobs of any user in the queue under one of ``names``."""
     if not names:
         return {}
     done = _run(["squeue", "-h", "-o", "%i|%j|%T", f"--name={','.join(names)}"])
     if done is None or done.returncode != 0:
-        why = "squeue not found" if done is None else (done.stderr.strip() or f"exit {done.returncode}")
-        raise RuntimeError(f"cannot ask Slurm which runs are queued ({why}); is this a Slurm login node?")
+        raise _squeue_failed(done)
     found: dict[str, list[tuple[str, str]]] = {}
     wanted = set(names)
     for line in done.stdout.splitlines():

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fgrpo_verl.paths import recipes_dir
+from fgrpo_verl.suggest import did_you_mean
 
 # Slurm job names and experiment names end up in paths, W&B and shell scripts: keep them plain.
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -128,7 +129,8 @@ class Recipe:
         known = [r.name for r in self.runs]
         unknown = [n for n in names if n not in known]
         if unknown:
-            raise ValueError(f"--only: no run named {unknown} in recipe {self.name!r}; runs: {known}")
+            hint = "".join(did_you_mean(n, known) for n in unknown)
+            raise ValueError(f"--only: no run named {unknown} in recipe {self.name!r}{hint} (runs: {known})")
         return [r for r in self.runs if r.name in names]
 
 
@@ -141,7 +143,10 @@ def resolve_recipe_path(recipe: str) -> Path:
     if path.suffix == "" and shipped.is_file():
         return shipped
     names = sorted(p.stem for p in recipes_dir().glob("*.yaml"))
-    raise ValueError(f"recipe {recipe!r} is neither a file nor a shipped recipe; shipped recipes: {names}")
+    raise ValueError(
+        f"recipe {recipe!r} is neither a file nor a shipped recipe{did_you_mean(recipe, names)} (shipped recipes: "
+        f"{names}; `fgrpo-verl recipes` lists them)"
+    )
 
 
 def _string_list(value, where: str) -> tuple[str, ...]:

@@ -17,6 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fgrpo_verl.cli.quiet import step_summary
 from fgrpo_verl.tasks.maze.build import MazeBuild
 
 REWARD_PATH = "pkg://fgrpo_verl.tasks.maze.reward"
@@ -124,22 +125,12 @@ def train_maze(build: MazeBuild, model_dir: str, gamma: float, settings: RLSetti
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=child_env, text=True)
         for line in proc.stdout:
             log.write(line)
-            if _worth_echoing(line):
-                sys.stdout.write(f"[{name}] {_short_step_line(line)}\n")
+            summary = step_summary(line)  # verl's one line per step, shortened (fgrpo_verl/cli/quiet.py)
+            if summary is not None:
+                sys.stdout.write(f"[{name}] {summary}\n")
                 sys.stdout.flush()
         proc.wait()
     return RunResult(name=name, gamma=gamma, run_dir=str(run_dir), metrics_file=str(metrics_file), returncode=proc.returncode)
-
-
-def _worth_echoing(line: str) -> bool:
-    # verl's console logger prints one "step:N - key:value - ..." line per step (behind a Ray actor prefix)
-    return "step:" in line and " - " in line
-
-
-def _short_step_line(line: str) -> str:
-    fields = dict(part.split(":", 1) for part in line[line.index("step:"):].strip().split(" - ") if ":" in part)
-    keep = ["step", TRAIN_REWARD_KEY, "response_length/mean", "actor/pg_loss", "timing_s/step"]
-    return "  ".join(f"{k}={fields[k][:8]}" for k in keep if k in fields)
 
 
 def read_metrics(metrics_file: str | Path) -> dict[int, dict]:

@@ -1,0 +1,173 @@
+"""Quiet terminal output for ``fgrpo-verl train``: verl's and Ray's output to a log file, our lines on the terminal.
+
+A 2-step CPU run prints ~1,100 lines: verl's config (~900 lines of pprint), every Ray worker's start-up warnings,
+TransferQueue's thread warning once per call, W&B's run summary. In quiet mode (``train`` on a terminal, or
+``--quiet``) the process's stdout and stderr file descriptors (so Ray's forwarded worker output and every child
+process too) go to the log file, and a follower thread echoes to the terminal only:
+
+- one line per training step, from verl's console logger line (``step:N - key:value - ...``): the step, the
+  reward, the response length, the policy loss and the step time (:func:`step_summary`);
+- fgrpo-verl's own warnings and errors, and verl's resume message (which checkpoint the run continues from);
+- W&B's "View run at" link and "wandb sync" hint.
+
+At the end ``train`` prints where the log is; on failure the last exception line of the log
+(:func:`last_error`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+# verl's console logger (and the demo's echo): the keys a step line is reduced to, with short labels
+STEP_KEYS = (
+    ("critic/score/mean", "score"),
+    ("response_length/mean", "resp_len"),
+    ("actor/pg_loss", "pg_loss"),
+    ("fgrpo/g_mean", "g_mean"),
+    ("timing_s/step", "step_s"),
+)
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_RAY_PREFIX = re.compile(r"^\((?:[A-Za-z0-9_]+ )?pid=\d+(?:, ip=[^)]*)?\)\s*")
+_EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt)|AssertionError)(?::\s*(.*))?$")
+
+
+def clean(line: str) -> str:
+    """A log line without colour codes and Ray's ``(Actor pid=N)`` prefix."""
+    return _RAY_PREFIX.sub("", _ANSI.sub("", line)).rstrip("\n")
+
+
+def step_fields(line: str) -> dict[str, str] | None:
+    """``{key: value}`` of verl's console step line (``step:N - key:value - ...``), None for any other line."""
+    text = clean(line)
+    at = text.find("step:")
+    if at < 0 or " - " not in text[at:]:
+        return None
+    fields = dict(part.split(":", 1) for part in text[at:].strip().split(" - ") if ":" in part)
+    return fields if "step" in fields else None
+
+
+def _short(value: str) -> str:
+    try:
+        return f"{float(value):.4g}"
+    except ValueError:
+        return value[:10]
+
+
+def step_summary(line: str, total: int | None = None) -> str | None:
+    """``step 3/16  score 0.4375  resp_len 2  pg_loss -0.0123  step_s 3.51`` from verl's step line."""
+    fields = step_fields(line)
+    if fields is None:
+        return None
+    step = fields["step"].strip() + (f"/{total}" if total else "")
+    return "  ".join([f"step {step}"] + [f"{label} {_short(fields[key])}" for key, label in STEP_KEYS if key in fields])
+
+
+def worth_echoing(line: str) -> str | None:
+    """The terminal text for a non-step log line, or None: fgrpo-verl's warnings and errors, verl's resume
+    message, W&B's run link and sync hint."""
+    text = clean(line).strip()
+    if not text:
+        return None
+    if "fgrpo-verl" in text and re.search(r"\b(WARNING|ERROR)\b", text):
+        return text
+    if re.search(r"Resuming from \S+", text):
+        return text[text.index("Resuming from"):]
+    if text.startswith("wandb:") and ("View run at" in text or "wandb sync " in text):
+        return text
+    return None
+
+
+def last_error(log_path: Path, tail_bytes: int = 200_000) -> str | None:
+    """The last ``SomeError: message`` line of the log (the exception a failed run ended with)."""
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - tail_bytes))
+            lines = f.read().decode(errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        text = clean(line).strip()
+        match = _EXCEPTION.match(text)
+        if match and not text.startswith("Set the environment variable"):
+            return text
+    return None
+
+
+class _Follower(threading.Thread):
+    """Reads the log file as it grows; echoes what :func:`step_summary` / :func:`worth_echoing` keep."""
+
+    def __init__(self, path: Path, offset: int, out, err, total_steps: int | None):
+        super().__init__(daemon=True)
+        self.path, self.offset, self.out, self.err, self.total = path, offset, out, err, total_steps
+        self.stop = threading.Event()
+
+    def _echo(self, line: str) -> None:
+        summary = step_summary(line, self.total)
+        if summary is not None:
+            self.out.write(summary + "\n")
+            self.out.flush()
+            return
+        text = worth_echoing(line)
+        if text is not None:
+            self.err.write(text + "\n")
+            self.err.flush()
+
+    def run(self) -> None:
+        with open(self.path, "rb") as f:
+            f.seek(self.offset)
+            pending = b""
+            while True:
+                chunk = f.read(65536)
+                if chunk:
+                    pending += chunk
+                    *lines, pending = pending.split(b"\n")
+                    for raw in lines:
+                        self._echo(raw.decode(errors="replace"))
+                    continue
+                if self.stop.is_set():
+                    if pending:
+                        self._echo(pending.decode(errors="replace"))
+                    return
+                time.sleep(0.2)
+
+
+@contextlib.contextmanager
+def quiet_terminal(log_path: Path, total_steps: int | None = None) -> Iterator[None]:
+    """Within: file descriptors 1 and 2 (this process and every child it starts) append to ``log_path``; the
+    lines of the module docstring are echoed to the terminal's stdout / stderr as they are written."""
+    log_path = Path(log_path)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with open(log_path, "ab") as log:
+        log.write(f"==== fgrpo-verl train, {time.strftime('%Y-%m-%d %H:%M:%S')}: {' '.join(sys.argv)}\n".encode())
+        log.flush()
+        offset = log.tell()
+        saved_out, saved_err = os.dup(1), os.dup(2)
+        out = os.fdopen(os.dup(saved_out), "w", buffering=1)
+        err = os.fdopen(os.dup(saved_err), "w", buffering=1)
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        follower = _Follower(log_path, offset, out, err, total_steps)
+        follower.start()
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved_out, 1)
+            os.dup2(saved_err, 2)
+            os.close(saved_out)
+            os.close(saved_err)
+            follower.stop.set()
+            follower.join(timeout=10)
+            out.close()
+            err.close()

@@ -1,0 +1,104 @@
+"""Start a local Ray cluster that survives a busy machine.
+
+``ray.init()`` starting a local node waits a fixed 30 s (``raylet_start_wait_time_s`` in ``ray/_private/node.py``,
+not configurable) for the raylet to register with the GCS, then raises "The current node timed out during
+startup". On a loaded machine (load ~7 on 2 cores: a test suite, a laptop compiling) start-up takes longer than
+that, and the demo or ``fgrpo-verl train`` failed before training began. A slow start is not a broken install:
+:func:`init` tries again (3 attempts in all), after ending the processes the failed attempt left behind (its GCS
+and raylet: children of this process that did not exist before the attempt; nothing else is touched).
+
+:func:`retrying_init` applies the same to every ``ray.init`` in a block: verl's ``main_ppo`` calls
+``ray.init(**ray_kwargs.ray_init)`` itself, so ``fgrpo-verl train`` runs it inside one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+from collections.abc import Iterator
+
+logger = logging.getLogger("fgrpo_verl")
+
+ATTEMPTS = 3
+# Ray's message for a local node that did not come up in time (raylet not registered with the GCS)
+SLOW_START = "timed out during startup"
+
+
+def is_slow_start(exc: BaseException) -> bool:
+    return SLOW_START in str(exc)
+
+
+def _children() -> dict[int, float]:
+    import psutil
+
+    try:
+        return {p.pid: p.create_time() for p in psutil.Process().children(recursive=True)}
+    except psutil.Error:
+        return {}
+
+
+def _end_new_children(before: dict[int, float]) -> list[int]:
+    """Terminate (then kill) this process's descendants that were not in ``before`` (pid and start time, so a
+    reused pid is not mistaken for an old process); returns their pids."""
+    import psutil
+
+    new = []
+    for pid, started in _children().items():
+        if before.get(pid) == started:
+            continue
+        try:
+            new.append(psutil.Process(pid))
+        except psutil.Error:
+            pass
+    for p in new:
+        with contextlib.suppress(psutil.Error):
+            p.terminate()
+    _, alive = psutil.wait_procs(new, timeout=10)
+    for p in alive:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    return [p.pid for p in new]
+
+
+def init(*args, _ray_init=None, attempts: int = ATTEMPTS, **kwargs):
+    """``ray.init(*args, **kwargs)``, tried up to ``attempts`` times when the local node starts too slowly."""
+    import ray
+
+    ray_init = _ray_init or ray.init
+    for attempt in range(1, attempts + 1):
+        before = _children()
+        try:
+            return ray_init(*args, **kwargs)
+        except Exception as exc:
+            if not is_slow_start(exc) or attempt == attempts:
+                if is_slow_start(exc):
+                    raise RuntimeError(
+                        f"Ray's local node did not start in {attempts} attempts of 30 s each (Ray: {exc}); the "
+                        "machine is too busy: retry when it is quieter"
+                    ) from exc
+                raise
+            with contextlib.suppress(Exception):
+                ray.shutdown()
+            ended = _end_new_children(before)
+            print(f"fgrpo-verl: WARNING: Ray's local node did not start within Ray's 30 s (machine busy?); ended "
+                  f"the {len(ended)} process(es) of that attempt, retrying ({attempt + 1}/{attempts})",
+                  file=sys.stderr, flush=True)
+    raise AssertionError("unreachable")
+
+
+@contextlib.contextmanager
+def retrying_init() -> Iterator[None]:
+    """Within: ``ray.init`` (as called by anyone, verl included) is :func:`init`."""
+    import ray
+
+    original = ray.init
+
+    def patched(*args, **kwargs):
+        return init(*args, _ray_init=original, **kwargs)
+
+    ray.init = patched
+    try:
+        yield
+    finally:
+        ray.init = original
