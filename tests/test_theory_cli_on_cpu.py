@@ -31,12 +31,12 @@ def test_tail_miss_rho_and_table(capsys):
 @pytest.mark.parametrize(
     "argv, needle",
     [
-        (["--mu", "1.5", "--tau", "0.1", "--n", "2"], "mu=1.5 is invalid"),
-        (["--mu", "0.5", "--tau", "0.6", "--n", "2"], "tau=0.6 is invalid for mu=0.5"),
-        (["--mu", "0.5", "--tau", "0.1", "--n", "0"], "n=0.0 is invalid"),
-        (["--mu", "0.5", "--tau", "0.1", "--n", "2.5"], "n=2.5 is invalid"),
-        (["--mu", "nan", "--tau", "0.1", "--n", "2"], "mu=nan is invalid"),
-        (["--mu", "0.5", "--rho", "1.5", "--n", "2"], "rho=1.5 is invalid"),
+        (["--mu", "1.5", "--tau", "0.1", "--n", "2"], "--mu 1.5 is invalid"),
+        (["--mu", "0.5", "--tau", "0.6", "--n", "2"], "--tau 0.6 is invalid for --mu 0.5"),
+        (["--mu", "0.5", "--tau", "0.1", "--n", "0"], "--n 0.0 is invalid"),
+        (["--mu", "0.5", "--tau", "0.1", "--n", "2.5"], "--n 2.5 is invalid"),
+        (["--mu", "nan", "--tau", "0.1", "--n", "2"], "--mu nan is invalid"),
+        (["--mu", "0.5", "--rho", "1.5", "--n", "2"], "--rho 1.5 is invalid"),
         (["--mu", "0.5", "--n", "2"], "give --mu, --tau (or --rho) and --n"),
     ],
 )
@@ -51,7 +51,7 @@ def test_console_exit_status():
         capture_output=True, text=True,
     )
     assert proc.returncode == 2
-    assert "tau=0.5 is invalid for mu=0.5" in proc.stderr
+    assert "--tau 0.5 is invalid for --mu 0.5" in proc.stderr
 
 
 def test_tail_miss_plot(tmp_path):
@@ -82,10 +82,10 @@ def test_simulate_writes_numbers_and_figures(tmp_path, capsys):
     "argv, needle",
     [
         (["--paper", "--n", "2"], "--paper fixes the grid; drop --n"),
-        (["--n", "0"], "group_sizes holds 0"),
-        (["--gamma", "-1"], "gammas holds -1.0"),
-        (["--actions", "10", "--correct", "10"], "num_correct=10 is invalid for num_actions=10"),
-        (["--zone-threshold", "0"], "zone_threshold=0.0 is invalid"),
+        (["--n", "0"], "--n holds 0"),
+        (["--gamma", "-1"], "--gamma holds -1.0"),
+        (["--actions", "10", "--correct", "10"], "--correct 10 is invalid for --actions 10"),
+        (["--zone-threshold", "0"], "--zone-threshold 0.0 is invalid"),
         (["--gamma", "0", "--control"], "--control needs a gamma > 0 in --gamma"),
         (["--q-levels", "0.5", "1"], "--q-levels holds 1.0"),
         (["--q-levels", "0.7", "0.7"], "--q-levels=[0.7, 0.7] repeats a level"),

@@ -58,7 +58,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--gammas", default=None, help="comma-separated focal strengths; 0 = GRPO (maze 0,0.5; raremode 0,1)")
     g.add_argument("--rl-steps", type=int, default=None, help="RL steps per run (maze 30, raremode 16, --full 40)")
     g.add_argument("--batch-size", type=int, default=None, help="prompts per RL step (16)")
-    g.add_argument("--n", type=int, default=8, help="rollouts per maze (group size N)")
+    g.add_argument("--n", type=int, default=8,
+                   help="group size N: rollouts per prompt (raremode) or per maze (maze), 8 for both")
     g.add_argument("--lr", type=float, default=None, help="RL actor learning rate (maze 1e-4 as the paper; raremode 1e-3)")
     g.add_argument("--val-n", type=int, default=16, help="[maze] samples per held-out maze for pass@k (k up to this)")
     g.add_argument("--backend", default="cpu", help="execution backend config group (cpu or gpu)")
@@ -131,6 +132,9 @@ def run(args: argparse.Namespace) -> int:
 def _run_maze(args: argparse.Namespace) -> int:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()  # one bar per model load or save
 
     from fgrpo_verl.evaluation import ks_up_to, mean_pass_at_k
     from fgrpo_verl.tasks.maze.build import build_with_splits

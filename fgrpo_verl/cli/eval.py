@@ -95,6 +95,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _validate(args) -> None:
+    from fgrpo_verl.cli.errors import require_files
+
+    require_files("--from-generations", args.from_generations)
+    require_files("--bench", args.bench)
     if args.samples_per_request is None:
         args.samples_per_request = args.n
     for name in ("n", "max_new_tokens", "k_max", "significance_m", "significance_iterations", "batch_size",
@@ -110,6 +114,10 @@ def _validate(args) -> None:
         raise ValueError(f"--top-p must be in (0, 1], got {args.top_p}")
     if not 0 < args.alpha < 1:
         raise ValueError(f"--alpha must be in (0, 1), got {args.alpha}")
+    if args.significance and args.model and args.significance_m >= args.n:
+        # known before hours of sampling: m-out-of-n subsampling needs m < n
+        raise ValueError(f"--significance-m {args.significance_m} must be smaller than --n {args.n} (m-out-of-n "
+                         "subsampling; the paper: m = 256 of n = 1024)")
 
 
 def run(args) -> int:
@@ -121,3 +129,9 @@ def run(args) -> int:
     except ValueError as err:
         print(f"fgrpo-verl eval: error: {err}", file=sys.stderr)
         return 2
+    except ModuleNotFoundError as err:
+        if err.name != "vllm":
+            raise
+        print("fgrpo-verl eval: error: --backend vllm (the default) needs vLLM, which is not installed here: on a GPU "
+              "machine pip install 'fgrpo-verl[gpu]'; on CPU use --backend transformers", file=sys.stderr)
+        return 1

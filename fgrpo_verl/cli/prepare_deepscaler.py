@@ -22,7 +22,11 @@ def run(args: argparse.Namespace) -> int:
 
     from fgrpo_verl.data.deepscaler import prepare_files
 
+    from fgrpo_verl.cli.errors import require_files
+
     try:
+        require_files("--input", args.input)
+        require_files("--val-input", args.val_input)
         results = prepare_files(args.input, args.tokenizer, args.out_dir, args.val_input, args.max_prompt_tokens)
     except ValueError as exc:
         print(f"fgrpo-verl prepare-deepscaler: error: {exc}", file=sys.stderr)

@@ -47,6 +47,10 @@ def _run(args) -> int:
         build_rare_set, delta_nll, load_model, read_rare_set, write_rare_set,
     )
 
+    from fgrpo_verl.cli.errors import require_files
+
+    require_files("--rare-set", [args.rare_set] if args.rare_set else [])
+    require_files("--rollouts", args.rollouts)
     if args.max_tokens_per_batch < 1:
         raise ValueError(f"--max-tokens-per-batch must be >= 1, got {args.max_tokens_per_batch}")
     models = parse_pairs("--model", args.model)

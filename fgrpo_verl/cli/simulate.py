@@ -193,14 +193,20 @@ def write_outputs(result, out: Path, zone_threshold: float, q_levels=None) -> di
     return summary
 
 
+# the theory modules name their arguments; the command line has flags for them
+FLAGS = {"zone_threshold": "--zone-threshold", "num_actions": "--actions", "num_correct": "--correct",
+         "group_sizes": "--n", "gammas": "--gamma", "seeds": "--seeds", "steps": "--steps", "lr": "--lr"}
+
+
 def run(args) -> int:
+    from fgrpo_verl.cli.errors import with_flag_names
     from fgrpo_verl.evaluation.frontier import check_levels
 
     try:
         config = _config(args)
         q_levels = None if args.q_levels is None else check_levels("--q-levels", args.q_levels)
     except ValueError as err:
-        print(f"fgrpo-verl simulate: error: {err}", file=sys.stderr)
+        print(f"fgrpo-verl simulate: error: {with_flag_names(str(err), FLAGS)}", file=sys.stderr)
         return 2
     from fgrpo_verl.theory.categorical import simulate
 

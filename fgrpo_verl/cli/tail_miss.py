@@ -69,7 +69,10 @@ def run(args) -> int:
                 return 0
         rows = _rows(args)
     except ValueError as err:
-        print(f"fgrpo-verl tail-miss: error: {err}", file=sys.stderr)
+        from fgrpo_verl.cli.errors import with_flag_names
+
+        flags = {"mu": "--mu", "tau": "--tau", "rho": "--rho", "n_max": "--n-max", "n": "--n"}
+        print(f"fgrpo-verl tail-miss: error: {with_flag_names(str(err), flags)}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(rows))

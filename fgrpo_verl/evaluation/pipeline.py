@@ -226,8 +226,12 @@ def significance_report(scores, pairs: list[tuple[str, str]], benchmarks: list[s
         for bench in benchmarks:
             a, b = scores[(baseline, bench)], scores[(focal, bench)]
             seed = request_seed(args.seed, f"significance {baseline}:{focal}", bench, "", 0)
-            draws[bench] = subsample_draws(a.n, a.c, b.n, b.c, ks=ks, m=args.significance_m,
-                                           iterations=args.significance_iterations, seed=seed)
+            try:
+                draws[bench] = subsample_draws(a.n, a.c, b.n, b.c, ks=ks, m=args.significance_m,
+                                               iterations=args.significance_iterations, seed=seed)
+            except ValueError as err:  # name the flag the user can change
+                raise ValueError(f"--significance-m {args.significance_m} ({baseline}:{focal} on {bench}): {err}; "
+                                 "lower --significance-m (the paper: m = 256 of n = 1024)") from err
         for name, members in averages.items():
             draws[name] = combine_draws([draws[m] for m in members])  # same iteration t across members
         for column, d in draws.items():

@@ -1,0 +1,485 @@
+"""The first hour of a new user (issue 18): every mistake answered in one line, quiet commands, fast launcher
+answers, and the conveniences a new user looks for. No Ray here (the end-to-end parts are in
+``test_first_hour_e2e_on_cpu.py``).
+
+Bad input, every class, every sub-command: one ``error:`` line (or argparse's usage + error) on stderr naming the
+key or flag, the value and what is valid, "did you mean" for a misspelt name, exit status 2, no traceback unless
+``--debug`` / ``HYDRA_FULL_ERROR=1``; a missing service (Slurm) one line and status 1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fgrpo_verl.cli import main
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _cli(*args, env=None, cwd=None, timeout=300) -> subprocess.CompletedProcess:
+    """``python -m fgrpo_verl ARGS`` as a user runs it: what reaches the terminal, and the exit status."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("FGRPO_", "WANDB_", "HYDRA_FULL_ERROR"))}
+    full.update(env or {})
+    return subprocess.run([sys.executable, "-m", "fgrpo_verl", *map(str, args)], capture_output=True, text=True,
+                          env=full, cwd=cwd, timeout=timeout)
+
+
+def _one_error_line(done: subprocess.CompletedProcess, command: str) -> str:
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert len(lines) == 1 and lines[0].startswith(f"fgrpo-verl {command}: error: "), done.stderr[-3000:]
+    return lines[0]
+
+
+# --- one line, exit 2, "did you mean" ---------------------------------------------------------------------------
+
+# (arguments, what the line must say): `train`, composed and validated before any Ray process
+TRAIN_MISTAKES = [
+    (["algo=grpo", "algorithm.fgrpo.gama=1"], r"algorithm\.fgrpo\.gama=1: no key 'gama' under 'algorithm\.fgrpo'; "
+                                              r"did you mean 'gamma'\?.*keys there: base, gamma"),
+    (["algo=grpoo"], r"algo=grpoo: no option 'grpoo' in config group algo; did you mean 'grpo'\? \(options: cispo"),
+    (["algoo=grpo"], r"no key 'algoo' at the top level; did you mean 'algo'\?"),
+    (["algorthm.fgrpo.gamma=1"], r"did you mean 'algorithm'"),
+    (["backend=cpuu"], r"did you mean 'cpu'\?"),
+    (["+algorithm.fgrpo.gamma=1"], r"already exists, so '\+' .* set it with algorithm\.fgrpo\.gamma=1"),
+    (["~algorithm.fgrpo.gamm"], r"cannot delete: no key 'gamm'.*did you mean 'gamma'"),
+    (["algorithm.fgrpo.gamma=[1"], r"cannot parse override 'algorithm\.fgrpo\.gamma=\[1'"),
+    (["algorithm.fgrpo.gamma=abc"], r"algorithm\.fgrpo\.gamma=abc: expected a number \(the default is 0\.5\), got 'abc'"),
+    (["algorithm.fgrpo.gamma=true"], r"expected a number .* got True"),
+    (["algorithm.fgrpo.gamma=nan"], r"algorithm\.fgrpo\.gamma=nan: expected a number, got NaN"),
+    (["trainer.total_epochs=abc"], r"trainer\.total_epochs=abc: expected a number \(the default is 30\)"),
+    (["actor_rollout_ref.actor.optim.lr=1e-3x"], r"actor_rollout_ref\.actor\.optim\.lr=1e-3x: expected a number"),
+    (["trainer.val_before_train=maybe"], r"trainer\.val_before_train=maybe: expected true or false"),
+    (["algo=grpo", "--cfgg", "job"], r"flag '--cfgg' is not supported here; did you mean '--cfg'\?"),
+    (["-m", "algorithm.fgrpo.gamma=0.5,1"], r"use `fgrpo-verl launch"),
+]
+
+
+@pytest.mark.parametrize("args, message", TRAIN_MISTAKES, ids=[" ".join(a) for a, _ in TRAIN_MISTAKES])
+def test_train_mistakes_are_one_line_exit_2(args, message, capsys):
+    assert main(["train", *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("fgrpo-verl train: error: "), err
+    assert re.search(message, err[0]), err[0]
+    assert "To append to your config use" not in err[0]  # Hydra's advice adds the typo as a new key
+
+
+@pytest.mark.parametrize("value, message", [
+    ("-1", r"algorithm\.fgrpo\.gamma=-1\.0 is invalid: the focal strength must be a finite number >= 0"),
+    ("inf", r"algorithm\.fgrpo\.gamma=inf is invalid"),
+    ("null", r"algorithm\.fgrpo\.gamma=None is invalid"),
+    ("nan", r"expected a number, got NaN"),
+])
+def test_bad_gamma_values_under_train_and_cfg_job_are_one_line(value, message):
+    """A misspelt key and bad γ values were 30-63-line tracebacks; `--cfg job` printed `gamma: -1` and exit 0."""
+    for extra in ([], ["--cfg", "job"]):
+        done = _cli("train", "algo=grpo", "backend=cpu", f"algorithm.fgrpo.gamma={value}", *extra)
+        assert done.returncode == 2, done.stderr[-3000:]
+        assert re.search(message, _one_error_line(done, "train"))
+        assert done.stdout == "", "nothing may be printed (no config) for an invalid config"
+
+
+def test_misspelt_key_through_the_real_entry_point_and_debug_shows_the_traceback():
+    done = _cli("train", "algo=grpo", "algorithm.fgrpo.gama=1")
+    assert done.returncode == 2
+    assert "did you mean 'gamma'" in _one_error_line(done, "train")
+    for how in ({"args": ["--debug"]}, {"env": {"HYDRA_FULL_ERROR": "1"}}):
+        done = _cli("train", "algo=grpo", "algorithm.fgrpo.gama=1", *how.get("args", []), env=how.get("env"))
+        assert done.returncode != 0 and "Traceback (most recent call last)" in done.stderr
+        assert "did you mean 'gamma'" in done.stderr
+
+
+def test_gae_discount_set_instead_of_the_focal_gamma_is_caught_by_doctor_and_train(capsys):
+    """`algorithm.gamma` is verl's GAE discount; with adv_estimator=fgrpo nothing reads it."""
+    assert main(["doctor", "--no-ray", "algo=grpo", "algorithm.gamma=2"]) == 2
+    out = capsys.readouterr().out
+    fail = [line for line in out.splitlines() if "[FAIL]" in line]
+    assert len(fail) == 1 and "algorithm.gamma=2 is verl's GAE discount" in fail[0]
+    assert "set algorithm.fgrpo.gamma=2" in fail[0] and "all checks passed" not in out
+    assert main(["train", "algo=grpo", "backend=cpu", "algorithm.gamma=0.99", "--cfg", "job"]) == 2
+    assert "algorithm.gamma=0.99 is verl's GAE discount" in capsys.readouterr().err
+    # verl's default (1.0), written or not, is fine; other estimators keep the discount
+    assert main(["doctor", "--no-ray", "algo=grpo", "algorithm.gamma=1.0"]) == 0
+    capsys.readouterr()
+    from omegaconf import OmegaConf
+
+    from fgrpo_verl.validation import check_fgrpo
+
+    check_fgrpo(OmegaConf.create({"algorithm": {"adv_estimator": "gae", "gamma": 0.99}}))
+
+
+# (command line, what the line says, exit status): each sub-command and each class of bad input
+MISTAKES = [
+    (["launch", "paper_mian", "--dry-run"], r"did you mean 'paper_main'\?", 2),  # typo
+    (["launch", "paper_main", "--dry-run", "--only", "qwen25_7b-grpo-g0p7"], r"did you mean 'qwen25_7b-grpo-g0p\d'", 2),
+    (["launch", "paper_main", "--dry-run", "--only", "qwen25_7b-grpo-g0p5", "algorithm.fgrpo.gama=1"],
+     r"invalid config: algorithm\.fgrpo\.gama=1: no key 'gama'.*did you mean 'gamma'", 2),
+    (["launch", "paper_main", "--dry-run", "--only", "qwen25_7b-grpo-g0p5", "trainer.nnodes=two"],
+     r"trainer\.nnodes=two: expected a number", 2),  # wrong type
+    (["launch", "missing_dir/recipe.yaml", "--dry-run"], r"neither a file nor a shipped recipe", 2),  # missing file
+    (["recipes", "paper_mian"], r"did you mean 'paper_main'", 2),
+    (["demo", "--report-equal-q", "missing.json"], r"--report-equal-q 'missing\.json': .*No such file", 2),
+    (["demo", "--task", "maze", "--q-levels", "0.5"], r"--q-levels is a \[raremode\] option", 2),
+    (["demo", "--threads", "0"], r"--threads must be >= 1", 2),  # out of range
+    (["eval", "--from-generations", "missing.jsonl", "--out", "o"], r"--from-generations missing\.jsonl: no such file", 2),
+    (["eval", "--from-generations", ".", "--out", "o"], r"--from-generations \.: is a directory", 2),
+    (["eval", "--model", "A=a", "--bench", "B=missing.jsonl", "--out", "o"], r"--bench B=missing\.jsonl: no such", 2),
+    (["eval", "--model", "A=a", "--out", "o", "--n", "0"], r"--n must be >= 1", 2),
+    (["eval", "--model", "A=a", "--out", "o", "--n", "64", "--significance", "A:A"],
+     r"--significance-m 256 must be smaller than --n 64", 2),
+    (["rare-nll", "--rare-set", "missing.jsonl", "--out", "o"], r"--rare-set missing\.jsonl: no such file", 2),
+    (["prepare-deepscaler", "--input", "missing.json", "--tokenizer", "t", "--out-dir", "o"],
+     r"--input missing\.json: no such file", 2),
+    (["wandb-env", "--project", "p", "--algo", "fgrpo", "--gamma", "-1", "--n", "8", "--model", "m", "--seed", "1"],
+     r"--gamma -1\.0 is invalid", 2),
+    (["wandb-env", "--project", "p", "--algo", "fgrpo", "--gamma", "1", "--n", "0", "--model", "m", "--seed", "1"],
+     r"--n 0 is invalid: expected an integer >= 1", 2),
+    (["tail-miss", "--mu", "1.5", "--rho", "0.1", "--n", "8"], r"--mu 1\.5 is invalid", 2),
+    (["m-gamma", "--gamma", "-0.5"], r"--gamma: gamma=-0\.5 is invalid: must be in \[0, inf\)", 2),
+    (["m-gamma", "--lr", "0"], r"--lr 0\.0 is invalid", 2),
+    (["simulate", "--zone-threshold", "2", "--out", "o"], r"--zone-threshold 2\.0 is invalid", 2),
+    (["simulate", "--correct", "20000", "--out", "o"], r"--correct 20000 is invalid for --actions 12800", 2),
+]
+
+
+@pytest.mark.parametrize("args, message, status", MISTAKES, ids=[" ".join(a[:3]) for a, _, _ in MISTAKES])
+def test_every_command_answers_bad_input_in_one_line(args, message, status, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(args) == status
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"fgrpo-verl {args[0]}: error: "), captured.err
+    assert re.search(message, err[0]), err[0]
+
+
+def test_eval_significance_m_larger_than_the_saved_n_names_the_flag(tmp_path, capsys):
+    """n = 16 samples per problem, the default m = 256: the flag is named, not an anonymous 'm must be < n'."""
+    gen = tmp_path / "g.jsonl"
+    gen.write_text("".join(json.dumps({"run": run, "benchmark": "B", "problem_id": i, "correct": [i % 2] * 16}) + "\n"
+                           for run in ("A", "C") for i in range(4)))
+    assert main(["eval", "--from-generations", str(gen), "--out", str(tmp_path / "o"), "--no-plots",
+                 "--significance", "A:C"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--significance-m 256 (A:C on B)" in err[0] and "lower --significance-m" in err[0]
+
+
+def test_argparse_type_errors_stay_a_short_block():
+    done = _cli("tail-miss", "--mu", "abc", "--rho", "0.1", "--n", "8")
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) <= 3 and "invalid float value: 'abc'" in done.stderr
+
+
+# --- quiet commands ---------------------------------------------------------------------------------------------
+
+def test_doctor_prints_its_checks_and_nothing_of_verls_import_notices():
+    done = _cli("doctor", "--no-ray", "algo=grpo")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stderr == "", done.stderr  # were: 5 "engine is not available" warnings, 2 accelerator warnings
+    assert "[ok]   platform: " in done.stdout and "all checks passed" in done.stdout
+
+
+def test_info_and_cfg_print_each_line_once_and_info_takes_overrides_after_it():
+    for flags in (["--info", "config"], ["--cfg", "job"], ["--info"]):
+        done = _cli("train", "algo=grpo", "backend=cpu", *flags)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert "INFO:" not in done.stderr and "DEBUG" not in done.stderr, done.stderr[:2000]
+        assert len(done.stderr.strip().splitlines()) <= 1, done.stderr  # at most verl's platform line
+        assert "fgrpo:" in done.stdout or "Config search path" in done.stdout
+
+
+# --- launch: fast answers ---------------------------------------------------------------------------------------
+
+def _fake_slurm(bin_dir: Path, squeue_exit: int) -> dict[str, str]:
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    script = bin_dir / "squeue"
+    script.write_text(f"#!/bin/sh\necho 'squeue: fatal: Could not establish a configuration source' >&2\n"
+                      f"exit {squeue_exit}\n" if squeue_exit else "#!/bin/sh\nexit 0\n")
+    script.chmod(0o755)
+    return {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+
+
+def test_status_without_slurm_answers_before_composing_anything(tmp_path, monkeypatch, capsys):
+    import fgrpo_verl.compose as compose
+
+    def refuse(*a, **k):
+        raise AssertionError("a config was composed before Slurm was asked")
+
+    monkeypatch.setattr(compose, "_compose_raw", refuse)
+    monkeypatch.setenv("PATH", _fake_slurm(tmp_path / "bin", squeue_exit=1)["PATH"])
+    monkeypatch.chdir(tmp_path)
+    started = time.monotonic()
+    assert main(["launch", "paper_main", "--status"]) == 1
+    assert time.monotonic() - started < 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["fgrpo-verl launch: error: cannot ask Slurm which runs are queued (squeue: fatal: Could not "
+                   "establish a configuration source); is this a Slurm login node?"]
+
+
+def _cpu_seconds(*args, env=None, cwd=None) -> tuple[float, subprocess.CompletedProcess]:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    done = _cli(*args, env=env, cwd=cwd)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), done
+
+
+def test_paper_main_status_and_dry_run_take_under_10_cpu_seconds(tmp_path):
+    """36 runs composed, validated, named and rendered. CPU seconds, not wall: other work on a shared machine
+    slows the wall clock, not the work (on 2f836bb: ~32 CPU-s each; docs/slurm.md has the wall times)."""
+    env = _fake_slurm(tmp_path / "bin", squeue_exit=0)
+    cpu, done = _cpu_seconds("launch", "paper_main", "--status", env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert len(done.stdout.splitlines()) == 36 and "not started" in done.stdout
+    assert cpu < 10, f"--status took {cpu:.1f} CPU-s"
+    cpu, done = _cpu_seconds("launch", "paper_main", "--dry-run", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("#!/bin/bash") == 36
+    assert cpu < 10, f"--dry-run took {cpu:.1f} CPU-s"
+
+
+def test_dry_run_without_data_says_which_scripts_are_not_final(tmp_path, monkeypatch, capsys):
+    """paper_main saves once per epoch: save_freq = steps per epoch, counted from the prepared data. Without the
+    data a dry run cannot render it; it used to print the script without it and say nothing."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["launch", "paper_main", "--dry-run", "--only", "qwen25_7b-grpo-g0p5", "qwen25_7b-dapo-g1p0"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.count("### NOT the script a submit renders: training data data/deepscaler/train.parquet "
+                              "not found here, so trainer.save_freq=<steps per epoch>") == 2
+    assert "trainer.save_freq=" not in captured.out.replace("trainer.save_freq=<", "")
+    assert ("2 of 2 script(s) cannot be rendered exactly yet" in captured.err
+            and "qwen25_7b-grpo-g0p5, qwen25_7b-dapo-g1p0" in captured.err)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "data" / "deepscaler").mkdir(parents=True)
+    pq.write_table(pa.table({"x": list(range(2560))}), tmp_path / "data" / "deepscaler" / "train.parquet")
+    assert main(["launch", "paper_main", "--dry-run", "--only", "qwen25_7b-grpo-g0p5"]) == 0
+    captured = capsys.readouterr()
+    assert "### NOT" not in captured.out and "cannot be rendered" not in captured.err
+    assert "    trainer.save_freq=10 \\\n" in captured.out
+
+
+def test_shared_composition_equals_hydra_for_every_selection_of_every_recipe():
+    """launch composes each distinct selection of config groups once and applies the value overrides with Hydra's
+    own applier: the same config as a full Hydra compose (fgrpo_verl.compose.SharedComposer)."""
+    from omegaconf import OmegaConf
+
+    from fgrpo_verl.compose import SharedComposer, _compose_raw, is_value_override
+    from fgrpo_verl.launch.recipe import load_recipe
+    from fgrpo_verl.paths import CONFIG_NAME
+
+    lists, seen = [], set()
+    for name in ("paper_main", "group_size", "controls", "maze"):
+        recipe = load_recipe(name)
+        for run in recipe.runs:
+            overrides = recipe.run_overrides(run, [])
+            selection = tuple(o for o in overrides if not is_value_override(o))
+            if selection not in seen or run is recipe.runs[-1]:
+                seen.add(selection)
+                lists.append(overrides)
+    lists += [
+        ["backend=cpu", "algo=dapo", "+ray_kwargs.ray_init.runtime_env.env_vars.X=1", "~trainer.v1.fgrpo_sync",
+         "trainer.logger=[console,file]", "++algorithm.fgrpo.gamma=2", "data.train_files=${oc.env:HOME}/x"],
+        ["algorithm.fgrpo.gamma=0", "algo=cispo", "actor_rollout_ref.rollout.n=4"],  # values before selections
+    ]
+    composer = SharedComposer()
+    for overrides in lists:
+        shared = composer.compose(overrides)
+        full = _compose_raw(overrides, CONFIG_NAME)
+        assert OmegaConf.to_container(shared) == OmegaConf.to_container(full), overrides
+        assert OmegaConf.is_struct(shared) and OmegaConf.is_struct(full)
+    # a value override changes its copy only: the next run of the same selection starts from the recipe's values
+    a = composer.compose(["algo=grpo", "algorithm.fgrpo.gamma=2"])
+    b = composer.compose(["algo=grpo"])
+    assert a.algorithm.fgrpo.gamma == 2 and b.algorithm.fgrpo.gamma == 0.5
+
+
+# --- conveniences -----------------------------------------------------------------------------------------------
+
+def test_version_recipes_and_m_gamma(capsys):
+    assert main(["--version"]) == 0
+    assert re.fullmatch(r"fgrpo-verl \S+ \(verl 0\.9\.1, python 3\.\d+\.\d+\)\n", capsys.readouterr().out)
+    assert main(["recipes"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^paper_main +36 runs +F-GRPO Tables 1 and 6", out, re.MULTILINE)
+    assert re.search(r"^maze +18 runs", out, re.MULTILINE)
+    assert main(["recipes", "controls"]) == 0
+    out = capsys.readouterr().out
+    assert "  grpo-low_lr   algo=grpo algorithm.fgrpo.gamma=0.0 actor_rollout_ref.actor.optim.lr=6.8e-7" in out
+    assert main(["m-gamma", "--gamma", "0", "0.5", "1", "2", "--lr", "1e-6", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [round(r["m_gamma"], 4) for r in rows] == [1.0, 0.6791, 0.5, 0.3125]  # App. N
+    assert rows[1]["control_lr"] == pytest.approx(6.791e-7, rel=1e-3)  # the paper's 6.8e-7 control
+
+
+def _help(*command) -> str:
+    done = _cli(*command, "--help")
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_help_texts_name_what_each_option_means_for_each_task():
+    demo = re.sub(r"\s+", " ", _help("demo"))
+    assert "rollouts per prompt (raremode) or per maze (maze)" in demo
+    train = _help("train")
+    for group in ("algo=cispo|dapo|grpo", "backend=cpu|gpu|gpu_fsdp2|gpu_hf", "base_model=", "dataset=deepscaler|maze",
+                  "cluster=1x1|1x8|2x8|4x8"):
+        assert group in train, train
+    assert "--verbose" in train and "train.log" in train
+    top = _help()
+    assert "--version" in top and "--debug" in top and "m-gamma" in top and "recipes" in top
+
+
+# --- W&B names from `wandb-env` ---------------------------------------------------------------------------------
+
+def _wandb_env(*args) -> dict[str, str]:
+    done = _cli("wandb-env", *args)
+    assert done.returncode == 0, done.stderr
+    return dict(re.match(r"export (\w+)=(.*)", line).groups() for line in done.stdout.splitlines())
+
+
+def test_train_takes_the_run_name_that_wandb_env_exports_and_refuses_a_stale_one():
+    env = _wandb_env("--project", "fgrpo", "--algo", "fgrpo", "--gamma", "0.5", "--n", "8", "--model",
+                     "Qwen/Qwen2.5-7B", "--seed", "1", "--group", "gamma-sweep")
+    assert env["FGRPO_EXPERIMENT_NAME"] == "fgrpo-g0.5-n8-Qwen2.5-7B-s1" and env["FGRPO_PROJECT_NAME"] == "fgrpo"
+    done = _cli("train", "algo=grpo", "backend=cpu", "algorithm.fgrpo.gamma=0.5", "--cfg", "job", env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "  project_name: fgrpo\n" in done.stdout and "  experiment_name: fgrpo-g0.5-n8-Qwen2.5-7B-s1\n" in done.stdout
+    assert "W&B run fgrpo/fgrpo-g0.5-n8-Qwen2.5-7B-s1 (from FGRPO_EXPERIMENT_NAME)" in done.stderr
+    # the command line wins
+    done = _cli("train", "algo=grpo", "backend=cpu", "trainer.experiment_name=mine", "--cfg", "job", env=env)
+    assert done.returncode == 0 and "  experiment_name: mine\n" in done.stdout
+    # left over from another run in the same shell: gamma 1 is not the exported name's 0.5
+    done = _cli("train", "algo=grpo", "backend=cpu", "algorithm.fgrpo.gamma=1", "--cfg", "job", env=env)
+    assert done.returncode == 2
+    line = _one_error_line(done, "train")
+    assert "FGRPO_EXPERIMENT_NAME=fgrpo-g0.5-n8-Qwen2.5-7B-s1" in line and "algorithm.fgrpo.gamma=1" in line
+
+
+def test_train_with_wandb_logging_and_no_wandb_setup_fails_before_ray(tmp_path, monkeypatch, capsys):
+    import ray
+
+    monkeypatch.setattr(ray, "init", lambda *a, **k: pytest.fail("ray.init called"))
+    for key in [k for k in os.environ if k.startswith("WANDB_") or k == "NETRC"]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "algo=grpo", "backend=cpu", "trainer.logger=[console,wandb]", "--verbose"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "W&B is not set up on this machine" in err[0] and "WANDB_MODE=offline" in err[0]
+
+
+# --- quiet output, unit level -----------------------------------------------------------------------------------
+
+STEP_LINE = ("\x1b[36m(TaskRunnerV1 pid=123)\x1b[0m step:3 - global_seqlen/min:10 - critic/score/mean:0.4375 - "
+             "response_length/mean:2.0 - actor/pg_loss:-0.012345 - fgrpo/g_mean:0.61 - timing_s/step:3.512\n")
+
+
+def test_step_lines_and_what_else_reaches_the_terminal():
+    from fgrpo_verl.cli.quiet import step_summary, worth_echoing
+
+    assert step_summary(STEP_LINE, total=16) == (
+        "step 3/16  score 0.4375  resp_len 2  pg_loss -0.01235  g_mean 0.61  step_s 3.512")
+    assert step_summary("(pid=1) Training Progress: 50%|     | 1/2 [00:08<00:08]\n") is None
+    assert worth_echoing("(TaskRunnerV1 pid=1) WARNING:2026:fgrpo-verl: actor_rollout_ref.rollout.n=1: ...")
+    assert worth_echoing("(TaskRunnerV1 pid=1) INFO:x:Resuming from /c/global_step_1, setting global step to 1") == \
+        "Resuming from /c/global_step_1, setting global step to 1"
+    for noise in ("(SimpleStorageUnit pid=9) WARNING - target_num_threads 8 should not exceed total physical CPU",
+                  "(pid=9) UserWarning: megatron engine is not available", "ray init kwargs: {'num_cpus': 32}"):
+        assert worth_echoing(noise) is None
+
+
+QUIET_CHILD = r"""
+import subprocess, sys
+from pathlib import Path
+from fgrpo_verl.cli.quiet import quiet_terminal
+with quiet_terminal(Path(sys.argv[1]), total_steps=2):
+    print("verl config pprint " * 3)
+    subprocess.run([sys.executable, "-c", "import sys; print('child noise'); print(sys.argv[1], file=sys.stderr)",
+                    {step!r}])
+    print("fgrpo-verl: WARNING: something to act on", file=sys.stderr)
+print("after")
+"""
+
+
+def test_quiet_terminal_sends_every_process_output_to_the_log_and_echoes_ours(tmp_path):
+    log = tmp_path / "run" / "train.log"
+    code = QUIET_CHILD.replace("{step!r}", repr(STEP_LINE.strip()))
+    done = subprocess.run([sys.executable, "-c", code, str(log)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["step 3/2  score 0.4375  resp_len 2  pg_loss -0.01235  g_mean 0.61  "
+                                        "step_s 3.512", "after"]
+    assert done.stderr.splitlines() == ["fgrpo-verl: WARNING: something to act on"]
+    text = log.read_text()
+    for line in ("verl config pprint", "child noise", "step:3 - global_seqlen", "something to act on"):
+        assert line in text
+
+
+def test_train_is_quiet_on_a_terminal_and_passes_everything_through_otherwise(monkeypatch):
+    from fgrpo_verl.cli import train
+
+    assert train.split_output_flags(["a=1", "--quiet"]) == (["a=1"], True)
+    assert train.split_output_flags(["--verbose", "a=1"]) == (["a=1"], False)
+    assert train.split_output_flags(["a=1"]) == (["a=1"], None)
+    with pytest.raises(ValueError, match="contradict"):
+        train.split_output_flags(["--quiet", "--verbose"])
+
+
+# --- the demo's per-step scoring ---------------------------------------------------------------------------------
+
+def test_per_step_scoring_reads_weights_into_one_model_exactly_as_from_pretrained(tmp_path):
+    """The exact per-step metrics read each step's checkpoint; reading only its weights into the previous step's
+    model gives the same policy as building a new one with from_pretrained (tied embeddings included)."""
+    import torch
+
+    from fgrpo_verl.tasks.maze.model import build_model, save_model_dir
+    from fgrpo_verl.tasks.maze.tokenizer import build_tokenizer
+    from fgrpo_verl.tasks.raremode.evaluate import load_policy, load_weights
+
+    tok = build_tokenizer()
+    dirs = []
+    for seed in (0, 1):
+        model = build_model("tiny", tok, seed=seed)
+        dirs.append(save_model_dir(model, tok, tmp_path / f"step{seed}"))
+    ids = torch.tensor([[1, 2, 3, 4]])
+    model = load_weights(None, dirs[0])
+    first = model(ids).logits
+    model = load_weights(model, dirs[1])
+    assert torch.equal(model(ids).logits, load_policy(dirs[1])(ids).logits)
+    assert not torch.equal(first, model(ids).logits)
+    assert model.get_output_embeddings().weight is model.get_input_embeddings().weight
+    other = build_model("small", tok, seed=0)
+    with pytest.raises(ValueError, match="do not fit the model of the previous step"):
+        load_weights(other, dirs[1])
+
+
+def test_eval_without_vllm_says_what_to_install_or_use(tmp_path, monkeypatch, capsys):
+    """A missing service: vLLM (GPU) on a machine that has none. One line, exit 1, the two ways out."""
+    import builtins
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is not None:
+        real_import = builtins.__import__
+
+        def no_vllm(name, *args, **kwargs):
+            if name == "vllm" or name.startswith("vllm."):
+                raise ModuleNotFoundError("No module named 'vllm'", name="vllm")
+            return real_import(name, *args, **kwargs)
+
+        monkeypatch.setattr(builtins, "__import__", no_vllm)
+    bench = tmp_path / "b.jsonl"
+    bench.write_text(json.dumps({"id": 0, "problem": "1 + 1 ?", "answer": "2"}) + "\n")
+    (tmp_path / "model").mkdir()
+    assert main(["eval", "--model", f"A={tmp_path / 'model'}", "--bench", f"B={bench}", "--n", "2", "--k-max", "2",
+                 "--out", str(tmp_path / "o"), "--no-plots"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "needs vLLM" in err[0] and "--backend transformers" in err[0], err

@@ -1,0 +1,245 @@
+"""Every command in README.md's ```bash blocks is executed here, as written where that is possible, otherwise in a
+form that proves it. Each command must have an entry in CASES (a README command without one fails, and so does an
+entry whose command left the README): nothing is skipped silently.
+
+How a command is run (``Case.how``):
+
+    run       as written, in a fresh directory with the inputs it names (fixtures built here)
+    then      as written, after substituting the README's placeholders (``...``, a hub model id) with local
+              fixtures (``Case.replace``), and with ``Case.append`` added (e.g. ``--cfg job``: no training)
+    help      too slow or needs a GPU / the HF hub / a cluster: ``--help`` must list every flag the command uses
+    make      ``make -n TARGET``: the target runs the command the README says (running it is the whole suite / demo)
+    setup     a ``pip install``: the versions and extras it claims are what setup.py and the Makefile declare
+
+The commands share one directory per README block, in order (``prepare-deepscaler`` writes the data the following
+``launch`` lines read), as a user would run them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+README = REPO / "README.md"
+BIN = Path(sys.executable).parent
+
+
+def readme_commands(text: str) -> list[tuple[int, str]]:
+    """``(block number, command)`` of every command in the ```bash blocks: ``\\``-continued lines joined,
+    comment-only lines dropped, a trailing ``# comment`` kept out (not part of the command)."""
+    out = []
+    for number, block in enumerate(re.findall(r"```bash\n(.*?)```", text, re.DOTALL)):
+        joined = re.sub(r"\\\n\s*", " ", block)
+        for line in joined.splitlines():
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            words = shlex.split(line, comments=True)
+            command = line if "$(" in line else shlex.join(words)
+            out.append((number, re.sub(r"\s+#.*$", "", command) if "$(" in line else command))
+    return out
+
+
+@dataclass(frozen=True)
+class Case:
+    how: str
+    replace: dict[str, str] = field(default_factory=dict)
+    append: str = ""
+    expect: tuple[str, ...] = ()  # substrings of stdout+stderr
+
+
+CPU_DATA = ("data.train_files=maze/data/train.parquet data.val_files=maze/data/val.parquet "
+            "actor_rollout_ref.model.path=maze/init_model")
+
+CASES = {
+    "make demo": Case("make", expect=("fgrpo-verl demo",)),
+    "make test": Case("make", expect=("-m pytest tests",)),
+    "pip install 'fgrpo-verl[gpu]'": Case("setup"),
+    "fgrpo-verl --version": Case("run", expect=("fgrpo-verl 0.", "(verl 0.9.1, python 3.")),
+    # the Ray-actor check starts a Ray cluster (tests/test_verl_integration_on_cpu.py runs it)
+    "fgrpo-verl doctor": Case("then", append="--no-ray", expect=("all checks passed",)),
+    "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu": Case("setup"),
+    "pip install -e '.[test]'": Case("setup"),
+    "fgrpo-verl train algo=grpo algorithm.fgrpo.gamma=1.0 data.train_files=... actor_rollout_ref.model.path=...":
+        Case("then", replace={"data.train_files=... actor_rollout_ref.model.path=...": CPU_DATA + " backend=cpu"},
+             append="--cfg job", expect=("  gamma: 1.0\n", "path: maze/init_model")),
+    "fgrpo-verl train algo=grpo backend=cpu --cfg job": Case("run", expect=("  adv_estimator: fgrpo\n",)),
+    "fgrpo-verl train --help": Case("run", expect=("algo=cispo|dapo|grpo", "backend=cpu|gpu")),
+    "fgrpo-verl train algo=dapo algorithm.fgrpo.gamma=0.5 ...":
+        Case("then", replace={"...": CPU_DATA + " backend=cpu"}, append="--cfg job",
+             expect=("  clip_ratio_high: 0.28\n",)),
+    "fgrpo-verl train algo=cispo algorithm.fgrpo.gamma=1.0 ...":
+        Case("then", replace={"...": CPU_DATA + " backend=cpu"}, append="--cfg job",
+             expect=("      base_loss_mode: cispo\n",)),
+    "fgrpo-verl train algo=grpo algorithm.fgrpo.gamma=0 ...":
+        Case("then", replace={"...": CPU_DATA + " backend=cpu"}, append="--cfg job", expect=("  gamma: 0.0\n",)),
+    "fgrpo-verl prepare-deepscaler --input deepscaler.json --tokenizer Qwen/Qwen2.5-7B --out-dir data/deepscaler":
+        Case("then", replace={"Qwen/Qwen2.5-7B": "tokenizer"}, expect=('"train"',)),
+    "fgrpo-verl recipes paper_main": Case("run", expect=("qwen25_7b-grpo-g0p5", "36 runs")),
+    "fgrpo-verl launch paper_main --dry-run": Case("run", expect=("### 36 job(s) from recipe paper_main",)),
+    "fgrpo-verl launch paper_main --only qwen25_7b-grpo-g0p5 algorithm.fgrpo.gamma=0.7":
+        Case("then", append="--dry-run", expect=("fgrpo-g0.7-n8-Qwen2.5-7B-s42-", "algorithm.fgrpo.gamma=0.7")),
+    "fgrpo-verl launch paper_main --status": Case("then", replace={"fgrpo-verl": "PATH=slurm-bin:$PATH fgrpo-verl"},
+                                                  expect=("qwen25_7b-grpo-g0p5  fgrpo-g0.5-n8-Qwen2.5-7B-s42-",
+                                                          "not started, 0/")),
+    'eval "$(fgrpo-verl wandb-env --project fgrpo --algo fgrpo --gamma 0.5 --n 8 --model Qwen/Qwen2.5-7B --seed 1 '
+    '--group gamma-sweep)"': Case("run"),
+    "WANDB_MODE=offline fgrpo-verl train algo=grpo algorithm.fgrpo.gamma=0.5 ...":
+        Case("then", replace={"...": CPU_DATA + " backend=cpu"}, append="--cfg job",
+             expect=("  project_name: fgrpo\n", "  experiment_name: fgrpo-g0.5-n8-Qwen2.5-7B-s1\n")),
+    "python scripts/prepare_benchmarks.py --out data/benchmarks": Case("help"),
+    "fgrpo-verl eval --model GRPO=ckpt/grpo_hf --model F-GRPO=ckpt/fgrpo_hf --bench AIME24=data/benchmarks/AIME24.jsonl "
+    "--n 1024 --significance GRPO:F-GRPO --out results/": Case("help"),
+    "fgrpo-verl eval --from-generations results/generations.jsonl --runs GRPO,F-GRPO --out table/":
+        Case("run", expect=("GRPO", "F-GRPO")),
+    "fgrpo-verl rare-nll --base BASE_HF --rollouts base_rollouts/generations.jsonl --model F-GRPO=ckpt/fgrpo_hf "
+    "--out rare/": Case("help"),
+    "fgrpo-verl tail-miss --mu 0.5 --rho 0.1 --n 2 8 32": Case("run", expect=("tail_miss",)),
+    "fgrpo-verl tail-miss --plot tail_miss.png": Case("run", expect=("wrote tail_miss.png",)),
+    # the quick grid as written takes ~20 s quiet (minutes under load): fewer steps prove the same path
+    "fgrpo-verl simulate": Case("then", append="--steps 40 --no-progress", expect=("zone II",)),
+    "fgrpo-verl simulate --paper --out sim_paper": Case("help"),
+    "fgrpo-verl simulate --gamma 0 0.5 1 --control": Case("then", append="--steps 40 --seeds 1 --no-progress",
+                                                          expect=("grpo_lr_x_m0.5", "grpo_lr_x_m1")),
+    "fgrpo-verl m-gamma --gamma 0.5 1 2 --lr 1e-6": Case("run", expect=("0.6791", "6.79e-07")),
+}
+
+
+def test_every_readme_command_has_a_case_and_every_case_a_command():
+    commands = [c for _, c in readme_commands(README.read_text(encoding="utf-8"))]
+    missing = [c for c in commands if c not in CASES]
+    stale = [c for c in CASES if c not in commands]
+    assert not missing, f"README commands without a case here (add one): {missing}"
+    assert not stale, f"cases whose command is no longer in README.md: {stale}"
+    assert len(commands) == len(set(commands))
+
+
+@pytest.fixture(scope="module")
+def fixtures(tmp_path_factory):
+    """Inputs the README's commands name: a tiny maze task (data + model), a DeepScaleR file and a tokenizer, a
+    generations file, a Slurm that answers ``squeue``."""
+    import json
+
+    from fgrpo_verl.tasks.maze import build
+
+    root = tmp_path_factory.mktemp("readme")
+    build(root / "maze", size=7, n_train=16, n_val=2, model_preset="tiny", seed=0)
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = ["<unk>", *"What is 1 + 2 ? Please reason step by step , and put your final answer within \\boxed{} .".split()]
+    core = Tokenizer(models.WordLevel(vocab={w: i for i, w in enumerate(dict.fromkeys(words))}, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>")
+    tok.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
+    tok.save_pretrained(root / "tokenizer")
+    (root / "deepscaler.json").write_text(json.dumps(
+        [{"problem": f"What is {i} + 2 ?", "answer": str(i + 2)} for i in range(300)]))
+    (root / "results").mkdir()
+    (root / "results" / "generations.jsonl").write_text("".join(
+        json.dumps({"run": run, "benchmark": "AIME24", "problem_id": i, "correct": [int(i < j) for j in range(8)]}) + "\n"
+        for run in ("GRPO", "F-GRPO") for i in range(4)))
+    (root / "slurm-bin").mkdir()
+    (root / "slurm-bin" / "squeue").write_text("#!/bin/sh\nexit 0\n")
+    (root / "slurm-bin" / "squeue").chmod(0o755)
+    return root
+
+
+def _flags(command: str) -> list[str]:
+    return [w.split("=", 1)[0] for w in shlex.split(command) if w.startswith("--")]
+
+
+def _shell(command: str, cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FGRPO_", "WANDB_"))}
+    env["PATH"] = f"{BIN}{os.pathsep}{env['PATH']}"
+    env["PYTHONPATH"] = str(REPO)
+    return subprocess.run(["bash", "-c", command], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def _blocks() -> dict[int, list[str]]:
+    out: dict[int, list[str]] = {}
+    for number, command in readme_commands(README.read_text(encoding="utf-8")):
+        out.setdefault(number, []).append(command)
+    return out
+
+
+def _setup_kwargs() -> dict:
+    import setuptools
+
+    captured = {}
+    real = setuptools.setup
+    setuptools.setup = lambda **kw: captured.update(kw)
+    try:
+        code = (REPO / "setup.py").read_text(encoding="utf-8")
+        exec(compile(code, str(REPO / "setup.py"), "exec"), {"__file__": str(REPO / "setup.py"), "__name__": "setup"})
+    finally:
+        setuptools.setup = real
+    return captured
+
+
+def _check_setup(command: str) -> None:
+    kwargs = _setup_kwargs()
+    if command == "pip install 'fgrpo-verl[gpu]'":
+        assert "verl[verl-core]==0.9.1" in kwargs["install_requires"]
+        for pin in ("vllm==0.24.0", "flash-attn==2.8.3", "torch==2.11.0"):  # the README comment's versions
+            assert pin in kwargs["extras_require"]["gpu"], kwargs["extras_require"]["gpu"]
+    elif command.startswith("pip install torch=="):
+        version = re.search(r"torch==(\S+)", command).group(1)
+        makefile = (REPO / "Makefile").read_text(encoding="utf-8")
+        assert re.search(rf"^TORCH_CPU \?= torch=={re.escape(version)}$", makefile, re.MULTILINE), "Makefile's CPU torch"
+        assert "download.pytorch.org/whl/cpu" in command
+    else:
+        assert command == "pip install -e '.[test]'" and "pytest>=8" in kwargs["extras_require"]["test"]
+
+
+@pytest.mark.parametrize("block", sorted(_blocks()))
+def test_readme_block_runs(block, fixtures, tmp_path):
+    cwd = tmp_path / f"block{block}"
+    cwd.mkdir()
+    for name in ("maze", "tokenizer", "deepscaler.json", "results", "slurm-bin"):
+        (cwd / name).symlink_to(fixtures / name)
+    shell_state = ""  # a block's `eval "$(...)"` exports hold for its later commands, as in one terminal
+    for command in _blocks()[block]:
+        case = CASES[command]
+        if case.how == "setup":
+            _check_setup(command)
+            continue
+        if case.how == "make":
+            target = command.split()[1]
+            done = subprocess.run(["make", "-n", "-C", str(REPO), target], capture_output=True, text=True)
+            assert done.returncode == 0, done.stderr
+            assert any(e in done.stdout for e in case.expect), done.stdout
+            continue
+        if case.how == "help":
+            words = shlex.split(command)
+            done = _shell(shlex.join(words[:2]) + " --help", REPO if words[0] == "python" else cwd)
+            assert done.returncode == 0, done.stderr[-3000:]
+            for flag in _flags(command):
+                assert re.search(rf"{re.escape(flag)}(?![\w-])", done.stdout), \
+                    f"{flag} of README's `{command}` is not in its --help"
+            continue
+        text = command
+        for old, new in case.replace.items():
+            assert old in text
+            text = text.replace(old, new)
+        if case.append:
+            text = f"{text} {case.append}"
+        if "$(" in command:
+            shell_state += command + "\n"
+            done = _shell(shell_state + "env | grep '^FGRPO_\\|^WANDB_'", cwd)
+            assert done.returncode == 0 and "FGRPO_EXPERIMENT_NAME=" in done.stdout, done.stderr
+            continue
+        done = _shell(shell_state + text, cwd)
+        output = done.stdout + done.stderr
+        assert done.returncode == 0, f"README `{command}` ran as `{text}`: exit {done.returncode}\n{output[-4000:]}"
+        assert "Traceback" not in output, output[-4000:]
+        for needle in case.expect:
+            assert needle in output, f"`{needle}` not in the output of `{text}`:\n{output[-4000:]}"
