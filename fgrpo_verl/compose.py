@@ -1,9 +1,8 @@
 """Compose fgrpo-verl's Hydra config exactly as ``fgrpo-verl train`` would, and validate it with verl.
 
-A composition that fails because of what the user typed raises :class:`ConfigError` (a ``ValueError``) with one
-line naming the override, what is wrong and what is valid, with a "did you mean" drawn (``difflib``) from the keys
-that exist at that level of the config or the options of that config group (:func:`explain`); the CLI prints it
-and exits 2. Hydra's own exception is chained for ``--debug``.
+A composition that fails because of what the user typed raises ``fgrpo_verl.config_errors.ConfigError`` (a
+``ValueError``): one line naming the override, what is wrong and what is valid, with a "did you mean"; the CLI
+prints it and exits 2.
 
 :class:`SharedComposer` composes many runs (a recipe's) at a fraction of the cost of one :func:`compose` each:
 see its docstring for what is shared and why the result is the same.
@@ -15,7 +14,6 @@ import contextlib
 import copy
 import importlib.util
 import io
-import math
 import re
 import sys
 import warnings
@@ -23,11 +21,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from fgrpo_verl.paths import CONFIG_NAME, config_dir
-from fgrpo_verl.suggest import did_you_mean
-
-
-class ConfigError(ValueError):
-    """A Hydra override that cannot be applied, explained in one line (``str(error)``)."""
+from fgrpo_verl.config_errors import ConfigError, check_value_types, explain
 
 
 def verl_config_dir() -> Path:
@@ -74,30 +68,6 @@ def compose(overrides: Sequence[str] = (), config_name: str = CONFIG_NAME):
     return SharedComposer(config_name).compose(overrides)
 
 
-# --- explaining composition errors -----------------------------------------------------------------------------
-
-_COULD_NOT_OVERRIDE = re.compile(r"Could not override '([^']+)'\.")
-_NO_DEFAULTS_MATCH = re.compile(r"Could not override '([^']+)'\. No match in the defaults list")
-_CANNOT_DELETE = re.compile(r"Could not delete from config\. '([^']+)' does not exist")
-_CANNOT_APPEND = re.compile(r"Could not append to config\. An item is already at '([^']+)'")
-_MERGING = re.compile(r"Error merging override (.+)$", re.MULTILINE)
-_MISSING_GROUP_OPTION = re.compile(r"Could not find '([^']+)'")
-
-
-def _override_for(key: str, overrides: list[str]) -> str:
-    """The override (as typed) that sets ``key``."""
-    for o in reversed(overrides):
-        if re.sub(r"^[+~]+", "", o.split("=", 1)[0]).strip() == key:
-            return o
-    return key
-
-
-def _listing(candidates, limit: int = 12) -> str:
-    names = sorted(set(map(str, candidates)))
-    shown = ", ".join(names[:limit])
-    return shown + (f", ... ({len(names)} in all)" if len(names) > limit else "")
-
-
 def config_groups() -> dict[str, list[str]]:
     """fgrpo-verl's own config groups and their options (``hydra_configs/<group>/<option>.yaml``)."""
     root = config_dir()
@@ -106,96 +76,6 @@ def config_groups() -> dict[str, list[str]]:
         for d in sorted(root.iterdir())
         if d.is_dir() and not d.name.startswith(("_", "."))
     }
-
-
-def _missing_key_message(override: str, key: str, overrides: list[str], config_name: str) -> str:
-    """``override`` sets ``key``, which the config does not have: where the path leaves the config, and the
-    closest keys there (read from the config composed without that override)."""
-    rest = [o for o in overrides if o != override]
-    try:
-        tree = _compose_raw(rest, config_name)
-    except Exception:  # another override is broken too; say what we know
-        return f"{override}: the config has no key {key!r}"
-    from omegaconf import DictConfig
-
-    node, parts = tree, key.split(".")
-    for i, part in enumerate(parts):
-        if isinstance(node, DictConfig) and part in node:
-            node = node[part]
-            continue
-        where = "at the top level" if i == 0 else f"under {'.'.join(parts[:i])!r}"
-        keys = list(node.keys()) if isinstance(node, DictConfig) else []
-        if i == 0:
-            keys += list(config_groups())
-        hint = did_you_mean(part, keys)
-        valid = f" (keys there: {_listing(keys)})" if keys else f" ({'.'.join(parts[:i])} is not a mapping)"
-        new_key = "" if hint or not isinstance(node, DictConfig) else "; a key that verl reads but its config does not declare needs a leading '+'"
-        return f"{override}: no key {part!r} {where}{hint}{valid}{new_key}"
-    return f"{override}: {key} cannot be set this way"
-
-
-def explain(exc: BaseException, overrides: list[str], config_name: str = CONFIG_NAME) -> ConfigError | None:
-    """A one-line :class:`ConfigError` for a composition failure caused by the overrides; None when ``exc`` is
-    not one (a bug, a broken install): the caller re-raises it unchanged."""
-    from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
-    from omegaconf.errors import OmegaConfBaseException
-
-    text = str(exc)
-    if isinstance(exc, OverrideParseException):
-        return ConfigError(f"cannot parse override {exc.override!r}: {exc.message.strip().splitlines()[0]}")
-    if isinstance(exc, MissingConfigException):
-        match = _MISSING_GROUP_OPTION.search(text)
-        missing = match.group(1) if match else (exc.missing_cfg_file or "")
-        group, _, option = missing.rpartition("/")
-        options = list(exc.options or [])
-        if group and options:
-            return ConfigError(
-                f"{group}={option}: no option {option!r} in config group {group}{did_you_mean(option, options)} "
-                f"(options: {_listing(options)})"
-            )
-        return ConfigError(text.strip().splitlines()[0])
-    if isinstance(exc, ConfigCompositionException):
-        match = _NO_DEFAULTS_MATCH.search(text)
-        if match:
-            key = match.group(1)
-            groups = list(config_groups())
-            return ConfigError(
-                f"{_override_for(key, overrides)}: no config group or key {key!r}{did_you_mean(key, groups)} "
-                f"(fgrpo-verl's config groups: {', '.join(groups)})"
-            )
-        match = _COULD_NOT_OVERRIDE.search(text)
-        if match:
-            key = match.group(1)
-            return ConfigError(_missing_key_message(_override_for(key, overrides), key, overrides, config_name))
-        match = _CANNOT_DELETE.search(text)
-        if match:
-            key = match.group(1)
-            return ConfigError(_missing_key_message(_override_for(key, overrides), key, overrides, config_name)
-                               .replace(": no key", ": cannot delete: no key", 1))
-        match = _CANNOT_APPEND.search(text)
-        if match:
-            key = match.group(1)
-            typed = _override_for(key, overrides)
-            return ConfigError(
-                f"{typed}: {key} already exists, so '+' (add a new key) does not apply; set it with "
-                f"{typed.lstrip('+')}"
-            )
-        match = _MERGING.search(text)
-        cause = exc.__cause__ if isinstance(exc.__cause__, OmegaConfBaseException) else None
-        if match and cause is not None:
-            return ConfigError(f"{match.group(1).strip()}: {_omegaconf_reason(cause)}")
-        return ConfigError(text.strip().splitlines()[0])
-    if isinstance(exc, OmegaConfBaseException):
-        return ConfigError(_omegaconf_reason(exc))
-    return None
-
-
-def _omegaconf_reason(exc) -> str:
-    """OmegaConf's message without its multi-line ``full_key``/``object_type`` trailer."""
-    lines = [line for line in str(exc).splitlines() if line.strip()]
-    head = lines[0] if lines else type(exc).__name__
-    key = getattr(exc, "full_key", None)
-    return f"{head} (key {key})" if key and key not in head else head
 
 
 # --- many runs at once -----------------------------------------------------------------------------------------
@@ -216,10 +96,42 @@ def batch_session() -> Iterator[None]:
     """For a batch of configs (a recipe's runs; also a decorator): OmegaConf re-parses every ``${...}`` string
     with its ANTLR grammar each time it resolves one, and planning a run resolves the whole config several times
     (fingerprint, ``validate``, freezing ``${oc.env:...}``), the same few dozen strings thousands of times.
-    Within the session, parse trees are cached by string (a parse tree depends on the string alone) and the
-    cyclic garbage collector is paused (configs are trees with parent links: each collection walks them all)."""
-    with _cached_interpolation_parsing(), _gc_paused():
+    Within the session, parse trees are cached by string (a parse tree depends on the string alone), the YAML files
+    Hydra reads are parsed once (:func:`_cached_yaml_parsing`), and the cyclic garbage collector is paused
+    (configs are trees with parent links: each collection walks them all)."""
+    with _cached_interpolation_parsing(), _cached_yaml_parsing(), _gc_paused():
         yield
+
+
+@contextlib.contextmanager
+def _cached_yaml_parsing() -> Iterator[None]:
+    """Hydra parses every YAML file of the defaults tree again for each composition (PyYAML's pure-Python loader:
+    ~60 % of a composition). Within: ``yaml.load`` of a named file returns a copy of its first parse, keyed by
+    path, size and modification time. Only the plain data is cached: Hydra builds (and edits) its own config
+    objects from it each time."""
+    import os
+
+    import yaml
+
+    original = yaml.load
+    parsed: dict = {}
+
+    def load(stream, Loader):  # noqa: N803 (yaml's own argument name)
+        name = getattr(stream, "name", None)
+        if not isinstance(name, str) or not os.path.isfile(name):
+            return original(stream, Loader=Loader)
+        info = os.stat(name)
+        # OmegaConf builds an equal loader class on every call: its qualified name identifies it
+        key = (os.path.abspath(name), info.st_size, info.st_mtime_ns, f"{Loader.__module__}.{Loader.__qualname__}")
+        if key not in parsed:
+            parsed[key] = original(stream, Loader=Loader)
+        return copy.deepcopy(parsed[key])
+
+    yaml.load = load
+    try:
+        yield
+    finally:
+        yaml.load = original
 
 
 @contextlib.contextmanager
@@ -260,9 +172,10 @@ class SharedComposer:
     ``compose(overrides)`` here returns what :func:`compose` returns, in two steps:
 
     1. the config of the run's *selections* (every override that is not a plain value: config groups such as
-       ``algo=grpo``, top-level keys), composed by Hydra once per distinct selection list and cached. Hydra
-       re-reads and re-parses every YAML file of the defaults tree on each compose (its cache lives for one
-       composition); here one cache is kept for the composer's lifetime, since the files do not change;
+       ``algo=grpo``, top-level keys), composed by Hydra once per distinct selection list and kept (Hydra's own
+       cache of parsed YAML files lives for one composition: it edits what it parsed while it builds the defaults
+       list, so sharing its cache across compositions leaks one run's selections into the next; a deep copy of it
+       per composition costs more than parsing again, measured);
     2. the run's value overrides (``a.b=1``, ``+a.b=1``, ``~a.b``) applied to a copy of it with Hydra's own
        override parser and applier, which is what Hydra itself does after merging the defaults list.
 
@@ -273,25 +186,6 @@ class SharedComposer:
     def __init__(self, config_name: str = CONFIG_NAME):
         self.config_name = config_name
         self._selected: dict[tuple[str, ...], object] = {}
-        self._yaml_cache: dict = {}
-
-    @contextlib.contextmanager
-    def _shared_yaml_cache(self) -> Iterator[None]:
-        from hydra._internal import config_loader_impl
-
-        original = config_loader_impl.CachingConfigRepository
-        cache = self._yaml_cache
-
-        class _Shared(original):
-            def __init__(self, delegate):
-                super().__init__(delegate)
-                self.cache = cache
-
-        config_loader_impl.CachingConfigRepository = _Shared
-        try:
-            yield
-        finally:
-            config_loader_impl.CachingConfigRepository = original
 
     def compose(self, overrides: Sequence[str]):
         overrides = list(overrides)
@@ -300,9 +194,7 @@ class SharedComposer:
         try:
             base = self._selected.get(selections)
             if base is None:
-                with self._shared_yaml_cache():
-                    base = _compose_raw(selections, self.config_name)
-                self._selected[selections] = base
+                base = self._selected[selections] = _compose_raw(selections, self.config_name)
             config = copy.deepcopy(base)
             if values:
                 from hydra._internal.config_loader_impl import ConfigLoaderImpl
@@ -314,58 +206,99 @@ class SharedComposer:
         except ConfigError:
             raise
         except Exception as exc:
-            error = explain(exc, overrides, self.config_name)
+            error = explain(exc, overrides, lambda o: _compose_raw(o, self.config_name))
             if error is None:
                 raise
             raise error from exc
 
 
-_VERL_OK = "All configuration checks passed successfully"
+class BackgroundValidator:
+    """:func:`validate` of many configs in a second process, while this one composes and names the next ones.
 
+    Validating needs verl, and ``import verl`` (torch, tensordict, transformers) costs ~4.5 CPU-s: about as much
+    as composing a recipe's 36 runs. A fresh interpreter started here (``python -c``: nothing of this process is
+    shared or re-imported, unlike multiprocessing's spawn, which re-imports the main module) imports verl and
+    validates each config it is sent (resolved, pickled, over a pipe of its own) while this process goes on;
+    :meth:`results` waits for the verdicts, in the order sent: ``None`` or the error's message. On 2 cores the two
+    halves take about the same time, so a recipe is planned in about half the wall time. Its own output (verl's
+    import notices) goes to a temporary file, shown only if it dies.
+    """
 
-def _kind(value) -> str | None:
-    """What a config value is, for the type check: ``bool``, ``number`` (int or float), or None (no check:
-    strings, lists, mappings, null, interpolations). Integers and floats are one kind: verl's YAML writes
-    float settings with integer defaults (``entropy_coeff: 0``, ``rollout.top_p: 1``,
-    ``val_kwargs.temperature: 0``)."""
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, (int, float)):
-        return "number"
-    return None
+    def __init__(self):
+        import os
+        import subprocess
+        import tempfile
+        from multiprocessing.connection import Connection
 
+        import fgrpo_verl
 
-_EXPECTED = {"bool": "true or false", "number": "a number"}
+        to_child_r, to_child_w = os.pipe()
+        from_child_r, from_child_w = os.pipe()
+        self._log = tempfile.TemporaryFile()
+        root = str(Path(fgrpo_verl.__file__).resolve().parent.parent)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])]))
+        code = "import sys; from fgrpo_verl.compose import _validate_loop; _validate_loop(*map(int, sys.argv[1:]))"
+        self._process = subprocess.Popen(
+            [sys.executable, "-c", code, str(to_child_r), str(from_child_w)], pass_fds=(to_child_r, from_child_w),
+            stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, env=env,
+        )
+        os.close(to_child_r)
+        os.close(from_child_w)
+        self._send, self._recv = Connection(to_child_w, readable=False), Connection(from_child_r, writable=False)
+        self._sent = 0
 
+    def submit(self, config) -> None:
+        self._send.send(config)
+        self._sent += 1
 
-def check_value_types(base, config, values: Sequence[str]) -> None:
-    """Each value override must keep the kind of value its key had before it (``base``: the config of the same
-    selections without value overrides): a boolean stays a boolean, a number a number (not NaN). verl's YAML keys are untyped, so ``trainer.total_epochs=abc`` or
-    ``actor_rollout_ref.actor.optim.lr=abc`` would otherwise compose, pass verl's ``validate_config`` and fail
-    in a Ray worker, or be used as given. Keys that were null, strings or containers are not checked."""
-    from omegaconf import OmegaConf
-
-    for override in values:
-        if override.lstrip().startswith("~"):
-            continue
-        key = override.split("=", 1)[0].lstrip("+").strip()
-        parent_key, _, last = key.rpartition(".")
+    def results(self) -> list[str | None]:
+        """The verdicts of every config submitted, in order; then the process ends."""
         try:
-            parent = OmegaConf.select(config, parent_key) if parent_key else config
-            if parent is None or last not in parent or OmegaConf.is_interpolation(parent, last):
-                continue  # ${...} values are checked where they are read
-            old = OmegaConf.select(base, key, throw_on_resolution_failure=False)
-            new = parent[last]
-        except Exception:  # an interpolation on the way that cannot be read here: nothing to compare
-            continue
-        want, got = _kind(old), _kind(new)
-        if want is None or new is None:
-            continue
-        if want == got:
-            if want == "number" and math.isnan(float(new)):
-                raise ConfigError(f"{override}: expected a number, got NaN (the default is {old!r})")
-            continue
-        raise ConfigError(f"{override}: expected {_EXPECTED[want]} (the default is {old!r}), got {new!r}")
+            self._send.send(None)
+            out = [self._recv.recv() for _ in range(self._sent)]
+        except (EOFError, BrokenPipeError, ConnectionResetError):  # it died: say so, with its last words
+            self._process.wait()
+            self._log.seek(0)
+            tail = self._log.read().decode(errors="replace").strip().splitlines()[-1:]
+            raise RuntimeError(f"the process validating the configs with verl ended early (exit "
+                               f"{self._process.returncode}): {tail[0] if tail else 'no output'}") from None
+        finally:
+            self.close()
+        return out
+
+    def close(self) -> None:
+        """End the process (after :meth:`results` it has ended already) and free its pipes."""
+        if self._process.poll() is None:
+            self._process.terminate()
+        self._process.wait()
+        for conn in (self._send, self._recv):
+            conn.close()
+        self._log.close()
+
+
+def _validate_loop(recv_fd: int, send_fd: int) -> None:
+    """The validating process: :func:`validate` each config received; ``None`` (or a closed pipe) ends it. A config
+    that fails answers with its message (a bug, not a bad config, answers with the exception's type too)."""
+    from multiprocessing.connection import Connection
+
+    recv, send = Connection(recv_fd, writable=False), Connection(send_fd, readable=False)
+    while True:
+        try:
+            config = recv.recv()
+        except EOFError:  # the parent is gone
+            return
+        if config is None:
+            return
+        try:
+            validate(config)
+            send.send(None)
+        except (ValueError, AssertionError) as exc:
+            send.send(str(exc))
+        except Exception as exc:  # noqa: BLE001 (sent back: the parent names the run)
+            send.send(f"{type(exc).__name__}: {exc}")
+
+
+_VERL_OK = "All configuration checks passed successfully"
 
 
 def validate(config) -> None:

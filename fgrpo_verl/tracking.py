@@ -181,13 +181,16 @@ def _select(config, key: str):
     return OmegaConf.select(config, key, throw_on_missing=True)
 
 
-def config_algo(config) -> str:
-    """:func:`algo_label` of a composed fgrpo-verl config."""
-    from fgrpo_verl.loss import base_loss_mode
+BASE_LOSS_KEY = "actor_rollout_ref.actor.policy_loss.base_loss_mode"
 
+
+def config_algo(config) -> str:
+    """:func:`algo_label` of a composed fgrpo-verl config. The base loss is read as configured, without importing
+    verl (``fgrpo-verl launch`` names dozens of runs before verl is needed); that it names a registered loss is
+    checked where the config is validated (``fgrpo_verl.loss.FocalPolicyLossConfig``)."""
     actor = config.actor_rollout_ref.actor
     mode = actor.policy_loss.loss_mode
-    base = base_loss_mode(actor) if mode == "fgrpo" else mode
+    base = _select(config, BASE_LOSS_KEY) if mode == "fgrpo" else mode
     return algo_label(base, actor.clip_ratio_low, actor.clip_ratio_high, _select(config, GAMMA_KEY))
 
 

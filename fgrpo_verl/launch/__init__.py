@@ -13,7 +13,6 @@ import dataclasses
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 from fgrpo_verl.compose import batch_session
@@ -45,7 +44,7 @@ def plan_jobs(
     step count (a dry run)."""
     from omegaconf import OmegaConf
 
-    from fgrpo_verl.compose import SharedComposer, validate
+    from fgrpo_verl.compose import BackgroundValidator, SharedComposer
     from fgrpo_verl.launch.identity import (
         check_record,
         check_user_overrides,
@@ -70,6 +69,9 @@ def plan_jobs(
         )
     jobs, names = [], {}
     composer = SharedComposer()  # the runs share their config groups: composed once per distinct selection
+    # verl checks each config in a second process meanwhile (importing verl costs as much as composing them all)
+    validator = BackgroundValidator()
+    wheres = []
     for run in runs:
         run_overrides = recipe.run_overrides(run, overrides)
         where = f"recipe {recipe.name}, run {run.name}"
@@ -102,14 +104,14 @@ def plan_jobs(
                     run_overrides.append(f"trainer.save_freq={plan.steps_per_epoch}")
                     config.trainer.save_freq = plan.steps_per_epoch
                 run_overrides.append(f"trainer.experiment_name={experiment}")
-                # verl prints its verdict on stdout, which --dry-run reserves for the scripts
-                with contextlib.redirect_stdout(sys.stderr):
-                    validate(config)
                 run_dir = Path(workdir) / str(config.trainer.default_local_dir)
                 record = check_record(run_dir, digest)
                 # `${oc.env:...}` (data and model dirs) frozen as the job sees them, with the recipe's `env:`
                 OmegaConf.resolve(config)
+                validator.submit(config)
+                wheres.append(where)
         except Exception as exc:  # composition and validation errors carry the key; add the run
+            validator.close()
             raise ValueError(f"{where}: invalid config: {exc}") from exc
         if digest in names:
             # same config = same experiment, whatever the labels: one of them would only repeat the other
@@ -132,6 +134,9 @@ def plan_jobs(
                 wandb_run_id=env["WANDB_RUN_ID"],
             )
         )
+    for where, error in zip(wheres, validator.results()):
+        if error is not None:
+            raise ValueError(f"{where}: invalid config: {error}")
     return recipe, jobs
 
 

@@ -5,13 +5,16 @@ calls ``ray.init(**ray_kwargs.ray_init)`` when the process is not connected yet,
 cluster named by ``$RAY_ADDRESS`` when that is set. So a parent (the demo) can start Ray once and hand each
 child run the cluster's address: the child skips starting the GCS, raylet and agents and stopping them again
 (measured in docs/cpu_backend.md), and its actors still end with its job. Each run is a separate Ray job with
-its own namespace, so verl's named actors (rollout servers, TransferQueue) of two runs never collide.
+its own namespace for verl's named actors, except TransferQueue's controller, which verl 0.9.1's TransferQueue
+names in the fixed namespace ``transfer_queue``: two runs in one session at the same time share it and corrupt
+each other's batches (seen in a demo with two runs at once). Runs of one session therefore go one at a time;
+runs at the same time need a cluster each (``fgrpo-verl demo --parallel-runs``).
 The run's workers are started by the session's raylet, so they see the parent's environment plus the run's
 ``runtime_env``, not the child's environment (:meth:`RaySession.run_overrides`).
 
 Joining a cluster rejects ``num_cpus``/``num_gpus`` (Ray raises), so the child's values are nulled and the
 parent declares the logical resources ``backend=cpu`` asks for. Runs share those: with the default single logical
-GPU, run them one after another (a second concurrent run waits for the first's GPU bundle).
+GPU, a second concurrent run would wait for the first's GPU bundle (and must not run beside it anyway, above).
 
     with RaySession() as ray_session:
         for gamma in gammas:

@@ -41,9 +41,10 @@ def add_arguments(g) -> None:
     g.add_argument("--report-equal-q", metavar="RESULTS_JSON", default=None,
                    help="[raremode] only print the equal-Q_pos table of an existing raremode_results.json (no training)")
     g.add_argument("--parallel-runs", type=int, default=2,
-                   help="[raremode, cpu backend] verl runs trained at once (default 2: on 2 cores one run's start-up, "
-                        "a chain of process starts that keeps one core busy, overlaps another's steps; ~1.6x the "
-                        "peak memory of 1, docs/raremode.md). The runs and their numbers are the same")
+                   help="[raremode, cpu backend] verl runs trained at once, each with its own Ray cluster (default 2: "
+                        "on 2 cores one run's start-up, a chain of process starts that keeps one core busy, overlaps "
+                        "another's steps; more peak memory, docs/raremode.md). 1: one after another in one shared "
+                        "Ray cluster. The runs and what they compute are the same")
     g.add_argument("--full", action="store_true",
                    help="[raremode] the long variant (<= 60 min): 5 seeds, gammas 0,0.5,1, the lr x m_1 control, 40 steps")
 
@@ -164,17 +165,21 @@ def run(args, memory) -> int:
 
 @contextlib.contextmanager
 def _cpu_session(backend: str, parallel: int = 1):
-    """On the cpu backend: one Ray cluster for all runs, with room for ``parallel`` runs at once (each run takes
-    the logical CPUs and GPU that ``backend=cpu`` declares), and the backend's speed overrides (same computation,
-    ``fgrpo_verl.backends.cpu.tuning``); elsewhere nothing."""
+    """On the cpu backend: the backend's speed overrides (same computation, ``fgrpo_verl.backends.cpu.tuning``)
+    and, for runs one at a time, one Ray cluster shared by all of them. Runs trained at once each start their own
+    cluster instead: verl's TransferQueue names its controller actor in a fixed Ray namespace
+    (``transfer_queue``), so two runs in one cluster share it and corrupt each other's batches (seen: "keys or
+    partition were not found!" in one run, the other stuck 3 x 200 s on a storage get). Elsewhere nothing."""
     if backend != "cpu":
         yield [], None
         return
     from fgrpo_verl.backends.cpu.session import RaySession
     from fgrpo_verl.backends.cpu.tuning import fast_overrides
 
-    cpus, gpus = RaySession._cpu_config_resources()
-    with RaySession(num_cpus=cpus * parallel, num_gpus=gpus * parallel) as session:
+    if parallel > 1:
+        yield [*fast_overrides()], None
+        return
+    with RaySession() as session:
         yield [*fast_overrides(), *session.run_overrides()], {**os.environ, **session.env}
 
 
