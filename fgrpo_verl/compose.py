@@ -276,6 +276,43 @@ class BackgroundValidator:
         self._log.close()
 
 
+class InProcessValidator:
+    """:class:`BackgroundValidator`'s interface, validating at once in this process (a failing config raises its
+    ``ValueError`` from :meth:`submit`): where verl is imported already (a test session, a notebook), a second
+    interpreter would only import it again."""
+
+    def __init__(self):
+        self._sent = 0
+
+    def submit(self, config) -> None:
+        error = _verdict(config)
+        if error is not None:
+            raise ValueError(error)
+        self._sent += 1
+
+    def results(self) -> list[str | None]:
+        return [None] * self._sent
+
+    def close(self) -> None:
+        pass
+
+
+def start_validator():
+    """A :class:`BackgroundValidator`, or an :class:`InProcessValidator` when verl is imported here already."""
+    return InProcessValidator() if "verl" in sys.modules else BackgroundValidator()
+
+
+def _verdict(config) -> str | None:
+    """None when ``config`` validates, else the reason (a bug, not a bad config, with the exception's type)."""
+    try:
+        validate(config)
+    except (ValueError, AssertionError) as exc:
+        return str(exc)
+    except Exception as exc:  # noqa: BLE001 (reported with the run's name by the caller)
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
 def _validate_loop(recv_fd: int, send_fd: int) -> None:
     """The validating process: :func:`validate` each config received; ``None`` (or a closed pipe) ends it. A config
     that fails answers with its message (a bug, not a bad config, answers with the exception's type too)."""
@@ -289,13 +326,7 @@ def _validate_loop(recv_fd: int, send_fd: int) -> None:
             return
         if config is None:
             return
-        try:
-            validate(config)
-            send.send(None)
-        except (ValueError, AssertionError) as exc:
-            send.send(str(exc))
-        except Exception as exc:  # noqa: BLE001 (sent back: the parent names the run)
-            send.send(f"{type(exc).__name__}: {exc}")
+        send.send(_verdict(config))
 
 
 _VERL_OK = "All configuration checks passed successfully"

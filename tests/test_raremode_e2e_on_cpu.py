@@ -13,10 +13,11 @@ import pytest
 def test_raremode_demo_end_to_end_tiny(tmp_path, capsys):
     from fgrpo_verl.cli import main
 
-    # GRPO and F-GRPO, trained at once (the demo's default --parallel-runs 2) in the one shared Ray cluster
+    # GRPO and F-GRPO, trained at once (--parallel-runs 2: a Ray cluster each)
     rc = main([
         "demo", "--out-dir", str(tmp_path), "--n-train", "64", "--n-val", "8", "--sft-steps", "20",
         "--rl-steps", "2", "--batch-size", "4", "--n", "2", "--seeds", "1", "--gammas", "0,1", "--pass-n", "4",
+        "--parallel-runs", "2",
     ])
     captured = capsys.readouterr()
     out = captured.out

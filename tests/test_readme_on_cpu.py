@@ -80,7 +80,8 @@ CASES = {
         Case("then", replace={"...": CPU_DATA + " backend=cpu"}, append="--cfg job",
              expect=("      base_loss_mode: cispo\n",)),
     "fgrpo-verl train algo=grpo algorithm.fgrpo.gamma=0 ...":
-        Case("then", replace={"...": CPU_DATA + " backend=cpu"}, append="--cfg job", expect=("  gamma: 0.0\n",)),
+        Case("then", replace={"...": CPU_DATA + " backend=cpu"}, append="--cfg job",
+             expect=("  gamma: 0\n", "  adv_estimator: fgrpo\n")),
     "fgrpo-verl prepare-deepscaler --input deepscaler.json --tokenizer Qwen/Qwen2.5-7B --out-dir data/deepscaler":
         Case("then", replace={"Qwen/Qwen2.5-7B": "tokenizer"}, expect=('"train"',)),
     "fgrpo-verl recipes paper_main": Case("run", expect=("qwen25_7b-grpo-g0p5", "36 runs")),

@@ -44,7 +44,7 @@ def plan_jobs(
     step count (a dry run)."""
     from omegaconf import OmegaConf
 
-    from fgrpo_verl.compose import BackgroundValidator, SharedComposer
+    from fgrpo_verl.compose import SharedComposer, start_validator
     from fgrpo_verl.launch.identity import (
         check_record,
         check_user_overrides,
@@ -69,8 +69,9 @@ def plan_jobs(
         )
     jobs, names = [], {}
     composer = SharedComposer()  # the runs share their config groups: composed once per distinct selection
-    # verl checks each config in a second process meanwhile (importing verl costs as much as composing them all)
-    validator = BackgroundValidator()
+    # verl checks each config, in a second process while this one composes the next (importing verl costs as
+    # much as composing them all) unless verl is imported here already; a composition error is reported at once
+    validator = start_validator()
     wheres = []
     for run in runs:
         run_overrides = recipe.run_overrides(run, overrides)

@@ -40,11 +40,11 @@ def add_arguments(g) -> None:
                         "increasing order (default: the highest level every run reaches and the midpoint from the SFT start)")
     g.add_argument("--report-equal-q", metavar="RESULTS_JSON", default=None,
                    help="[raremode] only print the equal-Q_pos table of an existing raremode_results.json (no training)")
-    g.add_argument("--parallel-runs", type=int, default=2,
-                   help="[raremode, cpu backend] verl runs trained at once, each with its own Ray cluster (default 2: "
-                        "on 2 cores one run's start-up, a chain of process starts that keeps one core busy, overlaps "
-                        "another's steps; more peak memory, docs/raremode.md). 1: one after another in one shared "
-                        "Ray cluster. The runs and what they compute are the same")
+    g.add_argument("--parallel-runs", type=int, default=1,
+                   help="[raremode, cpu backend] verl runs trained at once (default 1: one after another in one shared "
+                        "Ray cluster). With more, each run starts its own Ray cluster: faster where cores are idle, "
+                        "~1.6x the peak memory for 2, no faster on a loaded 2-core machine (docs/raremode.md). The "
+                        "runs and what they compute are the same")
     g.add_argument("--full", action="store_true",
                    help="[raremode] the long variant (<= 60 min): 5 seeds, gammas 0,0.5,1, the lr x m_1 control, 40 steps")
 
