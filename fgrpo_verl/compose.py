@@ -297,9 +297,17 @@ class InProcessValidator:
         pass
 
 
-def start_validator():
-    """A :class:`BackgroundValidator`, or an :class:`InProcessValidator` when verl is imported here already."""
-    return InProcessValidator() if "verl" in sys.modules else BackgroundValidator()
+# fewer configs than this are validated here: the second process pays verl's import as this one would, and the
+# composing it would overlap is short
+BACKGROUND_MIN_CONFIGS = 4
+
+
+def start_validator(configs: int):
+    """For ``configs`` configs to validate: a :class:`BackgroundValidator`, or an :class:`InProcessValidator`
+    when verl is imported here already or there are few of them."""
+    if "verl" in sys.modules or configs < BACKGROUND_MIN_CONFIGS:
+        return InProcessValidator()
+    return BackgroundValidator()
 
 
 def _verdict(config) -> str | None:
@@ -316,16 +324,29 @@ def _verdict(config) -> str | None:
 def _validate_loop(recv_fd: int, send_fd: int) -> None:
     """The validating process: :func:`validate` each config received; ``None`` (or a closed pipe) ends it. A config
     that fails answers with its message (a bug, not a bad config, answers with the exception's type too)."""
+    import queue
+    import threading
     from multiprocessing.connection import Connection
 
     recv, send = Connection(recv_fd, writable=False), Connection(send_fd, readable=False)
-    while True:
-        try:
-            config = recv.recv()
-        except EOFError:  # the parent is gone
-            return
-        if config is None:
-            return
+    received: queue.Queue = queue.Queue()
+
+    def read() -> None:
+        # at once: a pipe holds one config's pickle (~100 kB) at most, and the parent must not wait for verl's
+        # import here before it can send the next
+        while True:
+            try:
+                config = recv.recv()
+            except EOFError:  # the parent is gone
+                config = None
+            received.put(config)
+            if config is None:
+                return
+
+    threading.Thread(target=read, daemon=True).start()
+    import verl  # noqa: F401  (while the configs arrive)
+
+    while (config := received.get()) is not None:
         send.send(_verdict(config))
 
 

@@ -71,7 +71,7 @@ def plan_jobs(
     composer = SharedComposer()  # the runs share their config groups: composed once per distinct selection
     # verl checks each config, in a second process while this one composes the next (importing verl costs as
     # much as composing them all) unless verl is imported here already; a composition error is reported at once
-    validator = start_validator()
+    validator = start_validator(len(runs))
     wheres = []
     for run in runs:
         run_overrides = recipe.run_overrides(run, overrides)
@@ -107,8 +107,10 @@ def plan_jobs(
                 run_overrides.append(f"trainer.experiment_name={experiment}")
                 run_dir = Path(workdir) / str(config.trainer.default_local_dir)
                 record = check_record(run_dir, digest)
-                # `${oc.env:...}` (data and model dirs) frozen as the job sees them, with the recipe's `env:`
-                OmegaConf.resolve(config)
+                # `${oc.env:...}` (data and model dirs) frozen as the job sees them, with the recipe's `env:` (without
+                # one, a later read sees the same environment: resolving all of the config here would only cost time)
+                if recipe.env:
+                    OmegaConf.resolve(config)
                 validator.submit(config)
                 wheres.append(where)
         except Exception as exc:  # composition and validation errors carry the key; add the run
