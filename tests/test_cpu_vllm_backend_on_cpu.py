@@ -203,6 +203,7 @@ def test_cpu_vllm_config_is_the_cpu_backend_with_verls_vllm_rollout_and_passes_v
     assert {k: env[k] for k in vllm_cpu_engine.ENGINE_ENV} == vllm_cpu_engine.ENGINE_ENV
     assert rollout.dtype == vllm_cpu_engine.ENGINE_ARGS["dtype"]
     assert rollout.enforce_eager is vllm_cpu_engine.ENGINE_ARGS["enforce_eager"]
+    assert rollout.enable_chunked_prefill is vllm_cpu_engine.ENGINE_ARGS["enable_chunked_prefill"]
     assert dict(rollout.engine_kwargs.vllm) == {"kv_cache_memory_bytes": vllm_cpu_engine.KV_CACHE_BYTES}
     # everything else of backend=cpu is kept (platform, FSDP2 in fp32, logical resources)
     for key in ("VERL_PLATFORM", "VERL_ENGINE_DEVICE", "OMP_NUM_THREADS"):

@@ -101,8 +101,9 @@ VLLM_PROBE = """
         refused = "no"
     except RuntimeError as err:
         refused = str(err)
-    print(json.dumps({"bos": tok.bos_token_id, "ids": ids, "vllm_ids": list(by_ids.prompt_token_ids),
-                      "vllm_text_ids": list(by_text.prompt_token_ids), "same": same, "refused": refused}))
+    print("RESULT", json.dumps({"bos": tok.bos_token_id, "ids": ids, "vllm_ids": list(by_ids.prompt_token_ids),
+                      "vllm_text_ids": list(by_text.prompt_token_ids), "same": same, "refused": refused}),
+          flush=True)
 """
 
 
@@ -110,7 +111,7 @@ def test_vllm_adds_a_second_bos_to_text_but_samples_token_ids_as_given_and_seeds
     run = subprocess.run([sys.executable, "-c", textwrap.dedent(VLLM_PROBE), str(setup["llama"])], env=_env(),
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
-    got = json.loads(run.stdout.strip().splitlines()[-1])
+    got = json.loads(next(line for line in run.stdout.splitlines() if line.startswith("RESULT "))[len("RESULT "):])
     bos = got["bos"]
     assert got["ids"][0] == bos and got["ids"].count(bos) == 1
     assert got["vllm_ids"] == got["ids"]  # token ids: sampled from exactly these

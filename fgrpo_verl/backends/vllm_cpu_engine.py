@@ -10,6 +10,11 @@ Why each value (measured on a 2-core x86 machine, docs/cpu_backend.md "The vLLM 
 - ``dtype=float32``: vLLM's CPU build otherwise runs fp32 checkpoints in bf16; fp32 keeps its log-probs within
   ~1e-7 of the fp32 actor's (``training/rollout_probs_diff_*``) and its samples comparable with the
   transformers backend.
+- ``enable_chunked_prefill=False``: when a step's token budget splits a prompt's prefill, vLLM discards the token
+  sampled for the unfinished request and rewinds that request's generator (``set_offset``), which a CPU generator
+  does not have: every *seeded* request (evaluation seeds each one) then kills the engine with "CPU Generator does
+  not use offset" (vLLM 0.27.1, ``gpu_model_runner.py``; seen here with 24 problems x 8 samples). Without chunking
+  a prefill is never split.
 - ``kv_cache_memory_bytes``: on CPU, ``gpu_memory_utilization`` is the share of *host* memory vLLM reserves
   (0.5 to 0.9 of the machine) and is refused when less is free; an explicit KV-cache size replaces that
   reservation. vLLM only needs one ``max_model_len`` sequence to fit; more space lets more sequences run at once.
@@ -28,7 +33,8 @@ import os
 
 KV_CACHE_BYTES = 256 * 2**20
 
-ENGINE_ARGS = {"dtype": "float32", "enforce_eager": True, "kv_cache_memory_bytes": KV_CACHE_BYTES}
+ENGINE_ARGS = {"dtype": "float32", "enforce_eager": True, "enable_chunked_prefill": False,
+               "kv_cache_memory_bytes": KV_CACHE_BYTES}
 
 ENGINE_ENV = {
     "VLLM_CPU_OMP_THREADS_BIND": "nobind",
