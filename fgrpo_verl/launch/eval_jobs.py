@@ -321,6 +321,13 @@ def plan_for_run(spec: EvalSpec, recipe, job, workdir: Path, baseline_job=None) 
     }
 
 
+def plan_text(plan: dict) -> str:
+    """The plan as JSON with one top-level key per line (readable in the job script; ASCII, so no character can
+    end the here-document early)."""
+    body = ",\n".join(f" {json.dumps(k)}: {json.dumps(plan[k], sort_keys=True, ensure_ascii=True)}" for k in sorted(plan))
+    return "{\n" + body + "\n}"
+
+
 def render_eval_job(recipe, job, phase: str, plan: dict, spec: EvalSpec, log_dir: Path, workdir: Path,
                     dependencies: list[str]) -> str:
     """The job script of one evaluation pass (slurm/eval.sbatch.template)."""
@@ -349,18 +356,31 @@ def render_eval_job(recipe, job, phase: str, plan: dict, spec: EvalSpec, log_dir
         "PHASE": phase,
         "EXPERIMENT": job.job_name,
         "EXPORTS": shell_exports(env),
-        "PLAN": json.dumps(plan, indent=1, sort_keys=True, ensure_ascii=True),
+        "PLAN": plan_text(plan),
     })
 
 
+# Settings of training-time validation: they do not change what is trained, so a focal run validating on AIME25
+# (validation=aime25) is still selected against its γ = 0 twin that does not (paper_main's Qwen3 runs, App. P)
+VALIDATION_KEYS = ("trainer.test_freq", "trainer.val_before_train", "trainer.val_only", "data.val_files",
+                   "data.val_batch_size", "actor_rollout_ref.rollout.val_kwargs")
+
+
 def _config_text(job, gamma: float | None = None) -> str:
-    """The job's resolved config as text with its own name taken out (values interpolate it) and, when given, γ
-    replaced: two runs with equal texts differ in nothing else."""
+    """The job's resolved config as text with its own name taken out (values interpolate it), without validation
+    settings and, when given, with γ replaced: two runs with equal texts train the same but for γ."""
     from omegaconf import OmegaConf
 
     tree = OmegaConf.to_container(job.config, resolve=True)
     if gamma is not None:
         tree["algorithm"]["fgrpo"]["gamma"] = gamma
+    for dotted in VALIDATION_KEYS:
+        *parents, last = dotted.split(".")
+        node = tree
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.pop(last, None)
     return json.dumps(tree, sort_keys=True, default=str).replace(job.job_name, "<experiment>")
 
 
