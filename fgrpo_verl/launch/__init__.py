@@ -142,7 +142,9 @@ def plan_jobs(
         from fgrpo_verl.launch.eval_jobs import attach_evaluation
 
         def plan_more(names: list[str]) -> list[JobScript]:
-            return plan_jobs(recipe_arg, names, overrides, log_dir, workdir, evaluation=False)[1]
+            # one at a time: command-line overrides may make them equal to each other (all γ set alike)
+            return [job for name in names
+                    for job in plan_jobs(recipe_arg, [name], overrides, log_dir, workdir, evaluation=False)[1]]
 
         jobs = attach_evaluation(recipe, jobs, plan_more, log_dir, workdir)
     return recipe, jobs
