@@ -248,3 +248,15 @@ def test_save_per_epoch_sets_save_freq_to_verls_own_epoch(tmp_path):
     trainer.steps_per_epoch = 0
     with pytest.raises(ValueError, match="fewer than one batch"):
         save_per_epoch.apply(trainer)
+
+
+def test_workers_split_the_visible_gpus_by_tensor_parallel_size(monkeypatch):
+    plan = {"engine": {"tensor_parallel_size": 2}, "sampling": {"backend": "vllm"}, "gpus": 8, "workers": 1}
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert ce._gpu_slices(plan) == ["0,1", "2,3", "4,5", "6,7"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6")  # what Slurm gave the job
+    assert ce._gpu_slices({**plan, "engine": {"tensor_parallel_size": 1}}) == ["4", "5", "6"]
+    assert ce._gpu_slices(plan) == ["4,5"]
+    with pytest.raises(ValueError, match="needs 4 GPUs, this job sees 3"):
+        ce._gpu_slices({**plan, "engine": {"tensor_parallel_size": 4}})
+    assert ce._gpu_slices({**plan, "sampling": {"backend": "transformers"}, "workers": 3}) == [None] * 3

@@ -224,7 +224,7 @@ def test_a_fresh_launch_submits_selection_after_training_and_final_after_both_se
 
 
 def test_a_relaunch_submits_nothing_for_runs_with_an_evaluation_in_the_queue_and_waits_on_running_baselines(tmp_path):
-    base, focal = _fake("b", 0, tmp_path / "b"), _fake("f", 1, tmp_path / "f")
+    focal = _fake("f", 1, tmp_path / "f")
     # the baseline is not part of this launch (--only f) and still training: f's final pass waits for it
     decisions, notes = ej.decide([focal], [focal.evaluation], {"f": None, "b": "31"}, {}, {"f": "b"})
     assert [(d.job_name, d.phase, d.depends_on) for d in decisions] == [("f", "selection", ()), ("f", "final",
@@ -278,3 +278,19 @@ def test_launch_refuses_evaluation_that_cannot_run_before_submitting_anything(tm
     assert bare[0].evaluation is None
     ej.check_submission(bare)
     assert re.search(r"\+trainer\.save_per_epoch=true", bare[0].text)
+
+
+def test_validation_rows_carry_the_training_prompt_and_the_benchmarks_name(tmp_path):
+    """validation=aime25 reads AIME25.parquet: verl rows with the training prompt; logged as val-core/AIME25/..."""
+    from fgrpo_verl.data.deepscaler import SYSTEM_PROMPT
+    from fgrpo_verl.data.parquet import write_rows
+    from fgrpo_verl.evaluation.formats import load_benchmark
+    from fgrpo_verl.evaluation.prepare import verl_rows
+
+    rows = verl_rows("AIME25", [{"id": "7", "problem": "Find x.", "answer": 204}])
+    assert rows[0]["data_source"] == "AIME25" and rows[0]["reward_model"]["ground_truth"] == "204"
+    assert rows[0]["prompt"] == [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "Find x."}]
+    write_rows(rows, tmp_path / "AIME25.parquet")
+    assert load_benchmark(tmp_path / "AIME25.parquet", "AIME25")[0]["answer"] == "204"
+    with pytest.raises(ValueError, match="only math benchmarks"):
+        verl_rows("GPQA", [{"id": "1", "problem": "q", "answer": "A"}])

@@ -103,9 +103,16 @@ def workdir(slurm, tmp_path_factory):
     return root
 
 
+def _env(slurm) -> dict:
+    """The cluster's client environment, with tests/ importable (the launch checks the scorer resolves)."""
+    env = slurm.env
+    env["PYTHONPATH"] = f"{REPO}:{REPO / 'tests'}"
+    return env
+
+
 def _launch(slurm, workdir: Path, *extra: str) -> subprocess.CompletedProcess:
     out = subprocess.run([sys.executable, "-m", "fgrpo_verl", "launch", str(workdir / "cpu_eval.yaml"), *extra],
-                         env=slurm.env, cwd=workdir, capture_output=True, text=True, timeout=600)
+                         env=_env(slurm), cwd=workdir, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-4000:]
     return out
 
@@ -242,7 +249,7 @@ def test_launch_evaluates_every_checkpoint_resumes_a_killed_evaluation_and_repor
 
     # the table, from files alone; nothing missing
     report = subprocess.run([sys.executable, "-m", "fgrpo_verl", "report", str(workdir / "cpu_eval.yaml"),
-                             "--significance-iterations", "300"], env=slurm.env, cwd=workdir, capture_output=True,
+                             "--significance-iterations", "300"], env=_env(slurm), cwd=workdir, capture_output=True,
                             text=True, timeout=600)
     assert report.returncode == 0, report.stderr[-4000:]
     print(report.stdout)

@@ -20,7 +20,10 @@ Per checkpoint (checkpoints.py has the layout): an unchanged checkpoint with a c
 is reused while its source is unchanged (merges go to a temporary folder renamed into place, so a kill never
 leaves half a model); a killed evaluation continues with ``eval --resume``; results of a changed checkpoint or an
 edited benchmark file are removed and redone. With several GPUs and ``tensor_parallel_size`` t, the job runs
-GPUs / t worker processes, each on its own GPUs and its own checkpoints.
+GPUs / t worker processes, each on its own GPUs; every checkpoint is split into one shard per worker (its problems
+round-robin), so a single checkpoint (the final pass) uses every GPU; each shard is an ``eval --out`` of its own
+(resumed on its own), and the shards' generation files make the checkpoint's tables. Seeds are per request, so the
+numbers do not depend on the split.
 
 W&B: the rows go to the run's id (``WANDB_RUN_ID``, resume allow) at steps after the training's last step, in
 ascending checkpoint order and only as a gap-free prefix (W&B keeps a history in order; a later, lower step would
@@ -35,7 +38,6 @@ from __future__ import annotations
 import argparse
 import csv
 import datetime
-import hashlib
 import json
 import os
 import shutil
@@ -58,11 +60,10 @@ def log(message: str) -> None:
 
 
 def file_sha256(path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    """The benchmark file's sha256, as ``eval --resume`` records it (pipeline.py)."""
+    from fgrpo_verl.evaluation.pipeline import _sha256
+
+    return _sha256(path)
 
 
 # ---------------------------------------------------------------------------------------------------- settings
