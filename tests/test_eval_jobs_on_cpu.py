@@ -9,6 +9,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import yaml
 
 from fgrpo_verl.evaluation.cost import CostAssumptions, pass_gpu_hours
 from fgrpo_verl.evaluation.model_presets import eval_setting, known_model
@@ -294,3 +295,34 @@ def test_validation_rows_carry_the_training_prompt_and_the_benchmarks_name(tmp_p
     assert load_benchmark(tmp_path / "AIME25.parquet", "AIME25")[0]["answer"] == "204"
     with pytest.raises(ValueError, match="only math benchmarks"):
         verl_rows("GPQA", [{"id": "1", "problem": "q", "answer": "A"}])
+
+
+def test_an_unknown_base_model_stops_the_launch_with_one_line_naming_the_choices(tmp_path, monkeypatch, capsys):
+    from fgrpo_verl.cli import main as cli_main
+
+    recipe = yaml.safe_dump({
+        "name": "mine", "project": "p", "common": ["algo=grpo", "actor_rollout_ref.model.path=/models/my-7b",
+                                                   "data.train_files=x.parquet", "data.val_files=x.parquet"],
+        "runs": [{"name": "a", "overrides": ["algorithm.fgrpo.gamma=0.5"]}],
+        "evaluation": {"benchmarks": {"AIME24": "b/AIME24.jsonl"}, "select_by": "AIME24"}})
+    (tmp_path / "mine.yaml").write_text(recipe)
+    monkeypatch.chdir(tmp_path)
+    assert cli_main(["launch", "mine.yaml", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    (line,) = [x for x in err.splitlines() if x.startswith("fgrpo-verl launch: error:")]
+    assert "base model '/models/my-7b' is not one of the paper's" in line and "evaluation.prompt_preset" in line
+    assert "Traceback" not in err
+    # --no-eval launches it anyway (training only)
+    assert cli_main(["launch", "mine.yaml", "--dry-run", "--no-eval"]) == 0
+
+
+def test_a_fresh_run_is_evaluated_in_its_own_directory_and_w_and_b_run(tmp_path):
+    from fgrpo_verl.launch import plan_jobs
+
+    (plain,) = plan_jobs("controls", ["grpo-kl"], [], tmp_path / "logs", tmp_path)[1]
+    (fresh,) = plan_jobs("controls", ["grpo-kl"], [], tmp_path / "logs", tmp_path, fresh="20260101T000000")[1]
+    for job in (plain, fresh):
+        plan = job.evaluation.jobs[0].plan
+        assert plan["run_dir"] == str(job.checkpoint_dir) and plan["wandb"]["run_id"] == job.wandb_run_id
+        assert plan["experiment"] == job.job_name and f'#SBATCH --job-name="{job.job_name}"' in job.evaluation.jobs[0].text
+    assert fresh.checkpoint_dir != plain.checkpoint_dir and fresh.wandb_run_id != plain.wandb_run_id

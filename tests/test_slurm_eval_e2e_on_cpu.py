@@ -11,7 +11,8 @@ What one launch does, checked from what a user sees (job logs, run directories, 
 3. the baseline's selection job is killed (`scontrol requeue`) in the middle of checkpoint 4's evaluation (held by
    the scorer after that problem's completions are on disk): the restarted job skips checkpoint 2 (unchanged, not
    merged again), scores the completions on disk, generates the rest, and gets exactly what an uninterrupted
-   evaluation gets;
+   evaluation gets; the focal run's selection job, held at the same time, gets USR1 (what Slurm sends ahead of
+   the time limit): it stops, requeues itself and finishes;
 4. the training runs' W&B offline files hold every checkpoint's evaluation (read back with the repo's reader);
 5. `fgrpo-verl report` prints the table and lists nothing missing; a relaunch submits nothing.
 """
@@ -184,6 +185,12 @@ def test_launch_evaluates_every_checkpoint_resumes_a_killed_evaluation_and_repor
         merged_at = merge_marker.stat().st_mtime_ns
         subprocess.run(["scontrol", "requeue", killed], env=slurm.env, check=True)
         slurm.wait_state(killed, {"PENDING"}, 120)
+        # the focal run's selection job is held by the same gate: what `#SBATCH --signal=B:USR1@120` sends before
+        # its time limit stops it, and it requeues itself
+        stopped = evals[("fgrpo-g1", "selection")]
+        slurm.wait_state(stopped, {"RUNNING"}, 300)
+        subprocess.run(["scancel", "--signal=USR1", "--batch", stopped], env=slurm.env, check=True)
+        slurm.wait_state(stopped, {"PENDING"}, 120)
     finally:
         hold.unlink(missing_ok=True)
     _wait_all(slurm, {**{v: k for k, v in train.items()}, **{v: str(k) for k, v in evals.items()}}, deadline)
@@ -203,6 +210,9 @@ def test_launch_evaluates_every_checkpoint_resumes_a_killed_evaluation_and_repor
         assert ck.saved_steps(job.checkpoint_dir) == [2, 4]
         assert ck.read_steps(job.checkpoint_dir)["steps_per_epoch"] == 2
 
+    # the one stopped by USR1 requeued itself once and finished
+    log = _log(workdir, focal.job_name, stopped)
+    assert slurm.job_field(stopped, "Restarts") == "1" and "got USR1" in log and "eval selection start 1" in log
     # the killed evaluation: restarted once, checkpoint 2 skipped (not merged again), checkpoint 4 resumed
     log = _log(workdir, base.job_name, killed)
     assert slurm.job_field(killed, "Restarts") == "1"
