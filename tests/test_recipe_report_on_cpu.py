@@ -155,3 +155,23 @@ def test_report_lists_what_is_missing_instead_of_dropping_it(tiny):
     assert "g1.0" in missing and "selection pass: checkpoints [4] not evaluated" in missing
     assert "γ not chosen yet" in text
     assert "significance" not in text.split("### Missing")[0].lower().replace("significance.csv", "")
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("recipe_name, rows", [
+    ("group_size", {"GRPO N=2": "36.2/75.0", "GRPO N=32": "39.2/70.1", "F-GRPO N=8": "38.6/70.3"}),
+    ("controls", {"GRPO low-LR (6.8e-7)": "37.8/69.2", "GRPO-H (entropy 1e-3)": "37.8/69.5",
+                  "GRPO-KL (1e-3)": "37.2/72.0", "F-GRPO (γ=0.5)": "38.6/70.3"}),
+])
+def test_tables_2_and_3_label_each_run_as_the_papers_row_it_reproduces(tmp_path, recipe_name, rows):
+    from fgrpo_verl.evaluation.recipe_report import build_report
+
+    text = build_report(recipe_name, tmp_path, tmp_path / "r", None)
+    lines = text.splitlines()
+    for label, paper in rows.items():
+        i = lines.index(next(line for line in lines if line.startswith(f"| {label} | ours |")))
+        assert lines[i + 1].startswith(f"| | paper | {paper} |"), (label, lines[i + 1])
+    if recipe_name == "controls":
+        assert "DS-GRPO (Table 3) is not in the recipe" in text
+    else:
+        assert "ΔNLL_rare" in text
