@@ -523,7 +523,8 @@ def test_a_plain_relaunch_after_a_submitted_fresh_run_resumes_the_fresh_run(tmp_
     _fake_slurm(tmp_path, monkeypatch)
 
     def plan(**kw):
-        return plan_jobs("controls", ["grpo-kl"], [], tmp_path / "logs", tmp_path, **kw)[1][0]
+        # training only: the recipe's evaluation needs benchmark files this test has no use for
+        return plan_jobs("controls", ["grpo-kl"], [], tmp_path / "logs", tmp_path, evaluation=False, **kw)[1][0]
 
     old = plan()
     fresh = plan(fresh="20260101T000000")
@@ -580,7 +581,7 @@ def test_a_submitted_run_keeps_its_wandb_run_id_on_every_relaunch(tmp_path, monk
 
     def plan(workdir, **kw):
         workdir.mkdir(exist_ok=True)
-        return plan_jobs("controls", ["grpo-kl"], shared, workdir / "logs", workdir, **kw)[1][0]
+        return plan_jobs("controls", ["grpo-kl"], shared, workdir / "logs", workdir, evaluation=False, **kw)[1][0]
 
     def run_id(job):
         found = re.findall(r"^export WANDB_RUN_ID=(\S+)$", job.text, re.M)
@@ -760,7 +761,7 @@ def test_status_without_the_data_here_still_knows_a_finished_run_is_done(tmp_pat
     pq.write_table(pa.table({"i": pa.array(range(2_560), pa.int32())}), train)  # 10 steps/epoch x 10 epochs
 
     def plan():
-        return plan_jobs("controls", ["grpo-kl"], [], tmp_path / "logs", tmp_path)[1][0]
+        return plan_jobs("controls", ["grpo-kl"], [], tmp_path / "logs", tmp_path, evaluation=False)[1][0]
 
     job = plan()
     assert job.total_steps == 100

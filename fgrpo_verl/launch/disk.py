@@ -16,13 +16,11 @@ import json
 import math
 from pathlib import Path
 
+from fgrpo_verl.evaluation.model_presets import MODELS
+
 BYTES_PER_PARAM = 12
-# published parameter counts of the paper's models
-KNOWN_PARAMS = {
-    "Qwen/Qwen2.5-7B": 7.62e9,
-    "Qwen/Qwen3-4B-Base": 4.02e9,
-    "meta-llama/Llama-3.2-3B-Instruct": 3.21e9,
-}
+# published parameter counts of the paper's models (fgrpo_verl/evaluation/model_presets.py)
+KNOWN_PARAMS = {m.hf_id: m.params for m in MODELS.values()}
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
