@@ -3,6 +3,8 @@
 Shared by the evaluation tests (not collected: the name does not start with ``test_``).
 """
 
+import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 CORPUS = [
@@ -167,3 +169,28 @@ def write_fake_vllm(directory: Path) -> Path:
     (directory / "vllm" / "platforms.py").write_text(FAKE_VLLM_PLATFORMS)
     (directory / "fake_scorers.py").write_text(FAKE_SCORERS)
     return directory
+
+
+def _vllm_or_fake(name: str) -> bool:
+    return name in ("vllm", "fake_scorers") or name.startswith("vllm.")
+
+
+@contextmanager
+def fake_vllm_imported(directory: Path):
+    """The stand-in ``vllm`` importable in this process, for the ``with`` block.
+
+    The real vLLM (installed for backend=cpu_vllm; verl's checkpoint engines import it) is hidden from
+    ``sys.modules`` meanwhile and put back after, so neither package sees the other's modules.
+    """
+    directory = str(write_fake_vllm(directory))
+    hidden = {name: module for name, module in sys.modules.items() if _vllm_or_fake(name)}
+    for name in hidden:
+        del sys.modules[name]
+    sys.path.insert(0, directory)
+    try:
+        yield Path(directory)
+    finally:
+        sys.path.remove(directory)
+        for name in [name for name in sys.modules if _vllm_or_fake(name)]:
+            del sys.modules[name]
+        sys.modules.update(hidden)

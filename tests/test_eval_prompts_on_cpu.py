@@ -104,15 +104,12 @@ def test_table9_presets():
 
 def test_cli_preset_reaches_the_prompt(tmp_path, capsys):
     """The CLI's --prompt-preset/--bench-group pick the system prompt that lands in the saved prompt text."""
-    import sys
-
-    from evaluation_tiny_lm import build_tiny_lm, write_fake_vllm
+    from evaluation_tiny_lm import build_tiny_lm, fake_vllm_imported
     from fgrpo_verl.cli import main
     from fgrpo_verl.evaluation.formats import read_generations
 
     model = build_tiny_lm(tmp_path / "m")
-    sys.path.insert(0, str(write_fake_vllm(tmp_path / "fake")))
-    try:
+    with fake_vllm_imported(tmp_path / "fake"):
         bench = tmp_path / "b.jsonl"
         bench.write_text(json.dumps({"id": 0, "problem": "q", "answer": "1"}) + "\n")
         for preset, group, want in (("qwen2.5-7b", "ifeval", HELPFUL_SYSTEM_PROMPT), ("qwen2.5-7b", "math", PAPER_SYSTEM_PROMPT),
@@ -125,10 +122,6 @@ def test_cli_preset_reaches_the_prompt(tmp_path, capsys):
         assert main(["eval", "--model", f"m={model}", "--bench", f"toy={bench}", "--bench-group", "other=math",
                      "--n", "2", "--out", str(tmp_path / "bad"), "--no-plots"]) == 2
         assert "--bench-group names benchmarks not given" in capsys.readouterr().err
-    finally:
-        sys.path.pop(0)
-        for name in ("vllm", "vllm.inputs", "vllm.platforms", "fake_scorers"):
-            sys.modules.pop(name, None)
 
 
 def test_transformers_sampler_generates_from_the_ids_it_is_given():
