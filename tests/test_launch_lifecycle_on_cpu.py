@@ -636,6 +636,13 @@ def test_plain_sbatch_path_keeps_the_wandb_run_id_its_run_started_with(tmp_path,
     from fgrpo_verl.launch import jobenv
 
     data = [f"data.train_files={tmp_path}/shared/train.parquet", f"data.val_files={tmp_path}/shared/val.parquet"]
+    # a job start needs its model files (the preflight) and saves every save_freq steps (without it, once per
+    # epoch of data that this test does not build)
+    model = tmp_path / "shared" / "model"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    (model / "model.safetensors").write_bytes(b"")
+    data += [f"actor_rollout_ref.model.path={model}", "trainer.save_freq=10"]
 
     def exports():
         assert jobenv.main(["algo=grpo", "trainer.project_name=p", *data]) == 0

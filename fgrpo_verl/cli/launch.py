@@ -113,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
         for job in jobs:
             print(f"### job {job.job_name} (run {job.run.name}): {job.nodes} node(s) x {job.gpus_per_node} GPU(s); "
                   f"{_disk_note(job)}")
+            print(f"### {job.preflight}")
             print(job.text)
         print(f"### {len(jobs)} job(s) from recipe {recipe.name} ({recipe.reproduces}); dry run, nothing submitted")
         return 0

@@ -64,6 +64,8 @@ class JobScript:
     fresh: tuple[Path, str] | None = None
     # the W&B run id the script exports (pinned in the run record on submit)
     wandb_run_id: str = ""
+    # what the preflight found (fgrpo_verl/launch/preflight.py Report.summary), printed by --dry-run
+    preflight: str = ""
 
 
 _SLURM_TIME = re.compile(r"^(?:(\d+)-(\d+)(?::(\d+)(?::(\d+))?)?|(\d+)(?::(\d+)(?::(\d+))?)?)$")

@@ -1,0 +1,175 @@
+"""The plain job script ``slurm/train.sbatch`` and the Ray library ``slurm/ray_cluster.sh``, run whole with stand-ins for
+Slurm (``srun``, ``scontrol``), Ray (``ray start`` records its arguments and environment, then blocks) and the
+trainer (records its command line and environment): what a job passes to Ray and verl, without either.
+
+Failure modes covered (each failed at 2f836bb):
+- the plain sbatch path never saved a checkpoint (verl's trainer.save_freq -1): a requeue restarted at step 0;
+- no GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME: verl's process groups picked their own interface, not the one of
+  the address ray_cluster.sh gives Ray (loopback where the host name maps to 127.0.1.1);
+- jobs whose ids give the same port block collided on a shared node;
+- every rank resolved the model on the Hugging Face Hub (no HF_HUB_OFFLINE);
+- the job did not check its config against verl's worker start-up (the preflight) before starting Ray.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+SRUN = """#!/bin/bash
+# srun stand-in: drop srun's options, run the step here
+while [[ $# -gt 0 ]]; do case $1 in -w) shift 2;; -*) shift;; *) break;; esac; done
+exec "$@"
+"""
+SCONTROL = """#!/bin/bash
+case "$1 $2" in
+  "show hostnames") echo n1;;
+  "show node") echo "NodeName=$3 NodeAddr=127.0.0.1 State=IDLE";;
+  *) exit 0;;
+esac
+"""
+# `ray start --block` stand-in: record, then block until the job stops it
+RAY = """#!/bin/bash
+{ echo "RAY $*"; echo "RAYENV GLOO=${GLOO_SOCKET_IFNAME:-unset} NCCL=${NCCL_SOCKET_IFNAME:-unset} HF=${HF_HUB_OFFLINE:-unset}"; } >>"$FAKE_LOG"
+exec sleep 300
+"""
+# the job's interpreter: the real one, except for the GCS poll (the node joined) and the trainer (recorded)
+PY = """#!/bin/bash
+if [[ $1 == -m && $2 == fgrpo_verl.launch.ray_nodes ]]; then echo 127.0.0.1; exit 0; fi
+if [[ $1 == -m && $2 == fgrpo_verl && $3 == train ]]; then
+    { echo "TRAIN $*"; echo "TRAINENV GLOO=${GLOO_SOCKET_IFNAME:-unset} NCCL=${NCCL_SOCKET_IFNAME:-unset}"; } >>"$FAKE_LOG"
+    exit 0
+fi
+exec %s "$@"
+"""
+
+
+def _tools(tmp_path: Path) -> Path:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, body in {"srun": SRUN, "scontrol": SCONTROL, "fakeray": RAY, "py": PY % sys.executable}.items():
+        (bin_dir / name).write_text(body)
+        (bin_dir / name).chmod(0o755)
+    return bin_dir
+
+
+def _workdir(tmp_path: Path, rows: int = 1000) -> tuple[Path, list[str]]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    work = tmp_path / "work"
+    (work / "data").mkdir(parents=True)
+    pq.write_table(pa.table({"i": pa.array(range(rows), pa.int32())}), work / "data" / "train.parquet")
+    model = work / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    (model / "model.safetensors").write_bytes(b"")
+    overrides = ["algo=grpo", "data.train_files=data/train.parquet", "data.val_files=data/train.parquet",
+                 f"actor_rollout_ref.model.path={model}", "trainer.project_name=p"]
+    return work, overrides
+
+
+def _job(tmp_path: Path, work: Path, overrides: list[str], job_id: int = 125, **env) -> tuple[subprocess.CompletedProcess, list[str]]:
+    bin_dir = tmp_path / "bin"
+    log = tmp_path / f"fake-{job_id}.log"
+    full = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", SLURM_JOB_ID=str(job_id), SLURM_JOB_NODELIST="n1",
+                SLURM_NNODES="1", FGRPO_GPUS_PER_NODE="1", FGRPO_PYTHON=str(bin_dir / "py"),
+                FGRPO_RAY_CMD=str(bin_dir / "fakeray"), FGRPO_RAY_TMPDIR=str(tmp_path), FGRPO_LOG_DIR=str(tmp_path),
+                FAKE_LOG=str(log), **env)
+    for var in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "HF_HUB_OFFLINE", "FGRPO_RAY_PORT_BASE", "WANDB_MODE"):
+        if var not in env:
+            full.pop(var, None)
+    done = subprocess.run(["bash", str(REPO / "slurm" / "train.sbatch"), *overrides], cwd=work, env=full,
+                          capture_output=True, text=True, timeout=300)
+    return done, (log.read_text().splitlines() if log.exists() else [])
+
+
+def _listen(port: int) -> socket.socket:
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
+    sock.listen()
+    return sock
+
+
+def _flag(words: list[str], name: str) -> int:
+    return int(next(w for w in words if w.startswith(f"--{name}=")).split("=", 1)[1])
+
+
+def test_plain_job_saves_per_epoch_sets_the_interface_runs_offline_and_moves_off_a_taken_port_block(tmp_path):
+    _tools(tmp_path)
+    work, overrides = _workdir(tmp_path, rows=1000)
+    # another job (id 5 = 125 - 120) holds the port block that job 125 derives, and the block after it holds a
+    # node port of this job's head
+    held = [_listen(20500), _listen(20610)]
+    try:
+        done, log = _job(tmp_path, work, [*overrides, "actor_rollout_ref.rollout.tensor_model_parallel_size=1"])
+    finally:
+        for sock in held:
+            sock.close()
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    train = next(line for line in log if line.startswith("TRAIN ")).split()
+    # one checkpoint per epoch: 1000 rows // 256 prompts per step = 3 steps (verl's -1 would never save)
+    assert "trainer.save_freq=3" in train
+    # the driver and the Ray node use the interface of the node's Ray address (127.0.0.1: lo), and the job is offline
+    assert "TRAINENV GLOO=lo NCCL=lo" in log
+    assert "RAYENV GLOO=lo NCCL=lo HF=1" in log
+    ray = next(line for line in log if line.startswith("RAY ")).split()
+    gcs = _flag(ray, "port")
+    assert gcs != 20500 and gcs % 100 == 0 and 20000 <= gcs < 32000
+    assert (_flag(ray, "ray-client-server-port"), _flag(ray, "dashboard-port")) == (gcs + 1, gcs + 2)
+    node_ports = [_flag(ray, name) for name in ("node-manager-port", "object-manager-port", "metrics-export-port",
+                                                "dashboard-agent-listen-port", "dashboard-agent-grpc-port",
+                                                "runtime-env-agent-port")]
+    assert len(set(node_ports)) == 6 and 20610 not in node_ports and gcs not in node_ports
+    # the head's address reached verl's driver
+    assert f"+ray_kwargs.ray_init._node_ip_address=127.0.0.1" in train
+
+
+def test_a_save_freq_of_the_run_and_an_interface_of_the_site_are_kept(tmp_path):
+    _tools(tmp_path)
+    work, overrides = _workdir(tmp_path)
+    done, log = _job(tmp_path, work, [*overrides, "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+                                      "trainer.save_freq=7"], NCCL_SOCKET_IFNAME="ib0", HF_HUB_OFFLINE="0")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    train = next(line for line in log if line.startswith("TRAIN ")).split()
+    assert [w for w in train if w.startswith("trainer.save_freq=")] == ["trainer.save_freq=7"]
+    assert "RAYENV GLOO=lo NCCL=ib0 HF=0" in log and "TRAINENV GLOO=lo NCCL=ib0" in log
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        # verl's default TP 2 on the job's one GPU: verl's init_model would assert, minutes into the job
+        ([], "error: actor_rollout_ref.rollout.tensor_model_parallel_size=2: a rollout replica spans"),
+        (["actor_rollout_ref.rollout.tensor_model_parallel_size=1", "actor_rollout_ref.model.path=/nowhere"],
+         "error: actor_rollout_ref.model.path=/nowhere: does not exist here"),
+    ],
+)
+def test_the_plain_job_stops_before_ray_when_the_preflight_refuses(tmp_path, extra, message):
+    _tools(tmp_path)
+    work, overrides = _workdir(tmp_path)
+    done, log = _job(tmp_path, work, [*overrides, *extra])
+    assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-3000:]
+    assert f"fgrpo jobenv: {message}" in done.stderr
+    assert not [line for line in log if line.startswith(("RAY ", "TRAIN "))]
+    assert "fgrpo-ray" not in done.stdout + done.stderr
+
+
+def test_the_interface_of_an_address_and_a_missing_one(capsys):
+    from fgrpo_verl.launch import node_net
+
+    assert node_net.interface_of("127.0.0.1") == "lo"
+    assert node_net.interface_env("127.0.0.1", environ={}) == {"GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo"}
+    # 192.0.2.0/24 is reserved for documentation: no host has it
+    assert node_net.main(["ifname", "192.0.2.7"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fgrpo node_net: error: no network interface of this host holds 192.0.2.7") and \
+        err.count("\n") == 1
