@@ -103,11 +103,13 @@ def _flag(words: list[str], name: str) -> int:
     return int(next(w for w in words if w.startswith(f"--{name}=")).split("=", 1)[1])
 
 
-def test_plain_job_saves_per_epoch_sets_the_interface_runs_offline_and_moves_off_a_taken_port_block(tmp_path):
+@pytest.fixture(scope="module")
+def plain_job(tmp_path_factory):
+    """One plain job (id 125) while another job (id 5 = 125 - 120) holds the port block that 125 derives, and the
+    block after it holds a node port of this job's head."""
+    tmp_path = tmp_path_factory.mktemp("plain_job")
     _tools(tmp_path)
     work, overrides = _workdir(tmp_path, rows=1000)
-    # another job (id 5 = 125 - 120) holds the port block that job 125 derives, and the block after it holds a
-    # node port of this job's head
     held = [_listen(20500), _listen(20610)]
     try:
         done, log = _job(tmp_path, work, [*overrides, "actor_rollout_ref.rollout.tensor_model_parallel_size=1"])
@@ -116,12 +118,31 @@ def test_plain_job_saves_per_epoch_sets_the_interface_runs_offline_and_moves_off
             sock.close()
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     train = next(line for line in log if line.startswith("TRAIN ")).split()
-    # one checkpoint per epoch: 1000 rows // 256 prompts per step = 3 steps (verl's -1 would never save)
-    assert "trainer.save_freq=3" in train
-    # the driver and the Ray node use the interface of the node's Ray address (127.0.0.1: lo), and the job is offline
-    assert "TRAINENV GLOO=lo NCCL=lo" in log
-    assert "RAYENV GLOO=lo NCCL=lo HF=1" in log
     ray = next(line for line in log if line.startswith("RAY ")).split()
+    return log, train, ray
+
+
+def test_the_plain_job_saves_once_per_epoch(plain_job):
+    _, train, _ = plain_job
+    # 1000 rows // 256 prompts per step = 3 steps per epoch (verl's -1 would never save: a requeue restarts)
+    assert "trainer.save_freq=3" in train
+
+
+def test_ray_and_the_driver_use_the_interface_of_the_ray_address(plain_job):
+    log, train, _ = plain_job
+    # the node's Ray address is 127.0.0.1 (its Slurm NodeAddr), the interface holding it lo
+    assert "RAYENV GLOO=lo NCCL=lo" in " ".join(line for line in log if line.startswith("RAYENV"))
+    assert "TRAINENV GLOO=lo NCCL=lo" in log
+    assert "+ray_kwargs.ray_init._node_ip_address=127.0.0.1" in train
+
+
+def test_jobs_read_models_offline(plain_job):
+    log, _, _ = plain_job
+    assert any(line.startswith("RAYENV ") and line.endswith(" HF=1") for line in log), log
+
+
+def test_a_port_block_another_job_holds_moves_the_job_to_a_free_one(plain_job):
+    _, _, ray = plain_job
     gcs = _flag(ray, "port")
     assert gcs != 20500 and gcs % 100 == 0 and 20000 <= gcs < 32000
     assert (_flag(ray, "ray-client-server-port"), _flag(ray, "dashboard-port")) == (gcs + 1, gcs + 2)
@@ -129,8 +150,6 @@ def test_plain_job_saves_per_epoch_sets_the_interface_runs_offline_and_moves_off
                                                 "dashboard-agent-listen-port", "dashboard-agent-grpc-port",
                                                 "runtime-env-agent-port")]
     assert len(set(node_ports)) == 6 and 20610 not in node_ports and gcs not in node_ports
-    # the head's address reached verl's driver
-    assert f"+ray_kwargs.ray_init._node_ip_address=127.0.0.1" in train
 
 
 def test_a_save_freq_of_the_run_and_an_interface_of_the_site_are_kept(tmp_path):
