@@ -186,9 +186,19 @@ def test_the_interface_of_an_address_and_a_missing_one(capsys):
     from fgrpo_verl.launch import node_net
 
     assert node_net.interface_of("127.0.0.1") == "lo"
+    # an address of loopback's network that the interface does not list (the test Slurm cluster's nodes)
+    assert node_net.interface_of("127.0.0.3") == "lo"
     assert node_net.interface_env("127.0.0.1", environ={}) == {"GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo"}
-    # 192.0.2.0/24 is reserved for documentation: no host has it
-    assert node_net.main(["ifname", "192.0.2.7"]) == 2
+    # an address of the documentation networks (RFC 5737) that no interface of this machine is on
+    import ipaddress
+
+    import psutil
+
+    nets = [ipaddress.ip_network(f"{a.address}/{a.netmask}", strict=False) for addrs in psutil.net_if_addrs().values()
+            for a in addrs if a.family == socket.AF_INET and a.netmask]
+    absent = next(ip for ip in ("198.51.100.7", "203.0.113.7", "192.0.2.7")
+                  if not any(ipaddress.ip_address(ip) in net for net in nets))
+    assert node_net.main(["ifname", absent]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("fgrpo node_net: error: no network interface of this host holds 192.0.2.7") and \
+    assert err.startswith(f"fgrpo node_net: error: no network interface of this host holds {absent}") and \
         err.count("\n") == 1

@@ -99,13 +99,17 @@ def test_one_slot_per_storage_unit_below_the_bound_fails_in_verl_and_in_the_pref
     # per-unit capacity ceil(total / units) one below ceil(live / units)
     total = units * (-(-live // units) - 1)
     overrides = [*reh.overrides, f"{key}.total_storage_size={total}"]
-    with recipe_environment(reh.env), pytest.raises(preflight.PreflightError,
-                                                    match=r"^data\.val_batch_size=1: validation puts"):
+    with recipe_environment(reh.env), pytest.raises(preflight.PreflightError) as err:
         preflight.run(compose(overrides), root)
+    assert str(err.value) == (f"{key}.total_storage_size={total}: a step holds {live} samples in TransferQueue "
+                              f"({units} unit(s) of {total // units}), more than it stores ('Storage capacity "
+                              f"exceeded'); raise it to {live} or more")
     below = type(reh)(reh.recipe, reh.run, overrides, reh.env, reh.cluster)
     result = _train(below, root / "below")
     assert result["rc"] != 0, "verl accepted a TransferQueue below the preflight's bound"
     assert "Storage capacity exceeded" in result["log"], result["log"][-4000:]
+    # in the step's validation, while the step's training batch is still held: the training batch alone fit
+    assert "in _validate" in result["log"], result["log"][-4000:]
 
 
 def test_llm_recipe_shape_starts_on_two_gpus_with_two_replicas(tmp_path):

@@ -81,11 +81,19 @@ def node_ports(base: int, index: int) -> list[int]:
 
 
 def interface_of(ip: str) -> str:
-    """The name of the network interface that holds IPv4 address ``ip`` on this host."""
+    """The name of the network interface that holds IPv4 address ``ip`` on this host: the one with that address,
+    else the one whose network contains it (loopback's 127.0.0.0/8 holds 127.0.0.2 without listing it)."""
+    import ipaddress
+
     import psutil
 
-    for name, addresses in psutil.net_if_addrs().items():
-        if any(a.family == socket.AF_INET and a.address == ip for a in addresses):
+    wanted = ipaddress.ip_address(ip)
+    interfaces = [(name, a) for name, addrs in psutil.net_if_addrs().items() for a in addrs if a.family == socket.AF_INET]
+    for name, a in interfaces:
+        if a.address == ip:
+            return name
+    for name, a in interfaces:
+        if a.netmask and wanted in ipaddress.ip_network(f"{a.address}/{a.netmask}", strict=False):
             return name
     raise ValueError(f"no network interface of this host holds {ip} (the node's Slurm NodeAddr): check "
                      "`scontrol show node` against `ip addr` on the node")

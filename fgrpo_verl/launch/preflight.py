@@ -227,7 +227,7 @@ class _Checks:
             return
         per_gpu = mini // dp
         micro = self.actor.ppo_micro_batch_size_per_gpu
-        updates = None
+        micro_batches = None
         if micro is not None and not _splits(per_gpu, int(micro)):
             self.refuse(
                 "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", micro,
@@ -236,7 +236,7 @@ class _Checks:
                 f"use a divisor of {per_gpu}, e.g. {_largest_divisor(per_gpu, int(micro))}",
             )
         elif micro is not None:
-            updates = per_gpu // int(micro)
+            micro_batches = per_gpu // int(micro)
         rows = padded // dp
         for section in ("rollout", "ref"):
             key = f"actor_rollout_ref.{section}.log_prob_micro_batch_size_per_gpu"
@@ -249,8 +249,8 @@ class _Checks:
                             f"use a divisor of {rows}, e.g. {_largest_divisor(rows, int(value))}")
         if padded != int(self.config.data.train_batch_size) * n:
             self.notes.append(f"verl pads each training batch to {padded} samples (a multiple of lcm(dp, mini x n))")
-        if updates is not None:
-            self.notes.append(f"{padded} samples per step, {updates} micro-batch(es) of {micro} per GPU per update")
+        if micro_batches is not None:
+            self.notes.append(f"{padded} samples per step, {micro_batches} micro-batch(es) of {micro} per GPU per update")
 
     # ------------------------------------------------------------------ TransferQueue
     def check_storage(self) -> None:
@@ -336,14 +336,13 @@ class _Checks:
             )
         training = est.states + est.activations + (est.vllm if not bool(self.rollout.free_cache_engine) else 0.0)
         if training > capacity:
-            key = "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"
-            value = self.actor.ppo_micro_batch_size_per_gpu
-            fix = (f"lower {key}, or ppo_micro_batch_size_per_gpu and log_prob_micro_batch_size_per_gpu"
-                   if est.activations >= est.states else
-                   "use more GPUs (trainer.nnodes / trainer.n_gpus_per_node) or set "
-                   "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true")
-            if est.activations < est.states:
+            if est.activations >= est.states:  # the micro-batch is the larger term
+                key, value = "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", self.actor.ppo_micro_batch_size_per_gpu
+                fix = "lower it (and rollout.log_prob_micro_batch_size_per_gpu), or shorten the sequences"
+            else:
                 key, value = "trainer.n_gpus_per_node", self.config.trainer.n_gpus_per_node
+                fix = ("use more GPUs (trainer.nnodes / trainer.n_gpus_per_node) or set "
+                       "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true")
             self.refuse(key, value,
                         f"a training step needs at least {_gib(training)} GiB per GPU ({tag}, "
                         f"{_gib(est.activations)} GiB for one micro-batch of {self.length}-token sequences) > "
@@ -356,7 +355,8 @@ class _Checks:
                     "actor_rollout_ref.rollout.gpu_memory_utilization", util,
                     f"vLLM's KV cache ({_gib(max(est.kv_cache, 0.0))} GiB after {_gib(est.vllm_weights)} GiB of weights) "
                     f"holds fewer than max_model_len={mml} tokens (vLLM refuses to start)",
-                    f"set actor_rollout_ref.rollout.max_model_len={self.length}, or raise it, or raise TP above {tp}",
+                    f"set actor_rollout_ref.rollout.max_model_len={self.length} (prompt + response), raise "
+                    f"gpu_memory_utilization, or raise TP above {tp}",
                 )
             at_once = int(max(est.kv_cache, 0.0) // (est.kv_per_token * self.length))
             self.notes.append(
