@@ -119,13 +119,21 @@ def _preflight(recipe: str, only: list[str] | None, overrides: list[str]) -> tup
 
 
 def run(args: argparse.Namespace) -> int:
+    from fgrpo_verl.cli.launch import split_only
+
+    try:
+        # `--only a b x=1`: run names a, b and the override x=1, as for `launch`
+        only, overrides = split_only(args.only, args.overrides)
+    except ValueError as exc:
+        print(f"fgrpo-verl doctor: error: {exc}", file=sys.stderr)
+        return 2
     checks: list[tuple[str, Callable[[], str]]] = [
         ("versions", _versions),
         ("registry (driver)", _registry_driver),
-        ("config composes + verl validate_config", _compose(args.overrides)),
+        ("config composes + verl validate_config", _compose(overrides)),
     ]
     if args.recipe is not None:
-        checks.append(_preflight(args.recipe, args.only, args.overrides))
+        checks.append(_preflight(args.recipe, only, overrides))
     if not args.no_ray:
         checks.append(("registry (Ray actor)", registry_in_ray_actor))
     failures = 0
