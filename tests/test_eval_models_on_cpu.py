@@ -162,7 +162,7 @@ def test_vllm_gets_token_ids_and_one_seeded_request_per_sample_block(tiny, tmp_p
     fake = write_fake_vllm(tmp_path / "fake")
     monkeypatch.syspath_prepend(str(fake))
     monkeypatch.setenv("FAKE_VLLM_LOG", str(tmp_path / "calls.jsonl"))
-    for name in ("vllm", "vllm.inputs"):
+    for name in ("vllm", "vllm.inputs", "vllm.platforms"):
         monkeypatch.delitem(sys.modules, name, raising=False)
     bench = tmp_path / "b.jsonl"
     bench.write_text("".join(json.dumps({"id": i, "problem": f"q{i}", "answer": str(i)}) + "\n" for i in range(3)))
@@ -170,7 +170,7 @@ def test_vllm_gets_token_ids_and_one_seeded_request_per_sample_block(tiny, tmp_p
     rc = main(["eval", "--model", f"m={tiny[0]}", "--bench", f"B={bench}", "--n", "6", "--samples-per-request", "4",
                "--max-new-tokens", "16", "--seed", "7", "--vllm-engine-args", '{"enforce_eager": true}',
                "--problems-per-call", "2", "--scorer", "boxed", "--out", str(out), "--no-plots"])
-    for name in ("vllm", "vllm.inputs"):
+    for name in ("vllm", "vllm.inputs", "vllm.platforms"):
         sys.modules.pop(name, None)
     assert rc == 0
     calls = [json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines()]

@@ -40,7 +40,7 @@ def full(setup, tmp_path_factory):
         assert main(_args(setup, out)) == 0
     finally:
         sys.path.remove(str(setup[1]))
-        for name in ("vllm", "vllm.inputs", "fake_scorers"):
+        for name in ("vllm", "vllm.inputs", "vllm.platforms", "fake_scorers"):
             sys.modules.pop(name, None)
     return out
 
@@ -57,7 +57,7 @@ def _args(setup, out, *extra):
 def fake_vllm(setup, monkeypatch):
     monkeypatch.syspath_prepend(str(setup[1]))
     yield
-    for name in ("vllm", "vllm.inputs", "fake_scorers"):
+    for name in ("vllm", "vllm.inputs", "vllm.platforms", "fake_scorers"):
         sys.modules.pop(name, None)
 
 

@@ -124,8 +124,9 @@ def plain_job(tmp_path_factory):
 
 def test_the_plain_job_saves_once_per_epoch(plain_job):
     _, train, _ = plain_job
-    # 1000 rows // 256 prompts per step = 3 steps per epoch (verl's -1 would never save: a requeue restarts)
-    assert "trainer.save_freq=3" in train
+    # verl's default save_freq -1 would never save (a requeue restarts at step 0): a checkpoint each epoch, as
+    # launch does for save_per_epoch recipes (the trainer sets save_freq to verl's steps per epoch)
+    assert "+trainer.save_per_epoch=true" in train and not [w for w in train if w.startswith("trainer.save_freq=")]
 
 
 def test_ray_and_the_driver_use_the_interface_of_the_ray_address(plain_job):
@@ -160,6 +161,7 @@ def test_a_save_freq_of_the_run_and_an_interface_of_the_site_are_kept(tmp_path):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     train = next(line for line in log if line.startswith("TRAIN ")).split()
     assert [w for w in train if w.startswith("trainer.save_freq=")] == ["trainer.save_freq=7"]
+    assert "+trainer.save_per_epoch=true" not in train
     assert "RAYENV GLOO=lo NCCL=ib0 HF=0" in log and "TRAINENV GLOO=lo NCCL=ib0" in log
 
 

@@ -561,7 +561,8 @@ def test_a_plain_relaunch_after_a_submitted_fresh_run_resumes_the_fresh_run(tmp_
     _fake_slurm(tmp_path, monkeypatch)
 
     def plan(**kw):
-        return plan_jobs("controls", ["grpo-kl"], [], tmp_path / "logs", tmp_path, **kw)[1][0]
+        # training only: the recipe's evaluation needs benchmark files this test has no use for
+        return plan_jobs("controls", ["grpo-kl"], [], tmp_path / "logs", tmp_path, evaluation=False, **kw)[1][0]
 
     old = plan()
     fresh = plan(fresh="20260101T000000")
@@ -618,7 +619,7 @@ def test_a_submitted_run_keeps_its_wandb_run_id_on_every_relaunch(tmp_path, monk
 
     def plan(workdir, **kw):
         workdir.mkdir(exist_ok=True)
-        return plan_jobs("controls", ["grpo-kl"], shared, workdir / "logs", workdir, **kw)[1][0]
+        return plan_jobs("controls", ["grpo-kl"], shared, workdir / "logs", workdir, evaluation=False, **kw)[1][0]
 
     def run_id(job):
         found = re.findall(r"^export WANDB_RUN_ID=(\S+)$", job.text, re.M)
@@ -674,13 +675,12 @@ def test_plain_sbatch_path_keeps_the_wandb_run_id_its_run_started_with(tmp_path,
     from fgrpo_verl.launch import jobenv
 
     data = [f"data.train_files={tmp_path}/shared/train.parquet", f"data.val_files={tmp_path}/shared/val.parquet"]
-    # a job start needs its model files (the preflight) and saves every save_freq steps (without it, once per
-    # epoch of data that this test does not build)
+    # a job start needs its model files (the launcher's preflight)
     model = tmp_path / "shared" / "model"
     model.mkdir(parents=True)
     (model / "config.json").write_text("{}")
     (model / "model.safetensors").write_bytes(b"")
-    data += [f"actor_rollout_ref.model.path={model}", "trainer.save_freq=10"]
+    data += [f"actor_rollout_ref.model.path={model}"]
 
     def exports():
         assert jobenv.main(["algo=grpo", "trainer.project_name=p", *data]) == 0
@@ -805,7 +805,7 @@ def test_status_without_the_data_here_still_knows_a_finished_run_is_done(tmp_pat
     pq.write_table(pa.table({"i": pa.array(range(2_560), pa.int32())}), train)  # 10 steps/epoch x 10 epochs
 
     def plan():
-        return plan_jobs("controls", ["grpo-kl"], [], tmp_path / "logs", tmp_path)[1][0]
+        return plan_jobs("controls", ["grpo-kl"], [], tmp_path / "logs", tmp_path, evaluation=False)[1][0]
 
     job = plan()
     assert job.total_steps == 100

@@ -17,6 +17,7 @@ COMMANDS = {
     "launch": "launch",
     "prepare-deepscaler": "prepare_deepscaler",
     "eval": "eval",
+    "report": "report",
     "rare-nll": "rare_nll",
     "wandb-env": "wandb_env",
     "demo": "demo",

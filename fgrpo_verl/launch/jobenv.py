@@ -8,18 +8,18 @@ continue. So every job exports
     WANDB_RUN_ID, WANDB_RESUME=allow, WANDB_RUN_GROUP, WANDB_TAGS    from fgrpo_verl.tracking.wandb_env (the id
                                                                      also hashes the absolute checkpoint dir)
     FGRPO_EXPERIMENT, FGRPO_CHECKPOINT_DIR                           for the job's log and the train command
-    FGRPO_SAVE_FREQ                                                  plain sbatch path: steps per epoch when the
-                                                                     run sets no trainer.save_freq
+    FGRPO_SAVE_PER_EPOCH                                             plain sbatch path: 1 when the run sets no
+                                                                     trainer.save_freq (a checkpoint each epoch)
 
 All naming, id and W&B logic lives in ``fgrpo_verl/tracking.py``; this module only reads the composed config.
 ``fgrpo-verl launch`` renders these into each job script; the plain ``sbatch slurm/train.sbatch`` path runs
 ``python -m fgrpo_verl.launch.jobenv [overrides]`` inside the job, which prints the same exports for ``eval``;
 without ``trainer.experiment_name`` among the overrides the name is tracking's ``{algo}-g{γ}-n{N}-{model}-s{seed}``
 plus ``-<config hash>`` (fgrpo_verl/launch/identity.py). It runs the launcher's preflight (fgrpo_verl/launch/
-preflight.py) on the job's allocation, and, without ``trainer.save_freq``, saves once per epoch as the launcher
-does for ``save_per_epoch`` recipes (verl's default -1 never saves: a requeue would start over). Inside a Slurm job
-it also requires the model files and the training data here, checks and writes the run record of the checkpoint
-dir (a directory of another config is refused) and refuses secret-looking overrides.
+preflight.py) on the job's allocation, and, without ``trainer.save_freq``, has the job save once per epoch as the
+launcher does for ``save_per_epoch`` recipes (verl's default -1 never saves: a requeue would start over). Inside a
+Slurm job it also requires the model files here, checks and writes the run record of the checkpoint dir (a
+directory of another config is refused) and refuses secret-looking overrides.
 API keys never pass through here: W&B reads ``WANDB_API_KEY`` / ``~/.netrc`` from the user's environment.
 """
 
@@ -77,22 +77,16 @@ def _on_allocation(config):
     return sized
 
 
-def _save_freq(config, overrides, required: bool) -> int | None:
-    """``trainer.save_freq`` for a run that sets none (verl's -1 never saves, so a requeue would restart from
-    step 0): one checkpoint per epoch, the data's rows // data.train_batch_size, as ``fgrpo-verl launch`` sets for
-    recipes with ``save_per_epoch``. None when the run sets it, or when the data is not here outside a job."""
+def _saves_per_epoch(config, overrides) -> bool:
+    """Whether the run sets no checkpoint frequency (verl's default ``trainer.save_freq`` -1 never saves, so a
+    requeue would restart at step 0): then it saves once per epoch, as ``fgrpo-verl launch`` does for
+    ``save_per_epoch`` recipes (``+trainer.save_per_epoch=true``, fgrpo_verl/launch/save_per_epoch.py)."""
     from fgrpo_verl.launch.identity import override_key
-    from fgrpo_verl.launch.steps import step_plan, train_rows
 
-    if any(override_key(o) == "trainer.save_freq" for o in overrides) or int(config.trainer.save_freq) > 0:
-        return None
-    rows = train_rows(config, Path.cwd())
-    if rows is None:
-        if required:
-            raise ValueError(f"training data {config.data.train_files} not found under {Path.cwd()}: prepare it "
-                             "first (docs/recipes.md) or submit from the directory that holds it")
-        return None
-    return step_plan(config, rows).steps_per_epoch
+    keys = {override_key(o) for o in overrides}
+    if {"trainer.save_freq", "trainer.save_per_epoch"} & keys:
+        return False
+    return int(config.trainer.save_freq) <= 0 and not bool(config.trainer.get("save_per_epoch", False))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -129,7 +123,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         # what verl's worker start-up would refuse, on the allocation this job has (launch/preflight.py)
         preflight.run(_on_allocation(config), Path.cwd(), require_model=in_job)
-        save_freq = _save_freq(config, args.overrides, required=in_job)
     except ValueError as exc:
         for line in str(exc).splitlines():
             print(f"fgrpo jobenv: error: {line}", file=sys.stderr)
@@ -153,8 +146,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"fgrpo jobenv: error: {exc}", file=sys.stderr)
         return 1
     env["FGRPO_FINGERPRINT"] = digest
-    if save_freq is not None:
-        env["FGRPO_SAVE_FREQ"] = str(save_freq)
+    if _saves_per_epoch(config, args.overrides):
+        env["FGRPO_SAVE_PER_EPOCH"] = "1"
     # for slurm/lifecycle.sh: absolute, the trainer (a Ray actor) may run in another directory or on another node
     env["FGRPO_STOP_FILE"] = str(checkpoint_dir.resolve() / ".fgrpo-stop")
     print(shell_exports(env))

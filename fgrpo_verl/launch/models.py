@@ -20,6 +20,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from fgrpo_verl.evaluation.model_presets import MODELS
+
 
 @dataclass(frozen=True)
 class Architecture:
@@ -35,12 +37,14 @@ class Architecture:
     max_position_embeddings: int
 
 
-# The published config.json values of the paper's models (F-GRPO §5.3) and their parameter counts.
-PUBLISHED = {
-    "Qwen/Qwen2.5-7B": Architecture(7.62e9, 152064, 3584, 28, 28, 4, 128, 131072),
-    "Qwen/Qwen3-4B-Base": Architecture(4.02e9, 151936, 2560, 36, 32, 8, 128, 32768),
-    "meta-llama/Llama-3.2-3B-Instruct": Architecture(3.21e9, 128256, 3072, 28, 24, 8, 128, 131072),
+# The published config.json values of the paper's models (F-GRPO §5.3): vocab, hidden, layers, heads, KV heads,
+# head size, positions; their parameter counts are the evaluation presets' (fgrpo_verl/evaluation/model_presets.py).
+_PUBLISHED_SHAPES = {
+    "Qwen/Qwen2.5-7B": (152064, 3584, 28, 28, 4, 128, 131072),
+    "Qwen/Qwen3-4B-Base": (151936, 2560, 36, 32, 8, 128, 32768),
+    "meta-llama/Llama-3.2-3B-Instruct": (128256, 3072, 28, 24, 8, 128, 131072),
 }
+PUBLISHED = {hf_id: Architecture(MODELS[hf_id].params, *shape) for hf_id, shape in _PUBLISHED_SHAPES.items()}
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 _WEIGHTS = ("*.safetensors", "pytorch_model*.bin")
 
