@@ -33,8 +33,18 @@ MAX_GPUS = 2
 LLM_RESPONSE_TOKENS = 64
 # samples per held-out prompt: verl's agent loop costs ~0.1 s per sample on 2 cores (2,048 took 224 s)
 VAL_SAMPLES = 16
-# the rollout backend of the rehearsal: hydra_configs/backend/<name>.yaml
-BACKEND = os.environ.get("FGRPO_REHEARSAL_BACKEND", "cpu")
+
+
+def _default_backend() -> str:
+    """``cpu_vllm`` (verl's vLLM rollout, the engine of the cluster runs) where that backend ships, else ``cpu``
+    (the ``hf`` rollout)."""
+    from fgrpo_verl.paths import config_dir
+
+    return "cpu_vllm" if (config_dir() / "backend" / "cpu_vllm.yaml").is_file() else "cpu"
+
+
+# the rollout backend of the rehearsal (hydra_configs/backend/<name>.yaml): one parameter, FGRPO_REHEARSAL_BACKEND
+BACKEND = os.environ.get("FGRPO_REHEARSAL_BACKEND") or _default_backend()
 
 
 @dataclass
@@ -184,10 +194,12 @@ CHATML = (
 )
 
 
-def standin_llm(out: Path, problems: list[tuple[str, str]]) -> tuple[str, dict[str, str]]:
+def standin_llm(out: Path, problems: list[tuple[str, str]], val_rows: int = 2) -> tuple[str, dict[str, str]]:
     """A stand-in chat model (byte-level Qwen2 tokenizer, ChatML template, 2 layers, hidden 64, 2 heads of 32)
     and DeepScaleR-format data prepared from ``problems`` by ``prepare-deepscaler``'s own code into
-    ``out/data/deepscaler``. Returns (model dir, the job environment: FGRPO_DATA_DIR)."""
+    ``out/data/deepscaler``; ``val_rows`` of them, as data source AIME25, are the ``validation=aime25`` file
+    (``out/benchmarks/AIME25.parquet``: the benchmark in verl's format with the training prompt). Returns (model
+    dir, the job environment: FGRPO_DATA_DIR, FGRPO_BENCH_DIR)."""
     import torch
     from tokenizers import pre_tokenizers
     from transformers import Qwen2Config, Qwen2ForCausalLM
@@ -214,6 +226,12 @@ def standin_llm(out: Path, problems: list[tuple[str, str]]) -> tuple[str, dict[s
     source = out / "deepscaler.jsonl"
     source.write_text("".join(json.dumps({"problem": p, "answer": a}) + "\n" for p, a in problems))
     prepare_files([str(source)], str(model_dir), str(out / "data" / "deepscaler"))
-    return str(model_dir), {"FGRPO_DATA_DIR": str(out / "data")}
+    import pandas as pd
+
+    val = pd.read_parquet(out / "data" / "deepscaler" / "val.parquet").head(val_rows)
+    val["data_source"] = "AIME25"
+    (out / "benchmarks").mkdir(parents=True, exist_ok=True)
+    val.to_parquet(out / "benchmarks" / "AIME25.parquet")
+    return str(model_dir), {"FGRPO_DATA_DIR": str(out / "data"), "FGRPO_BENCH_DIR": str(out / "benchmarks")}
 
 

@@ -61,12 +61,12 @@ def _check_preflight(reh, workdir: Path) -> str:
 def maze(tmp_path_factory):
     root = tmp_path_factory.mktemp("rehearsal_maze")
     env = standin_maze(root / "maze", n_train=4, n_val=2)
-    reh = rehearsal(*MAZE_RUN, root, None, env)
-    return root, reh
+    return root, env
 
 
 def test_maze_recipe_starts_trains_and_validates_at_the_storage_bound(maze):
-    root, reh = maze
+    root, env = maze
+    reh = rehearsal(*MAZE_RUN, root, None, env)
     print(f"\n[rehearsal] backend={BACKEND} maze kept {reh.kept}\n[rehearsal] scaled {reh.scaled}")
     print(f"[rehearsal] {_check_preflight(reh, root)}")
     result = _train(reh, root / "run", f"trainer.rollout_data_dir={root / 'rollouts'}",
@@ -92,7 +92,9 @@ def test_one_slot_per_storage_unit_below_the_bound_fails_in_verl_and_in_the_pref
     from fgrpo_verl.compose import compose
     from fgrpo_verl.launch import preflight
 
-    root, reh = maze
+    root, env = maze
+    # TransferQueue does not depend on the rollout engine: the hf rollout's faster start does
+    reh = rehearsal(*MAZE_RUN, root / "below_bound", None, env, backend="cpu")
     key = "transfer_queue.backend.SimpleStorage"
     units = reh.kept[f"{key}.num_data_storage_units"]
     live = reh.scaled[f"{key}.total_storage_size"][1]
@@ -112,14 +114,16 @@ def test_one_slot_per_storage_unit_below_the_bound_fails_in_verl_and_in_the_pref
     assert "in _validate" in result["log"], result["log"][-4000:]
 
 
-def test_llm_recipe_shape_starts_on_two_gpus_with_two_replicas(tmp_path):
+def test_llm_recipe_shape_starts_on_two_gpus_with_two_replicas_and_validates(tmp_path):
     model, env = standin_llm(tmp_path / "llm", PROBLEMS)
     reh = rehearsal(*LLM_RUN, tmp_path, model, env)
-    print(f"\n[rehearsal] backend={BACKEND} llm kept {reh.kept}\n[rehearsal] scaled {reh.scaled}")
-    print(f"[rehearsal] {_check_preflight(reh, tmp_path)}")
-    assert "2 rollout replica(s) of TP 1" in _check_preflight(reh, tmp_path)
+    summary = _check_preflight(reh, tmp_path)
+    print(f"\n[rehearsal] backend={BACKEND} llm kept {reh.kept}\n[rehearsal] scaled {reh.scaled}\n[rehearsal] {summary}")
+    assert "2 rollout replica(s) of TP 1" in summary
     result = _train(reh, tmp_path / "run")
     _assert_ok(result)
     step = _metrics(tmp_path / "run")[1]
     assert step["training/global_step"] == 1
     assert step["critic/score/mean"] >= 0
+    # validation=aime25 (this run's App. P curves): pass@k up to the scaled val_kwargs.n on the AIME25 file
+    assert any(k.startswith("val-core/AIME25/") and k.endswith("pass@16") for k in step), sorted(step)
