@@ -2,8 +2,8 @@
 machine's CPUs with the config the cluster job would run, scaled only where the machine forces it.
 
 :func:`rehearsal` composes the run as ``fgrpo-verl launch`` does (``cluster``), then again with the rollout
-backend of this machine (``backend=cpu``: the ``hf`` rollout; ``backend=cpu_vllm``: verl's vLLM rollout on CPU,
-where it exists) and
+backend of this machine (:data:`BACKEND`: ``cpu_vllm``, verl's vLLM rollout on vLLM's CPU build, where it ships;
+``cpu``, the ``hf`` rollout, with FGRPO_REHEARSAL_BACKEND=cpu) and
 
 kept from the cluster config (re-set after the backend, which would change them):
     rollout tensor / data / pipeline parallel sizes (so the replica layout), rollout.n, updates per step
@@ -13,8 +13,8 @@ kept from the cluster config (re-set after the backend, which would change them)
     are applied unchanged), the data format and, for the maze, the data lengths and paths
 scaled down (docs/slurm.md "Rehearsal"):
     GPUs: W -> min(W, 2) logical GPUs on one node (the parallel sizes must divide it);
-    prompts per step: the fewest that keep the above; validation: 2 held-out prompts, 1 per batch, 16
-    samples each (val_kwargs.n; verl's agent loop takes ~0.1 s per sample here);
+    prompts per step: the fewest that keep the above; validation: 2 held-out prompts (1 per batch where the
+    recipe batches validation), 16 samples each (val_kwargs.n; verl's agent loop takes ~0.1 s per sample here);
     TransferQueue's total_storage_size: the preflight's bound for the scaled run (the tightest it accepts);
     the model: a stand-in of the same family and tokenizer kind; LLM responses: 64 tokens;
     one training step, validated after it (val_before_train off: once, when TransferQueue is fullest);

@@ -27,7 +27,8 @@ from pathlib import Path
 import pytest
 from fgrpo_verl.launch import recipe_environment
 from rehearsal import BACKEND, rehearsal, standin_llm, standin_maze
-from test_cpu_backend_e2e_on_cpu import _metrics, _run_train
+from verl_runs import metrics as _metrics
+from verl_runs import run_train
 
 pytestmark = pytest.mark.e2e
 
@@ -37,11 +38,9 @@ PROBLEMS = [(f"What is {a} + {b} ?", str(a + b)) for a in range(1, 5) for b in r
 
 
 def _train(reh, run_dir: Path, *extra: str) -> dict:
-    with recipe_environment(reh.env):
-        result = _run_train([*reh.overrides, *extra, f"trainer.experiment_name={run_dir.name}"], run_dir)
-    print(f"[rehearsal] {reh.recipe} {reh.run}: wall {result['wall_s']:.0f} s, peak PSS "
-          f"{result['peak_pss'] / 2**30:.2f} GiB")
-    return result
+    """The rehearsal's verl run (wall time and peak memory printed with ``pytest -s``)."""
+    return run_train([*reh.overrides, *extra, f"trainer.experiment_name={run_dir.name}"], run_dir, env=reh.env,
+                     label=f"rehearsal {reh.recipe} {reh.run} ({reh.overrides[0]})")
 
 
 def _assert_ok(result: dict) -> None:
