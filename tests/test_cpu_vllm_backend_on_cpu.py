@@ -181,11 +181,12 @@ def test_a_silent_engine_ends_the_sync_after_the_timeout():
 
 @pytest.mark.parametrize("raw", ["0", "-5", "abc", "inf", "nan"])
 def test_a_bad_timeout_is_named(monkeypatch, raw):
-    from fgrpo_verl.backends.cpu_vllm import weight_sync
+    # vllm_cpu_engine imports nothing: importing the backend package itself would register it in pytest's process
+    from fgrpo_verl.backends import vllm_cpu_engine
 
-    monkeypatch.setenv(weight_sync.TIMEOUT_ENV, raw)
+    monkeypatch.setenv(vllm_cpu_engine.WEIGHT_SYNC_TIMEOUT_ENV, raw)
     with pytest.raises(ValueError, match=rf"FGRPO_VLLM_WEIGHT_SYNC_TIMEOUT_S must be a positive number of seconds, got '{raw}'"):
-        weight_sync.timeout_s()
+        vllm_cpu_engine.weight_sync_timeout_s()
 
 
 # ---------------------------------------------------------------- the config group

@@ -32,6 +32,10 @@ from __future__ import annotations
 import os
 
 KV_CACHE_BYTES = 256 * 2**20
+# seconds verl's weight sender waits for the engine's reply to one bucket (backend=cpu_vllm); loading one bucket
+# takes well under a second on CPU, so only a dead engine process waits this long
+WEIGHT_SYNC_TIMEOUT_ENV = "FGRPO_VLLM_WEIGHT_SYNC_TIMEOUT_S"
+DEFAULT_WEIGHT_SYNC_TIMEOUT_S = 600.0
 
 ENGINE_ARGS = {"dtype": "float32", "enforce_eager": True, "enable_chunked_prefill": False,
                "kv_cache_memory_bytes": KV_CACHE_BYTES}
@@ -58,3 +62,18 @@ def export_engine_env() -> None:
     worker processes inherit it. Call before the engine is created."""
     for key, value in ENGINE_ENV.items():
         os.environ.setdefault(key, value)
+
+
+def weight_sync_timeout_s() -> float:
+    """``$FGRPO_VLLM_WEIGHT_SYNC_TIMEOUT_S`` (a positive number of seconds), else
+    :data:`DEFAULT_WEIGHT_SYNC_TIMEOUT_S`."""
+    raw = os.environ.get(WEIGHT_SYNC_TIMEOUT_ENV, "")
+    if not raw.strip():
+        return DEFAULT_WEIGHT_SYNC_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise ValueError(f"{WEIGHT_SYNC_TIMEOUT_ENV} must be a positive number of seconds, got {raw!r}")
+    return value

@@ -23,8 +23,8 @@ on each bucket, then ``process_weights_after_loading`` once. Two things break on
 3. **A failed load hangs the run.** verl's sender waits for the engine's reply to each bucket without a timeout;
    when loading raises in vLLM's worker, the reply never comes and the trainer waits forever. Here the
    receiver answers the bucket with the error instead, the sender raises it (naming the engine's exception), and a
-   sender that hears nothing for ``$FGRPO_VLLM_WEIGHT_SYNC_TIMEOUT_S`` seconds (default
-   :data:`DEFAULT_TIMEOUT_S`: a dead engine process) raises a ``TimeoutError``.
+   sender that hears nothing for ``$FGRPO_VLLM_WEIGHT_SYNC_TIMEOUT_S`` seconds
+   (``vllm_cpu_engine.weight_sync_timeout_s``: a dead engine process) raises a ``TimeoutError``.
 
 LoRA, quantised models and delta (``verl_delta_ipc``) updates keep verl's path untouched: none of them is
 exercised on CPU, and the first two bring their own reload logic.
@@ -38,14 +38,12 @@ import logging
 import os
 
 from fgrpo_verl.backends.import_hooks import when_imported
+from fgrpo_verl.backends.vllm_cpu_engine import WEIGHT_SYNC_TIMEOUT_ENV, weight_sync_timeout_s
 
 VERL_VLLM_UTILS = "verl.workers.rollout.vllm_rollout.utils"
 VERL_BUCKETS = "verl.workers.rollout.vllm_rollout.bucketed_weight_transfer"
 VLLM_LOADER_UTILS = "vllm.model_executor.model_loader.utils"
 VLLM_LAYERWISE = "vllm.model_executor.model_loader.reload.layerwise"
-TIMEOUT_ENV = "FGRPO_VLLM_WEIGHT_SYNC_TIMEOUT_S"
-# seconds a sender waits for the engine's reply to one bucket; loading a bucket takes well under a second on CPU
-DEFAULT_TIMEOUT_S = 600.0
 # the receiver's reply to a bucket it could not load: this prefix, then the error
 ERROR_REPLY = b"fgrpo-weight-sync-error:"
 
@@ -133,20 +131,6 @@ def _patch(module) -> None:
         extension.update_weights_from_ipc = _wrap(extension.update_weights_from_ipc)
 
 
-def timeout_s() -> float:
-    """The sender's wait for one reply, from ``$FGRPO_VLLM_WEIGHT_SYNC_TIMEOUT_S`` (a positive number)."""
-    raw = os.environ.get(TIMEOUT_ENV, "")
-    if not raw.strip():
-        return DEFAULT_TIMEOUT_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = float("nan")
-    if not value > 0 or value == float("inf"):
-        raise ValueError(f"{TIMEOUT_ENV} must be a positive number of seconds, got {raw!r}")
-    return value
-
-
 class _CheckedReplies:
     """verl's REQ socket with a bounded wait, that raises the engine's error when a reply carries one."""
 
@@ -161,7 +145,7 @@ class _CheckedReplies:
         except zmq.Again:
             raise TimeoutError(
                 f"the vLLM engine did not answer a weight bucket within {self._timeout:g} s (its worker process "
-                f"died or hangs; see the vLLMHttpServer lines of the log); {TIMEOUT_ENV} sets this wait") from None
+                f"died or hangs; see the vLLMHttpServer lines of the log); {WEIGHT_SYNC_TIMEOUT_ENV} sets this wait") from None
         if reply.startswith(ERROR_REPLY):
             raise RuntimeError("the vLLM engine failed to load the actor's weights: "
                                + reply[len(ERROR_REPLY):].decode(errors="replace"))
@@ -182,7 +166,7 @@ def _patch_sender(module) -> None:
         import zmq
 
         init_socket(self)
-        timeout = timeout_s()
+        timeout = weight_sync_timeout_s()
         self.socket.setsockopt(zmq.RCVTIMEO, max(1, int(timeout * 1000)))
         self.socket = _CheckedReplies(self.socket, timeout)
 
