@@ -228,9 +228,6 @@ def test_replicas_and_verls_rollout_config_checks(tmp_path):
                         "actor_rollout_ref.rollout.pipeline_model_parallel_size=2"], tmp_path)
     assert line.startswith("actor_rollout_ref.rollout.name=vllm: verl's RolloutConfig refuses the rollout settings: "
                            "Current rollout self.name='vllm' not implemented pipeline_model_parallel_size > 1 yet.")
-    # vLLM's scheduler: max_num_batched_tokens >= max_num_seqs
-    (line,) = _refused([*_maze(), "actor_rollout_ref.rollout.max_num_batched_tokens=8192"], tmp_path)
-    assert line.startswith("actor_rollout_ref.rollout.max_num_batched_tokens=8192: ")
 
 
 def test_the_replica_layout_rule_is_verls_rollout_replica(tmp_path):
@@ -241,6 +238,33 @@ def test_the_replica_layout_rule_is_verls_rollout_replica(tmp_path):
                      "actor_rollout_ref.rollout.data_parallel_size=3"], tmp_path)[0]
     assert line.startswith("actor_rollout_ref.rollout.tensor_model_parallel_size=4: verl's RolloutReplica refuses "
                            "the replica layout: world_size 12 must be divisible by gpus_per_node 8")
+
+
+def test_the_scheduler_rule_is_vllms(tmp_path):
+    """vLLM's own SchedulerConfig (vLLM's CPU build, the Makefile installs it) on the maze's engine settings, in a
+    subprocess (importing vLLM here would leave it imported for later tests): it refuses fewer tokens per step than
+    sequences, as the preflight does, and takes the recipe's 65,536 for 32,768 sequences."""
+    pytest.importorskip("vllm", reason="vLLM's CPU build is not installed (make venv installs it)")
+    code = (
+        "import sys\n"
+        "from vllm.config import SchedulerConfig\n"
+        "for tokens in (8192, 65536):\n"
+        "    try:\n"
+        "        SchedulerConfig(max_num_batched_tokens=tokens, max_num_seqs=32768, max_model_len=512,\n"
+        "                        is_encoder_decoder=False)\n"
+        "        print(tokens, 'accepted')\n"
+        "    except Exception as exc:\n"
+        "        print(tokens, 'refused', ' '.join(str(exc).split()))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    verdicts = [line for line in done.stdout.splitlines() if line.startswith(("8192 ", "65536 "))]
+    assert len(verdicts) == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    assert verdicts[0].startswith("8192 refused") and \
+        "max_num_batched_tokens (8192) must be greater than or equal to max_num_seqs (32768)" in verdicts[0]
+    assert verdicts[1] == "65536 accepted"
+    (line,) = _refused([*_maze(), "actor_rollout_ref.rollout.max_num_batched_tokens=8192"], tmp_path)
+    assert line.startswith("actor_rollout_ref.rollout.max_num_batched_tokens=8192: ")
+    _run(_maze(), tmp_path)
 
 
 # ---------------------------------------------------------------- lengths and memory

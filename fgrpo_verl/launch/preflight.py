@@ -34,8 +34,9 @@ max_model_len                           ``verl/workers/rollout/vllm_rollout/vllm
                                         ``_validate_configs`` (max_model_len <= max_position_embeddings; unset =
                                         max_position_embeddings) and ``generate`` (max_tokens = max_model_len -
                                         prompt): restated
-vLLM engine arguments                   vLLM's ``SchedulerConfig`` (max_num_batched_tokens >= max_num_seqs) and
-                                        ``ModelConfig.verify_with_parallel_config`` (heads % TP == 0): restated
+vLLM engine arguments                   vLLM's ``SchedulerConfig`` (max_num_batched_tokens >= max_num_seqs:
+                                        restated, pinned by vLLM's own class on the same numbers) and
+                                        ``ModelConfig.verify_with_parallel_config`` (heads % TP == 0: restated)
 memory per GPU                          the estimate below
 model files                             a local directory or a complete snapshot in the Hugging Face cache
                                         (``fgrpo_verl/launch/models.py``); only where the run will start
