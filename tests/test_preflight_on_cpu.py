@@ -230,6 +230,15 @@ def test_replicas_and_verls_rollout_config_checks(tmp_path):
                            "Current rollout self.name='vllm' not implemented pipeline_model_parallel_size > 1 yet.")
 
 
+def test_the_hf_rollout_takes_one_gpu_per_replica(tmp_path):
+    """backend=gpu_hf (fgrpo-verl's hf rollout on GPUs) with Qwen2.5-7B's TP 2: its HFReplica would refuse at start."""
+    (line,) = _refused(["backend=gpu_hf", "algo=grpo", "base_model=qwen25_7b", "dataset=deepscaler", "cluster=2x8",
+                        "actor_rollout_ref.rollout.tensor_model_parallel_size=2"], tmp_path)
+    assert line.startswith("actor_rollout_ref.rollout.tensor_model_parallel_size=2: rollout.name=hf serves one model "
+                           "copy per GPU")
+    _run(["backend=gpu_hf", "algo=grpo", "base_model=qwen25_7b", "dataset=deepscaler", "cluster=2x8"], tmp_path)
+
+
 def test_the_replica_layout_rule_is_verls_rollout_replica(tmp_path):
     """A replica that spans nodes must take whole nodes. 3 nodes x 8 GPUs hold two replicas of TP 12 by count, but
     each would straddle a node boundary: verl's RolloutReplica.__init__ (which the preflight calls) refuses it."""

@@ -16,6 +16,8 @@ rollout config                          ``verl/workers/config/rollout.py`` ``Rol
 rollout TP x DP x PP vs world size      ``verl/workers/engine_workers.py`` ``ActorRolloutRefWorker.init_model``
                                         asserts ``world_size % (TP*DP*PP) == 0``: restated (needs a worker);
                                         pinned by running that ``init_model`` in-process on the same config
+hf rollout (fgrpo-verl's)               ``fgrpo_verl/backends/hf_rollout/replica.py`` ``HFReplica``: one GPU per
+                                        replica; restated
 rollout replicas                        ``verl/workers/rollout/llm_server.py`` ``_initialize_llm_servers``
                                         (``world_size // (TP*DP*PP)`` replicas) and ``verl/workers/rollout/
                                         replica.py`` ``RolloutReplica.__init__`` (a replica spanning nodes uses
@@ -187,6 +189,12 @@ class _Checks:
         except AssertionError as exc:  # verl's RolloutReplica.__init__: a multi-node replica takes whole nodes
             self.refuse(key, tp, f"verl's RolloutReplica refuses the replica layout: {exc}",
                         "make TP x DP x PP at most the GPUs per node, or a multiple of them")
+            return
+        if rollout.name == "hf" and per_replica != 1:
+            # fgrpo-verl's own hf rollout (backend=cpu, gpu_hf): HFReplica.launch_servers refuses a replica of more
+            # than one GPU
+            self.refuse(key, tp, f"rollout.name=hf serves one model copy per GPU, but a replica spans TP x DP x PP = "
+                        f"{per_replica} GPUs", f"set {key}=1 (and data/pipeline parallel 1), or use the vLLM rollout")
             return
         replicas = self.world // per_replica
         self.notes.append(f"{replicas} rollout replica(s) of TP {tp} x DP {dp} x PP {pp} on {self.world} GPU(s)")
