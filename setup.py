@@ -25,8 +25,12 @@ def _code_packages():
     return out
 
 
-# GPU-cluster extras: the versions verl 0.9.1's own `vllm` and `flash-attn-cu130torch211` extras pin.
-GPU_EXTRAS = ["vllm==0.24.0", "flash-attn==2.8.3", "torch==2.11.0", "transformers==5.9.0"]
+# GPU-cluster extras: the versions verl 0.9.1's own `vllm` extra pins. flash-attn (2.8.3, verl's
+# `flash-attn-cu130torch211` extra) is not among them: PyPI has only its source, whose build imports torch, which
+# pip's build isolation hides, so `pip install "fgrpo-verl[gpu]"` would fail on it. It is a second step,
+# `pip install flash-attn==2.8.3 --no-build-isolation` (its setup then fetches the prebuilt wheel for the installed
+# torch and CUDA; docs/slurm.md §1).
+GPU_EXTRAS = ["vllm==0.24.0", "torch==2.11.0", "transformers==5.9.0"]
 # math-verify: the paper's reward (dataset=deepscaler -> fgrpo_verl.rewards.math_verify_score)
 GPU_EXTRAS += ["math-verify"]
 # vLLM's CPU build (import name vllm) for backend=cpu_vllm and `eval --backend vllm` without a GPU. 0.27.1 is the

@@ -362,8 +362,14 @@ def test_dry_run_states_checkpoint_disk_and_submit_refuses_missing_data(tmp_path
     monkeypatch.chdir(tmp_path)
     _rows_parquet(tmp_path / "data" / "deepscaler" / "train.parquet", 39_202)
     assert cli_main(["launch", "paper_main", "--dry-run", "--only", "qwen25_7b-grpo-g0p5"]) == 0
-    # 12 B x 7.62B params per checkpoint, one per epoch over 10 epochs
+    # 12 B x 7.62B params per checkpoint, one per epoch over 10 epochs; 2 x 12 B + 8 x 4 B (weights) when older
+    # checkpoints lose their optimizer states (fgrpo_verl/launch/resume_point.py)
+    assert ("checkpoint disk: 91.4 GB per checkpoint (7.62B params x 12 B), 10 kept, optimizer states only in the "
+            "resume point and a newer one (4 B per param in the others) = 426.7 GB") in capsys.readouterr().out
+    monkeypatch.setenv("FGRPO_KEEP_OPTIMIZER_STATES", "1")
+    assert cli_main(["launch", "paper_main", "--dry-run", "--only", "qwen25_7b-grpo-g0p5"]) == 0
     assert "checkpoint disk: 91.4 GB per checkpoint (7.62B params x 12 B), 10 kept = 914.4 GB" in capsys.readouterr().out
+    monkeypatch.delenv("FGRPO_KEEP_OPTIMIZER_STATES")
     (tmp_path / "data" / "deepscaler" / "train.parquet").unlink()
     monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))
     assert cli_main(["launch", "paper_main", "--only", "qwen25_7b-grpo-g0p5"]) == 2

@@ -121,6 +121,7 @@ def run(args: argparse.Namespace) -> int:
         for job in jobs:
             print(f"### job {job.job_name} (run {job.run.name}): {job.nodes} node(s) x {job.gpus_per_node} GPU(s); "
                   f"{_disk_note(job)}")
+            print(f"### {job.preflight}")
             print(job.text)
             for line in dry_run_lines(job):
                 print(line)

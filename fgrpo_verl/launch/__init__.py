@@ -1,7 +1,8 @@
 """``fgrpo-verl launch``: one Slurm job per recipe run (recipe.py: the format, render.py: the job script).
 
-    plan_jobs()    load the recipe, compose + validate every selected run with verl, give it its identity
-                   (identity.py), check its steps against its data (steps.py), render its job script
+    plan_jobs()    load the recipe, compose + validate every selected run with verl, check what verl's worker
+                   start-up would refuse and whether it fits (preflight.py), give it its identity (identity.py),
+                   check its steps against its data (steps.py), render its job script
     run_states()   queued / running / done / failed / not started per planned run (queue.py)
     submit_jobs()  skip runs that are done, queued or running; write the scripts, record and ``sbatch`` the rest
 """
@@ -40,12 +41,13 @@ def plan_jobs(
     config; once submitted, later plain launches of the config mean that run); ``wandb_run_id`` (the user's
     explicit ``WANDB_RUN_ID``) replaces the derived id, for one run only; a run submitted before keeps the id
     pinned in its run record (identity.recorded_run_id), so a relaunch continues its W&B run.
-    ``require_data``: refuse runs whose training data is missing here (a submit), instead of not checking the
-    step count (a dry run). ``evaluation``: plan the recipe's evaluation jobs too (eval_jobs.py), when it has an
-    ``evaluation:`` block."""
+    ``require_data``: refuse runs whose training data or model is missing here (a submit), instead of not checking
+    the step count and the model files (a dry run). ``evaluation``: plan the recipe's evaluation jobs too
+    (eval_jobs.py), when it has an ``evaluation:`` block."""
     from omegaconf import OmegaConf, open_dict
 
     from fgrpo_verl.compose import compose, validate
+    from fgrpo_verl.launch import preflight
     from fgrpo_verl.launch.identity import (
         check_record,
         check_user_overrides,
@@ -111,10 +113,14 @@ def plan_jobs(
                 # verl prints its verdict on stdout, which --dry-run reserves for the scripts
                 with contextlib.redirect_stdout(sys.stderr):
                     validate(config)
+                # what verl's worker start-up would refuse, and whether it fits (launch/preflight.py)
+                report = preflight.run(config, workdir, require_model=require_data)
                 run_dir = Path(workdir) / str(config.trainer.default_local_dir)
                 record = check_record(run_dir, digest)
                 # `${oc.env:...}` (data and model dirs) frozen as the job sees them, with the recipe's `env:`
                 OmegaConf.resolve(config)
+        except preflight.PreflightError as exc:  # one line per refusal, each naming the run
+            raise ValueError("\n".join(f"{where}: {line}" for line in str(exc).splitlines())) from exc
         except Exception as exc:  # composition and validation errors carry the key; add the run
             raise ValueError(f"{where}: invalid config: {exc}") from exc
         if digest in names:
@@ -136,6 +142,7 @@ def plan_jobs(
                 total_steps=None if plan is None else plan.total_steps,
                 fresh=None if fresh is None else (base_dir, fresh),
                 wandb_run_id=env["WANDB_RUN_ID"],
+                preflight=report.summary(),
             )
         )
     if evaluation and recipe.evaluation is not None:
