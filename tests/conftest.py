@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 import uuid
 
 import numpy as np
@@ -47,3 +49,19 @@ def algo_config(gamma=0.5, threshold=0.0, alpha=0.0, base="grpo", norm=True):
 @pytest.fixture
 def batch():
     return make_batch([4, 1, 3, 8, 2, 1, 5])
+
+
+@pytest.fixture(autouse=True)
+def _no_wandb_service_left_behind():
+    """A test that runs W&B in pytest's own process starts a W&B service and exports its address (WANDB_SERVICE);
+    every later subprocess would then join that service, run ids and all ("run ID ... is in use"), instead of
+    starting its own as a job does. Each test leaves the service and the variable as it found them."""
+    before = os.environ.get("WANDB_SERVICE")
+    yield
+    if os.environ.get("WANDB_SERVICE") != before:
+        if "wandb" in sys.modules:
+            sys.modules["wandb"].teardown()
+        if before is None:
+            os.environ.pop("WANDB_SERVICE", None)
+        else:
+            os.environ["WANDB_SERVICE"] = before

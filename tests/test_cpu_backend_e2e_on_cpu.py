@@ -15,82 +15,19 @@ run's whole process tree: driver, Ray, workers) of each run are printed (``pytes
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import time
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
 import torch
+from verl_runs import metrics as _metrics
+from verl_runs import run_train as _run_train
 
-REPO = Path(__file__).resolve().parent.parent
 REWARD_FILE = Path(__file__).resolve().parent / "cpu_backend_parity_reward.py"
 GAMMA = 1.0
 GROUP_N = 4
-RUN_TIMEOUT_S = 600
 
 pytestmark = pytest.mark.e2e
-
-
-def _tree_memory(proc) -> int:
-    """Proportional set size (shared pages split between sharers) summed over the process tree, in bytes."""
-    import psutil
-
-    total = 0
-    try:
-        procs = [proc, *proc.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return 0
-    for p in procs:
-        try:
-            total += p.memory_full_info().pss
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            pass
-    return total
-
-
-def _run_train(overrides: list[str], run_dir: Path) -> dict:
-    """``python -m fgrpo_verl train <overrides>`` in its own session; returns rc, wall time, peak PSS, log."""
-    import psutil
-
-    run_dir.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    env["VERL_FILE_LOGGER_PATH"] = str(run_dir / "metrics.jsonl")
-    env["RAY_DEDUP_LOGS"] = "0"
-    log_path = run_dir / "train.log"
-    start = time.monotonic()
-    peak = 0
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "fgrpo_verl", "train", *overrides],
-            stdout=log, stderr=subprocess.STDOUT, env=env, cwd=run_dir, start_new_session=True,
-        )
-        ps = psutil.Process(proc.pid)
-        try:
-            while proc.poll() is None:
-                peak = max(peak, _tree_memory(ps))
-                if time.monotonic() - start > RUN_TIMEOUT_S:
-                    raise TimeoutError(f"training run exceeded {RUN_TIMEOUT_S}s; log: {log_path}")
-                time.sleep(1.0)
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, 9)  # the session we started: driver, its Ray cluster and workers
-                proc.wait()
-    wall = time.monotonic() - start
-    print(f"[cpu-backend e2e] {run_dir.name}: rc={proc.returncode} wall={wall:.1f}s peak_pss={peak / 2**30:.2f} GiB")
-    return {"rc": proc.returncode, "wall_s": wall, "peak_pss": peak, "log": log_path.read_text()}
-
-
-def _metrics(run_dir: Path) -> dict[int, dict]:
-    """step -> metrics dict, from verl's file logger."""
-    out: dict[int, dict] = {}
-    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
-        record = json.loads(line)
-        out.setdefault(int(record["step"]), {}).update(record["data"])
-    return out
 
 
 def _rollouts(rollout_dir: Path, step: int) -> list[dict]:

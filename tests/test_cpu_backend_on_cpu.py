@@ -83,7 +83,7 @@ def test_register_selected_names_the_valid_backend_modules(monkeypatch):
     assert backends.selected_backends() == []
     monkeypatch.setenv(backends.EXTERNAL_MODULES_ENV, "other_team.plugin,fgrpo_verl.backends.tpu")
     with pytest.raises(ValueError, match=r"lists 'fgrpo_verl.backends.tpu', which is not a backend: valid modules "
-                                         r"are fgrpo_verl.backends.cpu, fgrpo_verl.backends.gpu_hf"):
+                                         r"are fgrpo_verl.backends.cpu, fgrpo_verl.backends.cpu_vllm, fgrpo_verl.backends.gpu_hf"):
         backends.selected_backends()
 
 

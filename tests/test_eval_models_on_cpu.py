@@ -2,6 +2,7 @@
 
 import csv
 import json
+import subprocess
 import sys
 
 import numpy as np
@@ -9,7 +10,7 @@ import pytest
 
 from transformers import AutoTokenizer
 
-from evaluation_tiny_lm import build_tiny_lm, write_fake_vllm
+from evaluation_tiny_lm import build_tiny_lm, fake_vllm_imported
 from fgrpo_verl.cli import main
 from fgrpo_verl.evaluation.formats import read_generations
 from fgrpo_verl.evaluation.generate import Request, TransformersSampler
@@ -135,7 +136,15 @@ def test_eval_generates_with_transformers_on_cpu_without_vllm(tiny, tmp_path):
                      "--no-plots", "--batch-size", "2", "--problems-per-call", "2"]) == 0
     finally:
         del sys.modules["tiny_eval_scorer"]
-    assert "vllm" not in sys.modules
+    # vLLM is installed here (backend=cpu_vllm) and verl imports it on its own, so "without vLLM" is checked in a
+    # fresh process: the transformers path must not import it
+    code = ("import sys; from fgrpo_verl.cli import main; rc = main(sys.argv[1:]); "
+            "print('vllm imported' if 'vllm' in sys.modules else 'no vllm'); sys.exit(rc)")
+    fresh = subprocess.run([sys.executable, "-c", code, "eval", "--model", f"tiny={tiny[0]}", "--bench", f"toy={bench}",
+                            "--backend", "transformers", "--n", "2", "--max-new-tokens", "4", "--scorer", "boxed",
+                            "--out", str(tmp_path / "fresh"), "--no-plots"], capture_output=True, text=True, timeout=300)
+    assert fresh.returncode == 0, fresh.stderr[-2000:]
+    assert fresh.stdout.splitlines()[-1] == "no vllm"
     gens = read_generations(out / "generations.jsonl")
     assert [g.problem_id for g in gens] == ["0", "1", "2"]
     for g in gens:
@@ -159,19 +168,14 @@ def test_eval_generates_with_transformers_on_cpu_without_vllm(tiny, tmp_path):
 
 def test_vllm_gets_token_ids_and_one_seeded_request_per_sample_block(tiny, tmp_path, monkeypatch):
     """No GPU/vLLM here: a stand-in `vllm` package records what our sampler asks of vLLM's offline API."""
-    fake = write_fake_vllm(tmp_path / "fake")
-    monkeypatch.syspath_prepend(str(fake))
     monkeypatch.setenv("FAKE_VLLM_LOG", str(tmp_path / "calls.jsonl"))
-    for name in ("vllm", "vllm.inputs"):
-        monkeypatch.delitem(sys.modules, name, raising=False)
     bench = tmp_path / "b.jsonl"
     bench.write_text("".join(json.dumps({"id": i, "problem": f"q{i}", "answer": str(i)}) + "\n" for i in range(3)))
     out = tmp_path / "out"
-    rc = main(["eval", "--model", f"m={tiny[0]}", "--bench", f"B={bench}", "--n", "6", "--samples-per-request", "4",
-               "--max-new-tokens", "16", "--seed", "7", "--vllm-engine-args", '{"enforce_eager": true}',
-               "--problems-per-call", "2", "--scorer", "boxed", "--out", str(out), "--no-plots"])
-    for name in ("vllm", "vllm.inputs"):
-        sys.modules.pop(name, None)
+    with fake_vllm_imported(tmp_path / "fake"):
+        rc = main(["eval", "--model", f"m={tiny[0]}", "--bench", f"B={bench}", "--n", "6", "--samples-per-request", "4",
+                   "--max-new-tokens", "16", "--seed", "7", "--vllm-engine-args", '{"enforce_eager": true}',
+                   "--problems-per-call", "2", "--scorer", "boxed", "--out", str(out), "--no-plots"])
     assert rc == 0
     calls = [json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines()]
     assert calls[0]["engine"]["model"] == str(tiny[0]) and calls[0]["engine"]["enforce_eager"] is True

@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from evaluation_tiny_lm import BOS, LLAMA_TEMPLATE, QWEN3_TEMPLATE, chat_tokenizer
 from fgrpo_verl.evaluation.formats import load_benchmark
 from fgrpo_verl.evaluation.generate import Request, TransformersSampler
 from fgrpo_verl.evaluation.prompts import (
@@ -11,48 +12,14 @@ from fgrpo_verl.evaluation.prompts import (
 )
 from fgrpo_verl.evaluation.seeds import blocks, request_seed
 
-BOS = "<|begin_of_text|>"
-LLAMA_TEMPLATE = (
-    "{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n"
-    "{{ m['content'] }}<|eot_id|>{% endfor %}"
-    "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"
-)
-QWEN3_TEMPLATE = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n"
-    "{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n{% endif %}{% endif %}"
-)
-
-
-def _tokenizer(template: str, with_bos: bool):
-    """A locally trained byte-level BPE tokenizer; with_bos: Llama-3 style (a post-processor adds BOS to text)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    specials = [BOS, "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<|im_start|>", "<|im_end|>",
-                "<|endoftext|>", "<think>", "</think>"]
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator([PAPER_SYSTEM_PROMPT, HELPFUL_SYSTEM_PROMPT, "What is 2 + 2? system user assistant"] * 5,
-                            trainers.BpeTrainer(vocab_size=300, special_tokens=specials,
-                                                initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    if with_bos:
-        tok.post_processor = processors.TemplateProcessing(single=f"{BOS} $A", special_tokens=[(BOS, tok.token_to_id(BOS))])
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|endoftext|>",
-                                   bos_token=BOS if with_bos else None)
-    fast.chat_template = template
-    return fast
-
-
 @pytest.fixture(scope="module")
 def llama():
-    return _tokenizer(LLAMA_TEMPLATE, with_bos=True)
+    return chat_tokenizer(LLAMA_TEMPLATE, with_bos=True)
 
 
 @pytest.fixture(scope="module")
 def qwen3():
-    return _tokenizer(QWEN3_TEMPLATE, with_bos=False)
+    return chat_tokenizer(QWEN3_TEMPLATE, with_bos=False)
 
 
 def test_exactly_one_bos_where_text_prompts_get_two(llama):
@@ -137,15 +104,12 @@ def test_table9_presets():
 
 def test_cli_preset_reaches_the_prompt(tmp_path, capsys):
     """The CLI's --prompt-preset/--bench-group pick the system prompt that lands in the saved prompt text."""
-    import sys
-
-    from evaluation_tiny_lm import build_tiny_lm, write_fake_vllm
+    from evaluation_tiny_lm import build_tiny_lm, fake_vllm_imported
     from fgrpo_verl.cli import main
     from fgrpo_verl.evaluation.formats import read_generations
 
     model = build_tiny_lm(tmp_path / "m")
-    sys.path.insert(0, str(write_fake_vllm(tmp_path / "fake")))
-    try:
+    with fake_vllm_imported(tmp_path / "fake"):
         bench = tmp_path / "b.jsonl"
         bench.write_text(json.dumps({"id": 0, "problem": "q", "answer": "1"}) + "\n")
         for preset, group, want in (("qwen2.5-7b", "ifeval", HELPFUL_SYSTEM_PROMPT), ("qwen2.5-7b", "math", PAPER_SYSTEM_PROMPT),
@@ -158,10 +122,6 @@ def test_cli_preset_reaches_the_prompt(tmp_path, capsys):
         assert main(["eval", "--model", f"m={model}", "--bench", f"toy={bench}", "--bench-group", "other=math",
                      "--n", "2", "--out", str(tmp_path / "bad"), "--no-plots"]) == 2
         assert "--bench-group names benchmarks not given" in capsys.readouterr().err
-    finally:
-        sys.path.pop(0)
-        for name in ("vllm", "vllm.inputs", "fake_scorers"):
-            sys.modules.pop(name, None)
 
 
 def test_transformers_sampler_generates_from_the_ids_it_is_given():

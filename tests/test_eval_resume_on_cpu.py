@@ -14,7 +14,7 @@ import tracemalloc
 
 import pytest
 
-from evaluation_tiny_lm import build_tiny_lm, write_fake_vllm
+from evaluation_tiny_lm import build_tiny_lm, fake_vllm_imported, write_fake_vllm
 from fgrpo_verl.cli import main
 from fgrpo_verl.evaluation.formats import read_generations
 
@@ -35,13 +35,8 @@ def setup(tmp_path_factory):
 def full(setup, tmp_path_factory):
     """One uninterrupted reference run, shared by the tests (read-only)."""
     out = tmp_path_factory.mktemp("full") / "out"
-    sys.path.insert(0, str(setup[1]))
-    try:
+    with fake_vllm_imported(setup[1]):
         assert main(_args(setup, out)) == 0
-    finally:
-        sys.path.remove(str(setup[1]))
-        for name in ("vllm", "vllm.inputs", "fake_scorers"):
-            sys.modules.pop(name, None)
     return out
 
 
@@ -54,11 +49,9 @@ def _args(setup, out, *extra):
 
 
 @pytest.fixture
-def fake_vllm(setup, monkeypatch):
-    monkeypatch.syspath_prepend(str(setup[1]))
-    yield
-    for name in ("vllm", "vllm.inputs", "fake_scorers"):
-        sys.modules.pop(name, None)
+def fake_vllm(setup):
+    with fake_vllm_imported(setup[1]):
+        yield
 
 
 def _env(setup, **extra):

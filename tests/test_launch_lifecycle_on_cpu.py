@@ -256,6 +256,7 @@ def _loop_trainer(ckpt: Path, keep: int | dict | None = None, async_save: bool =
             for role in roles:
                 (step_dir / role).mkdir(parents=True, exist_ok=True)
                 (step_dir / role / "model_world_size_1_rank_0.pt").write_text("weights")
+                (step_dir / role / "optim_world_size_1_rank_0.pt").write_text("adam moments")
                 rotation[role].register_checkpoint(str(step_dir / role), keep.get(role) if isinstance(keep, dict) else keep)
             (step_dir / "data.pt").write_text("dataloader")
             if not async_save:
@@ -279,6 +280,7 @@ def _loop_trainer(ckpt: Path, keep: int | dict | None = None, async_save: bool =
                 loadable = folder is None or all((Path(folder) / role).is_dir() for role in roles)
                 self.seen.append((k, tracker))
                 self.loadable.append(loadable)
+                self.optimizer.append(_with_optimizer(ckpt))
                 self._compute_metrics(None, {}, {}, k, 0)  # verl logs step k right after this call
 
     class Trainer(FocalMetricsMixin, VerlLoop):
@@ -290,7 +292,43 @@ def _loop_trainer(ckpt: Path, keep: int | dict | None = None, async_save: bool =
     t.config = OmegaConf.create({"trainer": {"default_local_dir": str(ckpt)}})
     t.use_critic = use_critic
     t.seen, t.loadable, t.crash_at, t.callback_fails_at = [], [], None, None
+    t.optimizer = []
     return t
+
+
+def _with_optimizer(ckpt: Path) -> list[int]:
+    """The steps whose checkpoint still holds an optimizer shard."""
+    return sorted({int(p.parent.parent.name.removeprefix("global_step_"))
+                   for p in ckpt.glob("global_step_*/*/optim_world_size_*_rank_*.pt")})
+
+
+def test_only_checkpoints_a_resume_can_need_keep_their_optimizer_states(tmp_path, monkeypatch):
+    """AdamW's moments are 8 of a checkpoint's 12 bytes per parameter, and only a resume reads them: once step k is
+    the resume point, the checkpoints before it keep their weights (for checkpoint selection) and lose their
+    optimizer shards. The resume point itself always keeps them, also while a newer checkpoint is held back."""
+    monkeypatch.delenv("FGRPO_KEEP_OPTIMIZER_STATES", raising=False)
+    t = _loop_trainer(tmp_path / "a")
+    t.total, t.save_freq = 4, 1
+    t.fit(None)
+    # at step k (saved, not yet logged) the tracker names k - 1, whose optimizer states are still there
+    assert t.seen == [(1, None), (2, "1"), (3, "2"), (4, "3")]
+    assert t.optimizer == [[1], [1, 2], [2, 3], [3, 4]]
+    assert _with_optimizer(tmp_path / "a") == [4]
+    for k in (1, 2, 3):
+        assert (tmp_path / "a" / f"global_step_{k}" / "actor" / "model_world_size_1_rank_0.pt").exists()
+    # killed after step 3's checkpoint, before its log: the resume point (2) still holds its optimizer states
+    t = _loop_trainer(tmp_path / "b")
+    t.total, t.save_freq, t.crash_at = 4, 1, 3
+    with pytest.raises(RuntimeError):
+        t.fit(None)
+    assert (tmp_path / "b" / "latest_checkpointed_iteration.txt").read_text() == "2"
+    assert _with_optimizer(tmp_path / "b") == [2, 3]
+    # kept on request, for a deliberate resume from an older step
+    monkeypatch.setenv("FGRPO_KEEP_OPTIMIZER_STATES", "1")
+    t = _loop_trainer(tmp_path / "c", use_critic=True)
+    t.total, t.save_freq = 3, 1
+    t.fit(None)
+    assert _with_optimizer(tmp_path / "c") == [1, 2, 3]
 
 
 def test_a_step_is_the_resume_point_only_once_it_is_logged(tmp_path):
@@ -523,7 +561,8 @@ def test_a_plain_relaunch_after_a_submitted_fresh_run_resumes_the_fresh_run(tmp_
     _fake_slurm(tmp_path, monkeypatch)
 
     def plan(**kw):
-        return plan_jobs("controls", ["grpo-kl"], [], tmp_path / "logs", tmp_path, **kw)[1][0]
+        # training only: the recipe's evaluation needs benchmark files this test has no use for
+        return plan_jobs("controls", ["grpo-kl"], [], tmp_path / "logs", tmp_path, evaluation=False, **kw)[1][0]
 
     old = plan()
     fresh = plan(fresh="20260101T000000")
@@ -580,7 +619,7 @@ def test_a_submitted_run_keeps_its_wandb_run_id_on_every_relaunch(tmp_path, monk
 
     def plan(workdir, **kw):
         workdir.mkdir(exist_ok=True)
-        return plan_jobs("controls", ["grpo-kl"], shared, workdir / "logs", workdir, **kw)[1][0]
+        return plan_jobs("controls", ["grpo-kl"], shared, workdir / "logs", workdir, evaluation=False, **kw)[1][0]
 
     def run_id(job):
         found = re.findall(r"^export WANDB_RUN_ID=(\S+)$", job.text, re.M)
@@ -636,6 +675,12 @@ def test_plain_sbatch_path_keeps_the_wandb_run_id_its_run_started_with(tmp_path,
     from fgrpo_verl.launch import jobenv
 
     data = [f"data.train_files={tmp_path}/shared/train.parquet", f"data.val_files={tmp_path}/shared/val.parquet"]
+    # a job start needs its model files (the launcher's preflight)
+    model = tmp_path / "shared" / "model"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    (model / "model.safetensors").write_bytes(b"")
+    data += [f"actor_rollout_ref.model.path={model}"]
 
     def exports():
         assert jobenv.main(["algo=grpo", "trainer.project_name=p", *data]) == 0
@@ -760,7 +805,7 @@ def test_status_without_the_data_here_still_knows_a_finished_run_is_done(tmp_pat
     pq.write_table(pa.table({"i": pa.array(range(2_560), pa.int32())}), train)  # 10 steps/epoch x 10 epochs
 
     def plan():
-        return plan_jobs("controls", ["grpo-kl"], [], tmp_path / "logs", tmp_path)[1][0]
+        return plan_jobs("controls", ["grpo-kl"], [], tmp_path / "logs", tmp_path, evaluation=False)[1][0]
 
     job = plan()
     assert job.total_steps == 100

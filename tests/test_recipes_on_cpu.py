@@ -153,7 +153,15 @@ def test_group_size_recipe_is_grpo_n_sweep_plus_fgrpo_at_n8(tmp_path):
 def test_controls_recipe_is_low_lr_entropy_and_kl_grpo(tmp_path):
     _, jobs = _plan("controls", tmp_path)
     by_name = {job.run.name: job.config for job in jobs}
-    assert set(by_name) == {"grpo-low_lr", "grpo-entropy", "grpo-kl"}
+    assert set(by_name) == {"grpo-low_lr", "grpo-entropy", "grpo-kl", "grpo", "fgrpo-g0p5"}
+    # Table 3's F-GRPO row and its GRPO baseline are paper_main's runs: the same names, so trained once
+    _, main = _plan("paper_main", tmp_path, only=["qwen25_7b-grpo-g0p0", "qwen25_7b-grpo-g0p5"])
+    main_names = {job.run.name: job.job_name for job in main}
+    controls_names = {job.run.name: job.job_name for job in jobs}
+    assert controls_names["grpo"] == main_names["qwen25_7b-grpo-g0p0"]
+    assert controls_names["fgrpo-g0p5"] == main_names["qwen25_7b-grpo-g0p5"]
+    for name in ("grpo", "fgrpo-g0p5"):
+        del by_name[name]
     for name, cfg in by_name.items():
         _assert_llm_paper_settings(cfg)
         _assert_policy_loss(cfg, "grpo")
@@ -218,7 +226,8 @@ def test_launch_dry_run_prints_scripts_with_overrides_and_submits_nothing(tmp_pa
     )
     out = capsys.readouterr().out
     assert rc == 0
-    names = re.findall(r'^#SBATCH --job-name="(.*)"$', out, re.M)
+    # each run's training job and its evaluation jobs carry the run's name
+    names = list(dict.fromkeys(re.findall(r'^#SBATCH --job-name="(.*)"$', out, re.M)))
     # command-line overrides reach every run, after the run's own (so they win), and size the allocation
     assert out.count("    algorithm.fgrpo.gamma=0.7 \\\n") == 2 and out.count('#SBATCH --nodes="4"\n') == 2
     # the run names follow the composed config, command-line gamma included; the job name is the run name
@@ -311,9 +320,10 @@ def test_launch_takes_options_and_overrides_in_any_order(tmp_path, monkeypatch, 
     monkeypatch.chdir(tmp_path)
     assert cli_main(["launch", "controls", "trainer.nnodes=4", "--dry-run", "--only", "grpo-kl"]) == 0
     out = capsys.readouterr().out
+    # the training job and its two evaluation jobs (the same job name: singleton keeps them apart in time)
     assert [_readable(n) for n in re.findall(r'^#SBATCH --job-name="(.*)"$', out, re.M)] == [
         "grpo-g0-n8-Qwen2.5-7B-s42-kl"
-    ]
+    ] * 3
     assert '#SBATCH --nodes="4"\n' in out and "    trainer.nnodes=4 \\\n" in out
 
 
@@ -352,8 +362,14 @@ def test_dry_run_states_checkpoint_disk_and_submit_refuses_missing_data(tmp_path
     monkeypatch.chdir(tmp_path)
     _rows_parquet(tmp_path / "data" / "deepscaler" / "train.parquet", 39_202)
     assert cli_main(["launch", "paper_main", "--dry-run", "--only", "qwen25_7b-grpo-g0p5"]) == 0
-    # 12 B x 7.62B params per checkpoint, one per epoch over 10 epochs
+    # 12 B x 7.62B params per checkpoint, one per epoch over 10 epochs; 2 x 12 B + 8 x 4 B (weights) when older
+    # checkpoints lose their optimizer states (fgrpo_verl/launch/resume_point.py)
+    assert ("checkpoint disk: 91.4 GB per checkpoint (7.62B params x 12 B), 10 kept, optimizer states only in the "
+            "resume point and a newer one (4 B per param in the others) = 426.7 GB") in capsys.readouterr().out
+    monkeypatch.setenv("FGRPO_KEEP_OPTIMIZER_STATES", "1")
+    assert cli_main(["launch", "paper_main", "--dry-run", "--only", "qwen25_7b-grpo-g0p5"]) == 0
     assert "checkpoint disk: 91.4 GB per checkpoint (7.62B params x 12 B), 10 kept = 914.4 GB" in capsys.readouterr().out
+    monkeypatch.delenv("FGRPO_KEEP_OPTIMIZER_STATES")
     (tmp_path / "data" / "deepscaler" / "train.parquet").unlink()
     monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))
     assert cli_main(["launch", "paper_main", "--only", "qwen25_7b-grpo-g0p5"]) == 2
@@ -378,7 +394,7 @@ def test_identity_follows_every_override_fresh_and_explicit_wandb_id(tmp_path):
     assert fresh.job_name != base.job_name and fresh.job_name == one(fresh="20260101T000000").job_name
     explicit = one(wandb_run_id="my-own-id")
     assert "export WANDB_RUN_ID=my-own-id\n" in explicit.text
-    with pytest.raises(ValueError, match="WANDB_RUN_ID=my-own-id is set but 3 runs are selected"):
+    with pytest.raises(ValueError, match="WANDB_RUN_ID=my-own-id is set but 5 runs are selected"):
         plan_jobs("controls", None, [], tmp_path / "logs", tmp_path, wandb_run_id="my-own-id")
     # a checkpoint dir that holds another config is refused at launch
     from fgrpo_verl.launch.identity import write_record

@@ -98,6 +98,11 @@ def _release(slurm, job: str) -> None:
 
 
 def _nasty_recipe(root: Path, train: Path, extra_value: str, env_value: str) -> dict:
+    # the jobs stay held and never load it, but a submit requires the model's files (the launcher's preflight)
+    model = train.parent / "model"
+    model.mkdir(exist_ok=True)
+    (model / "config.json").write_text("{}")
+    (model / "model.safetensors").write_bytes(b"")
     return {
         "name": "nasty",
         "project": "slurm_g",
@@ -106,7 +111,7 @@ def _nasty_recipe(root: Path, train: Path, extra_value: str, env_value: str) -> 
         "env": {"FGRPO_NOTE": env_value},
         "common": ["backend=cpu", "algo=grpo", "cluster=1x1", f"data.train_files={train}", f"data.val_files={train}",
                    "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-                   "actor_rollout_ref.model.path=/nonexistent/tiny"],
+                   f"actor_rollout_ref.model.path={model}"],
         "runs": [{"name": "r", "overrides": []}],
     }
 

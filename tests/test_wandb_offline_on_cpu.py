@@ -25,7 +25,8 @@ run.finish()
 
 
 def _start(root: Path, first: int, last: int, scale: float, pad: int = 0) -> None:
-    env = dict(os.environ, WANDB_MODE="offline", WANDB_DIR=str(root), WANDB_RUN_ID=RUN_ID, WANDB_RESUME="allow",
+    env = {key: value for key, value in os.environ.items() if key != "WANDB_SERVICE"}  # its own service, as a job
+    env.update(WANDB_MODE="offline", WANDB_DIR=str(root), WANDB_RUN_ID=RUN_ID, WANDB_RESUME="allow",
                WANDB_SILENT="true")
     subprocess.run([sys.executable, "-c", START, str(first), str(last), str(scale), str(pad)], env=env, check=True,
                    timeout=120)
@@ -176,7 +177,8 @@ def test_the_trainer_closes_each_steps_wandb_row_so_a_hard_kill_keeps_it(tmp_pat
     (SIGKILL, as a node failure would) during step 3, verl's loop has lost step 2's row; fgrpo-verl's trainers
     close the row when the next step begins, and the job's flush interval (1 s in the Slurm jobs, 0.2 s here)
     writes it to disk. Real verl Tracking, real W&B offline files."""
-    env = dict(os.environ, WANDB_MODE="offline", WANDB_DIR=str(tmp_path), WANDB_RUN_ID=RUN_ID, WANDB_SILENT="true",
+    env = {key: value for key, value in os.environ.items() if key != "WANDB_SERVICE"}  # its own service, as a job
+    env.update(WANDB_MODE="offline", WANDB_DIR=str(tmp_path), WANDB_RUN_ID=RUN_ID, WANDB_SILENT="true",
                WANDB_X_TRANSACTION_LOG_FLUSH_INTERVAL="0.2")
     done = subprocess.run([sys.executable, "-c", ROWS, trainer, end], env=env, capture_output=True, text=True,
                           timeout=240)

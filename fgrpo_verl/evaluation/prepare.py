@@ -158,3 +158,19 @@ def parse_source(text: str) -> HubSource:
     if len(parts) == 3:
         return HubSource(parts[0], parts[2], config=parts[1] or None)
     raise ValueError(f"source must be REPO:SPLIT or REPO:CONFIG:SPLIT, got {text!r}")
+
+
+def verl_rows(name: str, records: list[dict]) -> list[dict]:
+    """A math benchmark's local records as verl RL-dataset rows for training-time validation
+    (``validation=aime25``): the training prompt (the boxed-answer system prompt + the problem, as
+    ``prepare-deepscaler`` writes it; the run's ``data.apply_chat_template_kwargs`` add Qwen3's thinking switch),
+    ``data_source`` = the benchmark name (verl logs ``val-core/<name>/...``), the answer as ground truth."""
+    from fgrpo_verl.data.deepscaler import ABILITY, prompt_messages
+
+    spec = BENCHMARKS.get(name)
+    if spec is not None and spec.scorer != "math":
+        raise ValueError(f"{name}: only math benchmarks (scored by math-verify, the training reward) can validate "
+                         f"during training; {name} is scored by {spec.scorer}")
+    return [{"data_source": name, "prompt": prompt_messages(rec["problem"]), "ability": ABILITY,
+             "reward_model": {"style": "rule", "ground_truth": str(rec["answer"])},
+             "extra_info": {"split": "val", "index": i, "id": rec["id"]}} for i, rec in enumerate(records)]

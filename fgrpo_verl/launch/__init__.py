@@ -1,7 +1,8 @@
 """``fgrpo-verl launch``: one Slurm job per recipe run (recipe.py: the format, render.py: the job script).
 
-    plan_jobs()    load the recipe, compose + validate every selected run with verl, give it its identity
-                   (identity.py), check its steps against its data (steps.py), render its job script
+    plan_jobs()    load the recipe, compose + validate every selected run with verl, check what verl's worker
+                   start-up would refuse and whether it fits (preflight.py), give it its identity (identity.py),
+                   check its steps against its data (steps.py), render its job script
     run_states()   queued / running / done / failed / not started per planned run (queue.py)
     submit_jobs()  skip runs that are done, queued or running; write the scripts, record and ``sbatch`` the rest
 """
@@ -30,6 +31,7 @@ def plan_jobs(
     fresh: str | None = None,
     wandb_run_id: str | None = None,
     require_data: bool = False,
+    evaluation: bool = True,
 ) -> tuple[Recipe, list[JobScript]]:
     """Every selected run's job script. Each run's config is composed and checked by verl's
     ``validate_config`` first, so a typo fails here, not hours later on the cluster.
@@ -40,11 +42,13 @@ def plan_jobs(
     config; once submitted, later plain launches of the config mean that run); ``wandb_run_id`` (the user's
     explicit ``WANDB_RUN_ID``) replaces the derived id, for one run only; a run submitted before keeps the id
     pinned in its run record (identity.recorded_run_id), so a relaunch continues its W&B run.
-    ``require_data``: refuse runs whose training data is missing here (a submit), instead of not checking the
-    step count (a dry run)."""
-    from omegaconf import OmegaConf
+    ``require_data``: refuse runs whose training data or model is missing here (a submit), instead of not checking
+    the step count and the model files (a dry run). ``evaluation``: plan the recipe's evaluation jobs too
+    (eval_jobs.py), when it has an ``evaluation:`` block."""
+    from omegaconf import OmegaConf, open_dict
 
     from fgrpo_verl.compose import SharedComposer, start_validator
+    from fgrpo_verl.launch import preflight
     from fgrpo_verl.launch.identity import (
         check_record,
         check_user_overrides,
@@ -104,7 +108,16 @@ def plan_jobs(
                 if plan is not None and recipe.save_per_epoch:
                     run_overrides.append(f"trainer.save_freq={plan.steps_per_epoch}")
                     config.trainer.save_freq = plan.steps_per_epoch
+                if recipe.save_per_epoch:
+                    # the parquet's rows // batch is an upper bound: verl drops over-long prompts with the trained
+                    # model's tokenizer, so the trainer sets save_freq to verl's own steps per epoch at its start
+                    # (`+`: not a key of the config, so not part of the run's identity either)
+                    run_overrides.append("+trainer.save_per_epoch=true")
+                    with open_dict(config):
+                        config.trainer.save_per_epoch = True
                 run_overrides.append(f"trainer.experiment_name={experiment}")
+                # what verl's worker start-up would refuse, and whether it fits (launch/preflight.py)
+                report = preflight.run(config, workdir, require_model=require_data)
                 run_dir = Path(workdir) / str(config.trainer.default_local_dir)
                 record = check_record(run_dir, digest)
                 # `${oc.env:...}` (data and model dirs) frozen as the job sees them, with the recipe's `env:` (without
@@ -113,6 +126,9 @@ def plan_jobs(
                     OmegaConf.resolve(config)
                 validator.submit(config)
                 wheres.append(where)
+        except preflight.PreflightError as exc:  # one line per refusal, each naming the run
+            validator.close()
+            raise ValueError("\n".join(f"{where}: {line}" for line in str(exc).splitlines())) from exc
         except Exception as exc:  # composition and validation errors carry the key; add the run
             validator.close()
             raise ValueError(f"{where}: invalid config: {exc}") from exc
@@ -135,11 +151,21 @@ def plan_jobs(
                 total_steps=None if plan is None else plan.total_steps,
                 fresh=None if fresh is None else (base_dir, fresh),
                 wandb_run_id=env["WANDB_RUN_ID"],
+                preflight=report.summary(),
             )
         )
     for where, error in zip(wheres, validator.results()):
         if error is not None:
             raise ValueError(f"{where}: invalid config: {error}")
+    if evaluation and recipe.evaluation is not None:
+        from fgrpo_verl.launch.eval_jobs import attach_evaluation
+
+        def plan_more(names: list[str]) -> list[JobScript]:
+            # one at a time: command-line overrides may make them equal to each other (all γ set alike)
+            return [job for name in names
+                    for job in plan_jobs(recipe_arg, [name], overrides, log_dir, workdir, evaluation=False)[1]]
+
+        jobs = attach_evaluation(recipe, jobs, plan_more, log_dir, workdir)
     return recipe, jobs
 
 
@@ -163,13 +189,20 @@ def run_states(jobs: list[JobScript]) -> list:
     from fgrpo_verl.launch.identity import read_record
     from fgrpo_verl.launch.queue import active_jobs, run_status
 
+    from fgrpo_verl.evaluation.checkpoints import read_steps
+    from fgrpo_verl.launch.eval_jobs import split_queue
+
     queue = active_jobs([job.job_name for job in jobs])
     states = []
     for job in jobs:
         record = read_record(job.checkpoint_dir)
-        # without the data here the plan has no step count; the submit (which needs the data) recorded it
-        total = job.total_steps if job.total_steps is not None else (record or {}).get("total_steps")
-        states.append(run_status(job.checkpoint_dir, total, queue.get(job.job_name, []), record))
+        # what verl actually trains (recorded by the trainer: over-long prompts dropped), else the plan from the
+        # data here, else what the submit recorded (a launch without the data)
+        total = (read_steps(job.checkpoint_dir) or {}).get("total_training_steps", job.total_steps)
+        total = total if total is not None else (record or {}).get("total_steps")
+        # evaluation jobs share the run's name (singleton); they are not its training
+        training, _ = split_queue(queue.get(job.job_name, []), record)
+        states.append(run_status(job.checkpoint_dir, total, training, record))
     return states
 
 
@@ -182,15 +215,21 @@ def submit_jobs(
     until the old one ends)."""
     from fgrpo_verl.launch.identity import write_fresh, write_record
 
+    from fgrpo_verl.launch.eval_jobs import check_submission, submit_eval_jobs
+
+    # evaluation that could not work (a benchmark file or scorer missing) is refused before any job is submitted
+    check_submission(jobs)
     script_dir.mkdir(parents=True, exist_ok=True)
     log_dir.mkdir(parents=True, exist_ok=True)
     submitted = []
+    train_ids: dict[str, str | None] = {}
     for job, status in zip(jobs, run_states(jobs)):
         if status.state == "done":
             out(f"skipped {job.run.name}: {status.line(job.job_name)}")
             continue
         if status.state in ("queued", "running") and not force:
             out(f"skipped {job.run.name}: {status.line(job.job_name)}; --force submits another (held by singleton)")
+            train_ids[job.job_name] = status.job
             continue
         write_record(job.checkpoint_dir, job.fingerprint, job.job_name, job.overrides, total_steps=job.total_steps,
                      wandb_run_id=job.wandb_run_id)
@@ -210,4 +249,7 @@ def submit_jobs(
         if job.fresh is not None:
             write_fresh(*job.fresh)
         submitted.append((job, match.group(1)))
+        train_ids[job.job_name] = match.group(1)
+    # after the training jobs: evaluation jobs depend on them (afterany), eval_jobs.py
+    submit_eval_jobs(jobs, train_ids, script_dir, log_dir, out)
     return submitted

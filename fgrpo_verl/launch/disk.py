@@ -2,44 +2,35 @@
 
 verl's FSDP checkpoint of the actor holds the fp32 weights and AdamW's two fp32 moments (``save_contents``
 model + optimizer + extra): about 12 bytes per parameter. A run keeps ``trainer.max_actor_ckpt_to_keep`` of them
-(all when null), and saves every ``save_freq`` steps plus the last step:
+(all when null), and saves every ``save_freq`` steps plus the last step. The fgrpo trainers remove the optimizer
+states of every checkpoint before the resume point (fgrpo_verl/launch/resume_point.py), so at most two checkpoints
+(the resume point and a newer one not yet logged) hold 12 B per parameter and the others 4 B (their weights);
+``FGRPO_KEEP_OPTIMIZER_STATES=1`` keeps 12 B in all:
 
-    per checkpoint = 12 B x P        kept = min(keep, ceil(T / save_freq))        total = kept x per checkpoint
+    full = 12 B x P    weights = 4 B x P    kept = min(keep, ceil(T / save_freq))
+    total = min(kept, 2) x full + (kept - min(kept, 2)) x weights        (kept x full when all are kept)
 
-P: from a local model directory, the weight files' bytes over their dtype's size; for the paper's HF ids, their
-published parameter counts (no download at launch).
+P: from the model's files (a local directory or the Hugging Face cache: the weight files' bytes over their dtype's
+size), else the paper's models' published counts (fgrpo_verl/launch/models.py; no download at launch).
 """
 
 from __future__ import annotations
 
-import json
 import math
-from pathlib import Path
+import os
 
 BYTES_PER_PARAM = 12
-# published parameter counts of the paper's models
-KNOWN_PARAMS = {
-    "Qwen/Qwen2.5-7B": 7.62e9,
-    "Qwen/Qwen3-4B-Base": 4.02e9,
-    "meta-llama/Llama-3.2-3B-Instruct": 3.21e9,
-}
-_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+# fp32 weights alone: a checkpoint whose optimizer states were removed
+WEIGHT_BYTES_PER_PARAM = 4
 
 
 def model_params(path: str) -> float | None:
-    if path in KNOWN_PARAMS:
-        return KNOWN_PARAMS[path]
-    model = Path(path)
-    if not model.is_dir():
-        return None
-    weights = [*model.glob("*.safetensors"), *model.glob("pytorch_model*.bin")]
-    if not weights:
-        return None
-    dtype = "float32"
-    config = model / "config.json"
-    if config.is_file():
-        dtype = json.loads(config.read_text()).get("torch_dtype") or dtype
-    return sum(w.stat().st_size for w in weights) / _DTYPE_BYTES.get(dtype, 4)
+    """Parameters of the model at ``path`` (fgrpo_verl/launch/models.py: its files, or the paper's published
+    counts); None when unknown here."""
+    from fgrpo_verl.launch.models import architecture
+
+    arch = architecture(path)
+    return None if arch is None else arch.params
 
 
 def _size(nbytes: float) -> str:
@@ -65,9 +56,12 @@ def checkpoint_disk(config, total_steps: int | None) -> str:
         keep = config.trainer.get("max_actor_ckpt_to_keep")
         if keep is not None:
             count = min(count, int(keep))
+    head = f"checkpoint disk: {_size(each)} per checkpoint ({params / 1e9:.2f}B params x {BYTES_PER_PARAM} B)"
     if count is None:
-        return f"checkpoint disk: {_size(each)} per checkpoint ({params / 1e9:.2f}B params x {BYTES_PER_PARAM} B)"
-    return (
-        f"checkpoint disk: {_size(each)} per checkpoint ({params / 1e9:.2f}B params x {BYTES_PER_PARAM} B), "
-        f"{count} kept = {_size(each * count)}"
-    )
+        return head
+    if os.environ.get("FGRPO_KEEP_OPTIMIZER_STATES", "0") == "1":
+        return f"{head}, {count} kept = {_size(each * count)}"
+    full = min(count, 2)
+    total = full * each + (count - full) * WEIGHT_BYTES_PER_PARAM * params
+    return (f"{head}, {count} kept, optimizer states only in the resume point and a newer one "
+            f"({WEIGHT_BYTES_PER_PARAM} B per param in the others) = {_size(total)}")

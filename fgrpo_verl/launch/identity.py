@@ -220,11 +220,12 @@ def _is_other_copy(home: Path, here: Path, pinned: str) -> bool:
 
 def write_record(
     checkpoint_dir: Path, digest: str, experiment: str, overrides, job_id: str | None = None, total_steps=None,
-    wandb_run_id: str | None = None,
+    wandb_run_id: str | None = None, eval_job: tuple[str, str] | None = None,
 ) -> dict:
     """Create or update the run record (atomically: a reader never sees half a file); appends ``job_id``, sets
     ``total_steps`` (the run's step count, for ``--status`` where its data is not at hand) and ``wandb_run_id``
-    (the W&B run its jobs log to, :func:`recorded_run_id`)."""
+    (the W&B run its jobs log to, :func:`recorded_run_id`); ``eval_job`` = (job id, pass) appends an evaluation job
+    (``eval_jobs``: they share the run's job name, fgrpo_verl/launch/eval_jobs.py)."""
     checkpoint_dir = Path(checkpoint_dir)
     record = check_record(checkpoint_dir, digest) or {
         "fingerprint": digest,
@@ -236,6 +237,8 @@ def write_record(
         record["total_steps"] = int(total_steps)
     if job_id is not None:
         record["jobs"] = [*record.get("jobs", []), str(job_id)]
+    if eval_job is not None:
+        record["eval_jobs"] = [*record.get("eval_jobs", []), {"id": str(eval_job[0]), "phase": eval_job[1]}]
     if wandb_run_id is not None:
         record["wandb_run_id"] = str(wandb_run_id)
         record["wandb_run_dir"] = os.path.abspath(checkpoint_dir)

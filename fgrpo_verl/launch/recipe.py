@@ -7,7 +7,8 @@
       time: "7-00:00:00"
       cpus_per_task: 64
     env: {}                         # extra environment exported by every job (never secrets)
-    save_per_epoch: true            # trainer.save_freq = steps per epoch, from the prepared data's row count
+    save_per_epoch: true            # a checkpoint each epoch: the trainer sets trainer.save_freq to verl's steps per epoch
+    evaluation: {...}               # evaluation jobs launched with the runs (fgrpo_verl/launch/eval_jobs.py)
     common: [dataset=deepscaler, cluster=2x8]    # overrides every run gets first
     runs:
       - name: qwen25_7b-grpo-g0p5
@@ -112,6 +113,8 @@ class Recipe:
     env: dict[str, str]
     runs: tuple[Run, ...] = field(default=())
     save_per_epoch: bool = False
+    # the raw `evaluation:` block (parsed and checked by fgrpo_verl.launch.eval_jobs.load_eval_spec); None: none
+    evaluation: dict | None = None
 
     def job_name(self, run: Run) -> str:
         """``<recipe>-<run name>``: the job name of a script rendered without a run identity (render_job's default)."""
@@ -173,7 +176,7 @@ def load_recipe(recipe: str) -> Recipe:
     data = yaml.safe_load(path.read_text(encoding="utf-8"))
     if not isinstance(data, dict):
         raise ValueError(f"{path}: a recipe is a mapping with keys name, project, runs, ...; got {type(data).__name__}")
-    allowed = {"name", "project", "reproduces", "resources", "env", "common", "runs", "save_per_epoch"}
+    allowed = {"name", "project", "reproduces", "resources", "env", "common", "runs", "save_per_epoch", "evaluation"}
     unknown = sorted(set(data) - allowed)
     if unknown:
         raise ValueError(f"{path}: unknown recipe key(s) {unknown}; valid keys: {sorted(allowed)}")
@@ -228,4 +231,5 @@ def load_recipe(recipe: str) -> Recipe:
         env={str(k): str(v) for k, v in env.items()},
         runs=tuple(runs),
         save_per_epoch=save_per_epoch,
+        evaluation=data.get("evaluation"),
     )

@@ -64,6 +64,12 @@ class JobScript:
     fresh: tuple[Path, str] | None = None
     # the W&B run id the script exports (pinned in the run record on submit)
     wandb_run_id: str = ""
+    # what the preflight found (fgrpo_verl/launch/preflight.py Report.summary), printed by --dry-run
+    preflight: str = ""
+    # the run's evaluation jobs (fgrpo_verl/launch/eval_jobs.py RunEvaluation; None: the recipe has none)
+    evaluation: object = None
+    # the JobScript of its γ = 0 twin, the baseline its checkpoint is selected against (None: γ = 0, or none)
+    baseline_job: object = None
 
 
 _SLURM_TIME = re.compile(r"^(?:(\d+)-(\d+)(?::(\d+)(?::(\d+))?)?|(\d+)(?::(\d+)(?::(\d+))?)?)$")
@@ -114,8 +120,11 @@ def sbatch_directives(
     log_dir: Path,
     workdir: Path,
     time_limit: str | None = None,
-    signal_lead_s: int = DEFAULT_SIGNAL_LEAD_S,
+    signal_lead_s: int | None = DEFAULT_SIGNAL_LEAD_S,
+    dependency: str = "singleton",
 ) -> list[str]:
+    """The ``#SBATCH`` lines of a job. ``signal_lead_s`` None: no USR1 ahead of the limit; ``dependency``: sbatch's
+    --dependency (training jobs: singleton; evaluation jobs add afterany:<job>, fgrpo_verl/launch/eval_jobs.py)."""
     log_dir_text = check_value("log dir", log_dir)
     if "%" in log_dir_text:
         raise ValueError(f"log dir {log_dir_text!r} contains '%', which sbatch expands in --output; pick another")
@@ -138,11 +147,12 @@ def sbatch_directives(
         value = getattr(resources, key)
         if value is not None:
             options.append((key, value))
-    options += [
+    if signal_lead_s is not None:
         # USR1 to the batch shell ahead of the limit: checkpoint at the step boundary, then requeue (lifecycle.sh)
-        ("signal", f"B:USR1@{int(signal_lead_s)}"),
+        options.append(("signal", f"B:USR1@{int(signal_lead_s)}"))
+    options += [
         # never two jobs of one run (same name = same run identity) running at once, whoever submitted them
-        ("dependency", "singleton"),
+        ("dependency", dependency),
         # a preempted or requeued job runs again (and resumes), appending to the same log
         ("requeue", None),
         ("open-mode", "append"),

@@ -18,6 +18,13 @@ checkpoint replaces the unreleased ``global_step_k``); the W&B offline trim at t
 (``fgrpo_verl/launch/wandb_offline.py``) drops whatever the killed start logged past that checkpoint. The price
 is that a kill in the gap recomputes ``trainer.save_freq`` steps instead of none.
 
+Once the tracker says k, no resume needs the optimizer states of the checkpoints before k: :func:`release` removes
+them (verl's FSDP files ``global_step_<j>/<role>/optim_world_size_<W>_rank_<r>.pt``, j < k; AdamW's two fp32 moments,
+8 of the 12 bytes per parameter of a checkpoint) and keeps their weights (``model_*``, ``extra_state_*``, ``data.pt``,
+``huggingface/``) for checkpoint selection and evaluation. ``FGRPO_KEEP_OPTIMIZER_STATES=1`` keeps them all (to resume
+deliberately from an older step with ``trainer.resume_mode=resume_path``). A checkpoint held back as the resume point
+keeps its states until a later step is released.
+
 Not deferred (the tracker says k at once, as in verl): when the previous checkpoint can no longer be loaded
 (``max_actor_ckpt_to_keep`` / ``max_critic_ckpt_to_keep`` = 1 or ``remove_previous_ckpt_in_save``: verl's
 rotation deletes ``global_step_<j>/actor`` and ``/critic`` but leaves the folder with its ``data.pt``, so the
@@ -76,7 +83,26 @@ def hold_back(trainer, before: str | None) -> int | None:
     return step
 
 
+# verl's FSDP checkpoint manager names each rank's optimizer shard this way (verl/utils/checkpoint/
+# fsdp_checkpoint_manager.py save_checkpoint)
+OPTIMIZER_FILES = "global_step_*/*/optim_world_size_*_rank_*.pt"
+
+
 def release(trainer, step: int | None) -> None:
-    """Step ``step`` is logged: the tracker says ``step`` (nothing to do for None)."""
+    """Step ``step`` is logged: the tracker says ``step``, and earlier checkpoints lose their optimizer states
+    (module docstring; nothing to do for None)."""
     if step is not None:
         _write(_tracker(trainer), str(int(step)))
+        if os.environ.get("FGRPO_KEEP_OPTIMIZER_STATES", "0") != "1":
+            prune_optimizer_states(_tracker(trainer).parent, int(step))
+
+
+def prune_optimizer_states(root: Path, step: int) -> list[Path]:
+    """Remove the optimizer shards of ``root``'s checkpoints before ``step``; returns the removed files."""
+    removed = []
+    for path in sorted(Path(root).glob(OPTIMIZER_FILES)):
+        number = path.parent.parent.name.removeprefix("global_step_")
+        if number.isdigit() and int(number) < step:
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed

@@ -32,21 +32,26 @@ def _files(value) -> list[str]:
     return [str(v) for v in value]
 
 
-def train_rows(config, workdir: Path) -> int | None:
-    """Rows of the run's training parquet files (relative paths resolve against ``workdir``); None when a file is
-    missing (on a login node the data may only exist where the job runs)."""
+def parquet_rows(files, workdir: Path) -> int | None:
+    """Rows of the parquet ``files`` (one path or a list; relative paths resolve against ``workdir``); None when
+    a file is missing (on a login node the data may only exist where the job runs)."""
     import pyarrow.parquet as pq
 
-    total = 0
-    files = _files(config.data.train_files)
-    if not files:
+    names = _files(files)
+    if not names:
         return None
-    for name in files:
+    total = 0
+    for name in names:
         path = Path(workdir) / name
         if not path.is_file():
             return None
         total += pq.ParquetFile(path).metadata.num_rows
     return total
+
+
+def train_rows(config, workdir: Path) -> int | None:
+    """Rows of the run's training parquet files (:func:`parquet_rows`)."""
+    return parquet_rows(config.data.train_files, workdir)
 
 
 def step_plan(config, rows: int) -> StepPlan:

@@ -1,0 +1,96 @@
+"""The paper's checkpoint and γ selection (§5.3 "Checkpoint selection", App. L.3 / Table 7), written once.
+
+    1. a checkpoint is saved each epoch;
+    2. baseline (γ = 0): its checkpoint with the best average in-domain math pass@1;
+    3. each focal run (γ > 0, otherwise the baseline's config): its best checkpoint by the same score among those
+       "obtained with equal or less compute" than the baseline's selected one;
+    4. γ: the focal γ whose selected checkpoint has the best average in-domain math pass@1 (Table 7).
+
+Compute is the number of rollouts sampled up to a checkpoint, step x data.train_batch_size x rollout.n (prompts per
+step times group size): for a focal run and its baseline (same batch and N) that is the step, and it stays
+comparable where N differs. The score is the selection pass's mean over the math benchmarks of pass@1
+(fgrpo_verl/evaluation/checkpoint_eval.py writes it per checkpoint). Ties go to less compute (an earlier checkpoint;
+the paper's "equal or less compute" prefers it) and, for γ, to the smaller γ (closer to the baseline). A run
+without a baseline in its recipe (a control, or a focal run whose γ = 0 twin is not in the recipe) gets its best
+checkpoint over all of its own; the report says so. Selection needs every candidate checkpoint scored: a run with
+unscored checkpoints is not selected (the report lists what is missing) rather than selected among a subset.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class CheckpointScore:
+    step: int
+    compute: float  # rollouts sampled up to this checkpoint
+    score: float    # average math pass@1 of the selection pass, in [0, 1]
+
+
+@dataclass(frozen=True)
+class RunSelection:
+    run: str
+    checkpoint: CheckpointScore | None  # None: no checkpoint qualifies (or the run is not complete)
+    constraint: str                     # how it was chosen, for the report
+
+
+def compute_of(step: int, train_batch_size: int, group_size: int) -> float:
+    """Rollouts sampled by the end of ``step``: step x prompts per step x rollouts per prompt."""
+    for name, value in (("step", step), ("train_batch_size", train_batch_size), ("group_size", group_size)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+    return float(step) * train_batch_size * group_size
+
+
+def _check(scores: list[CheckpointScore], run: str) -> None:
+    steps = [s.step for s in scores]
+    if len(set(steps)) != len(steps):
+        raise ValueError(f"run {run}: checkpoint steps {sorted(steps)} repeat")
+    for s in scores:
+        if not (isinstance(s.score, (int, float)) and math.isfinite(s.score) and 0.0 <= s.score <= 1.0):
+            raise ValueError(f"run {run}: checkpoint {s.step} has score {s.score!r}; expected pass@1 in [0, 1]")
+
+
+def best_checkpoint(scores: list[CheckpointScore], max_compute: float | None = None,
+                    run: str = "run") -> CheckpointScore | None:
+    """The highest-scoring checkpoint with compute <= ``max_compute`` (all when None); ties: less compute, then the
+    earlier step. None when no checkpoint qualifies."""
+    _check(scores, run)
+    candidates = [s for s in scores if max_compute is None or s.compute <= max_compute]
+    if not candidates:
+        return None
+    return min(candidates, key=lambda s: (-s.score, s.compute, s.step))
+
+
+def select_baseline(run: str, scores: list[CheckpointScore]) -> RunSelection:
+    return RunSelection(run, best_checkpoint(scores, run=run), "best average math pass@1 over all checkpoints")
+
+
+def select_focal(run: str, scores: list[CheckpointScore], baseline: RunSelection | None) -> RunSelection:
+    """A focal run's checkpoint: best with equal or less compute than the baseline's selected checkpoint; without a
+    baseline (none in the recipe), the best over all of its checkpoints."""
+    if baseline is None:
+        return RunSelection(run, best_checkpoint(scores, run=run),
+                            "best average math pass@1 over all checkpoints (no γ = 0 baseline in the recipe)")
+    if baseline.checkpoint is None:
+        return RunSelection(run, None, f"waits for its baseline {baseline.run}'s selection")
+    limit = baseline.checkpoint.compute
+    chosen = best_checkpoint(scores, max_compute=limit, run=run)
+    how = (f"best average math pass@1 with compute <= baseline {baseline.run}'s selected step "
+           f"{baseline.checkpoint.step} ({limit:.0f} rollouts)")
+    if chosen is None:
+        how += ": no checkpoint qualifies"
+    return RunSelection(run, chosen, how)
+
+
+def select_gamma(focal: dict[float, RunSelection]) -> float | None:
+    """The γ whose selected checkpoint has the best average math pass@1 (ties: smaller γ); None when some γ has
+    no selected checkpoint yet (the choice would change once it has one) or there is none."""
+    if not focal or any(sel.checkpoint is None for sel in focal.values()):
+        return None
+    for gamma in focal:
+        if not (math.isfinite(gamma) and gamma > 0):
+            raise ValueError(f"focal gamma {gamma!r}: expected a finite number > 0")
+    return min(focal, key=lambda g: (-focal[g].checkpoint.score, g))

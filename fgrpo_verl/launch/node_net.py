@@ -1,0 +1,149 @@
+"""Network settings of a job's Ray nodes, chosen on the node itself (used by slurm/ray_cluster.sh).
+
+- **Interface.** ``ray_cluster.sh`` gives every Ray node its Slurm ``NodeAddr`` as ``--node-ip-address``. verl's
+  process groups do not use Ray's address: gloo (the CPU groups) and NCCL pick an interface on their own, from
+  the host name or the first non-loopback interface, which is the wrong network on multi-homed nodes, and
+  loopback where the host name maps to 127.0.1.1 (the case ``ray_cluster.sh`` refuses for Ray). So every node
+  exports ``GLOO_SOCKET_IFNAME`` and ``NCCL_SOCKET_IFNAME`` = the interface that holds its Ray address, before
+  ``ray start``: Ray's workers (verl's ranks) inherit them. A value already set in the job's environment is
+  kept (a site that knows its fabric, e.g. ``NCCL_SOCKET_IFNAME=ib0``).
+- **Ports.** The head's ports (GCS, client server, dashboard) start at ``FGRPO_RAY_PORT_BASE``, derived from the
+  job id; two jobs whose ids give the same block and that share the head node would collide, so
+  :func:`port_base` moves to the next block (of 120) whose head ports are free on this host. Each node's own
+  ports (node manager, object manager, metrics, dashboard agent, runtime env agent) only need to be free on that
+  node (the others learn them from the GCS): the node's block when free there, else ports the OS hands out.
+  Binding is the test, on all addresses. Two jobs starting on one host in the same instant can still race; the
+  loser's ``ray start`` then fails with "address already in use" and the job fails (relaunch it).
+
+    python -m fgrpo_verl.launch.node_net base JOB_ID        # prints the port base (FGRPO_RAY_PORT_BASE)
+    python -m fgrpo_verl.launch.node_net ifname IP          # prints the interface holding IP
+    python -m fgrpo_verl.launch.node_net exec --ip IP --base B --index I -- ray start ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+from collections.abc import Sequence
+
+FIRST_PORT = 20000
+BLOCK = 100
+BLOCKS = 120
+# offsets from the base: GCS, Ray client server, dashboard (the head's)
+HEAD_PORTS = (0, 1, 2)
+# a node's own ports: node manager, object manager, metrics export, dashboard agent (listen, gRPC), runtime env agent
+NODE_PORT_FLAGS = (
+    "--node-manager-port", "--object-manager-port", "--metrics-export-port",
+    "--dashboard-agent-listen-port", "--dashboard-agent-grpc-port", "--runtime-env-agent-port",
+)
+
+
+def port_free(port: int) -> bool:
+    """Whether ``port`` can be bound on all addresses of this host (nothing listens on it anywhere)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("", port))
+        except OSError:
+            return False
+    return True
+
+
+def port_base(job_id: int) -> int:
+    """The first block ``FIRST_PORT + BLOCK * ((job_id + k) mod BLOCKS)``, k = 0, 1, ..., whose head ports are free
+    here; the job's own block when all are taken (Ray then reports the clash)."""
+    for k in range(BLOCKS):
+        base = FIRST_PORT + BLOCK * ((job_id + k) % BLOCKS)
+        if all(port_free(base + offset) for offset in HEAD_PORTS):
+            return base
+    return FIRST_PORT + BLOCK * (job_id % BLOCKS)
+
+
+def node_ports(base: int, index: int) -> list[int]:
+    """Node ``index``'s six ports: its block ``base + 10 + 10 * (index mod 9)`` when free here, else free ports
+    from the OS."""
+    first = base + 10 + 10 * (index % 9)
+    block = [first + i for i in range(len(NODE_PORT_FLAGS))]
+    if all(port_free(p) for p in block):
+        return block
+    socks, ports = [], []
+    try:
+        for _ in NODE_PORT_FLAGS:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind(("", 0))
+            socks.append(sock)
+            ports.append(sock.getsockname()[1])
+    finally:
+        for sock in socks:
+            sock.close()
+    return ports
+
+
+def interface_of(ip: str) -> str:
+    """The name of the network interface that holds IPv4 address ``ip`` on this host: the one with that address,
+    else the one whose network contains it (loopback's 127.0.0.0/8 holds 127.0.0.2 without listing it)."""
+    import ipaddress
+
+    import psutil
+
+    wanted = ipaddress.ip_address(ip)
+    interfaces = [(name, a) for name, addrs in psutil.net_if_addrs().items() for a in addrs if a.family == socket.AF_INET]
+    for name, a in interfaces:
+        if a.address == ip:
+            return name
+    for name, a in interfaces:
+        if a.netmask and wanted in ipaddress.ip_network(f"{a.address}/{a.netmask}", strict=False):
+            return name
+    raise ValueError(f"no network interface of this host holds {ip} (the node's Slurm NodeAddr): check "
+                     "`scontrol show node` against `ip addr` on the node")
+
+
+def interface_env(ip: str, environ=os.environ) -> dict[str, str]:
+    """``GLOO_SOCKET_IFNAME`` / ``NCCL_SOCKET_IFNAME`` for the interface of ``ip``; values already set are kept."""
+    name = None
+    env = {}
+    for var in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
+        if environ.get(var):
+            env[var] = environ[var]
+        else:
+            name = name or interface_of(ip)
+            env[var] = name
+    return env
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m fgrpo_verl.launch.node_net", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    base = sub.add_parser("base", help="print the job's Ray port base")
+    base.add_argument("job_id", type=int)
+    ifname = sub.add_parser("ifname", help="print the interface holding IP")
+    ifname.add_argument("ip")
+    run = sub.add_parser("exec", help="set the interface variables and this node's ports, then exec the command")
+    run.add_argument("--ip", required=True)
+    run.add_argument("--base", type=int, required=True)
+    run.add_argument("--index", type=int, required=True)
+    run.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "base":
+            print(port_base(args.job_id))
+            return 0
+        if args.command == "ifname":
+            print(interface_of(args.ip))
+            return 0
+        command = list(args.command[1:] if args.command[:1] == ["--"] else args.command)
+        if not command:
+            parser.error("exec needs a command after --")
+        os.environ.update(interface_env(args.ip))
+        ports = node_ports(args.base, args.index)
+        command += [f"{flag}={port}" for flag, port in zip(NODE_PORT_FLAGS, ports)]
+    except ValueError as exc:
+        print(f"fgrpo node_net: error: {exc}", file=sys.stderr)
+        return 2
+    os.execvp(command[0], command)
+    return 127  # pragma: no cover - execvp does not return
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,532 @@
+"""Preflight: verl 0.9.1's worker start-up checks, and whether the run fits, before anything reaches a GPU queue.
+
+``verl``'s ``validate_config`` (run by ``fgrpo_verl.compose.validate``) stops where the workers' start-up begins:
+a config it accepts can still be refused minutes into a GPU allocation. :func:`run` checks what comes after, on
+the composed config, and raises :class:`PreflightError`: one line per refusal, naming the key, its value and the
+fix. ``fgrpo-verl launch`` (submit and ``--dry-run``), ``fgrpo-verl doctor --recipe`` and the plain
+``slurm/train.sbatch`` path (``python -m fgrpo_verl.launch.jobenv``) call it. verl's own code runs the check where
+it can be called on a config alone; the others restate verl's rule and a test pins each one to verl's behaviour
+(tests/test_preflight_on_cpu.py).
+
+======================================  =====================================================================
+check                                   verl (or vLLM / TransferQueue) source, and how it is checked here
+======================================  =====================================================================
+rollout config                          ``verl/workers/config/rollout.py`` ``RolloutConfig.__post_init__``:
+                                        called (``omega_conf_to_dataclass``)
+rollout TP x DP x PP vs world size      ``verl/workers/engine_workers.py`` ``ActorRolloutRefWorker.init_model``
+                                        asserts ``world_size % (TP*DP*PP) == 0``: restated (needs a worker);
+                                        pinned by running that ``init_model`` in-process on the same config
+hf rollout (fgrpo-verl's)               ``fgrpo_verl/backends/hf_rollout/replica.py`` ``HFReplica``: one GPU per
+                                        replica; restated
+rollout replicas                        ``verl/workers/rollout/llm_server.py`` ``_initialize_llm_servers``
+                                        (``world_size // (TP*DP*PP)`` replicas) and ``verl/workers/rollout/
+                                        replica.py`` ``RolloutReplica.__init__`` (a replica spanning nodes uses
+                                        whole nodes): the replica's ``__init__`` is called
+mini-batch per GPU                      ``verl/workers/engine_workers.py`` ``TrainingWorker.train_mini_batch``
+                                        asserts ``ppo_mini_batch_size * n % dp == 0``: restated
+micro-batch per GPU (update, log-prob)  ``verl/workers/engine/utils.py`` ``prepare_micro_batches`` asserts the
+                                        per-GPU batch is a multiple of the micro-batch: called on a dummy batch
+                                        of the per-GPU size (after v1's upsampling, ``trainer_base.py``
+                                        ``_get_required_batch_multiple``: a multiple of lcm(dp, mini x n))
+TransferQueue capacity                  ``transfer_queue/storage/simple_storage.py`` ``StorageUnitData.put_data``
+                                        ("Storage capacity exceeded"): each of the ``num_data_storage_units`` holds
+                                        ceil(total_storage_size / units) samples and sample i lives in unit
+                                        i mod units; restated, pinned by a verl run on each side of the bound
+max_model_len                           ``verl/workers/rollout/vllm_rollout/vllm_async_server.py``
+                                        ``_validate_configs`` (max_model_len <= max_position_embeddings; unset =
+                                        max_position_embeddings) and ``generate`` (max_tokens = max_model_len -
+                                        prompt): restated
+vLLM engine arguments                   vLLM's ``SchedulerConfig`` (max_num_batched_tokens >= max_num_seqs:
+                                        restated, pinned by vLLM's own class on the same numbers) and
+                                        ``ModelConfig.verify_with_parallel_config`` (heads % TP == 0: restated)
+memory per GPU                          the estimate below
+model files                             a local directory or a complete snapshot in the Hugging Face cache
+                                        (``fgrpo_verl/launch/models.py``); only where the run will start
+======================================  =====================================================================
+
+**The TransferQueue bound.** verl's v1 trainer keeps a step's training batch in TransferQueue until the step's
+metrics are logged, and validates (``trainer.test_freq``) before that, one validation batch of
+``data.val_batch_size`` prompts (all of them when null) at a time, so at its fullest it holds
+
+    live = B' + V x val_kwargs.n        B' = data.train_batch_size x rollout.n, rounded up to a multiple of
+                                        lcm(dp, ppo_mini_batch_size x n) (v1 pads the batch with dummy samples)
+                                        V  = min(data.val_batch_size or V_rows, V_rows) validation prompts
+
+(``V x val_kwargs.n`` alone for ``trainer.val_before_train``). The samples take the global indices 0..live-1, so
+the fullest unit holds ceil(live / units), refused above ceil(total_storage_size / units). Dynamic sampling
+(``algorithm.filter_groups``) and the async trainer modes keep more batches in flight: not modelled.
+
+**The memory estimate** (bytes per GPU; a lower bound of the peak of a step whose sequences all reach the full
+length, so a refusal is certain and a pass is not a promise). W GPUs, P parameters, vocabulary V, hidden size
+H, L layers, KV heads K of dimension D, T = data.max_prompt_length + data.max_response_length, M = the cluster's
+GPU memory (``slurm.gpu_memory_gib``, set by the ``cluster`` group), u = ``rollout.gpu_memory_utilization``:
+
+    states    S = P x (8 [fp32 params + grads] + 8 [AdamW m, v fp32]) / W   (FSDP full shard; a term is 0 when
+                  actor.fsdp_config.param_offload / optimizer_offload moves it to the host)
+    training  A = max(mb x T x (4 V + 2 H L),  lmb x T x 2 V)   one micro-batch mb (ppo_micro_batch_size_per_gpu):
+                  bf16 logits and their gradient, one bf16 hidden state per layer (gradient checkpointing); one
+                  log-prob micro-batch lmb (rollout.log_prob_micro_batch_size_per_gpu): bf16 logits
+    vLLM      u x M, of which 2 P / TP are bf16 weights and the rest KV cache at
+                  2 x L x ceil(K / TP) x D x 2 bytes per token (K and V, bf16)
+
+    refused when  S + u x M > M            (vLLM starts beside the resident FSDP states and refuses less free
+                                            memory than u x M)
+                  S + A (+ u x M when rollout.free_cache_engine is false) > M    (training step)
+                  u x M - 2 P / TP < KV of one max_model_len sequence             (vLLM refuses to start)
+
+Not counted: CUDA context and allocator fragmentation, optimizer temporaries, vLLM's activation profile, the
+reference model (``use_kl_loss``). The dry run states S, A, the KV cache and how many full-length sequences of
+the replica's share of the batch it holds at once.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from fgrpo_verl.launch.models import Architecture, architecture, missing_model
+
+GIB = 2**30
+# bytes per parameter of the FSDP states: fp32 params + fp32 grads (8), AdamW's two fp32 moments (8)
+PARAM_GRAD_BYTES = 8
+OPTIMIZER_BYTES = 8
+# bf16 activations
+ACT_BYTES = 2
+VLLM_NAMES = ("vllm", "sglang")
+
+
+@dataclass(frozen=True)
+class Refusal:
+    key: str
+    value: object
+    problem: str
+    fix: str
+
+    def line(self) -> str:
+        return f"{self.key}={self.value}: {self.problem}; {self.fix}"
+
+
+class PreflightError(ValueError):
+    """One or more refusals; ``str()`` is one line per refusal."""
+
+    def __init__(self, refusals: list[Refusal]):
+        self.refusals = list(refusals)
+        super().__init__("\n".join(r.line() for r in self.refusals))
+
+
+@dataclass(frozen=True)
+class Report:
+    """What the checks found for a run that passed (the dry run prints :meth:`summary`)."""
+
+    notes: tuple[str, ...]
+
+    def summary(self) -> str:
+        return "preflight: " + "; ".join(self.notes)
+
+
+def _world(config) -> int:
+    return int(config.trainer.nnodes) * int(config.trainer.n_gpus_per_node)
+
+
+def _parallel(rollout) -> tuple[int, int, int]:
+    return (int(rollout.tensor_model_parallel_size), int(rollout.data_parallel_size),
+            int(rollout.pipeline_model_parallel_size))
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+class _Checks:
+    """Shared state of one run's checks: each ``check_*`` appends refusals and notes."""
+
+    def __init__(self, config, workdir: Path):
+        self.config = config
+        self.workdir = Path(workdir)
+        self.refusals: list[Refusal] = []
+        self.notes: list[str] = []
+        self.world = _world(config)
+        self.rollout = config.actor_rollout_ref.rollout
+        self.actor = config.actor_rollout_ref.actor
+        self.arch: Architecture | None = architecture(str(config.actor_rollout_ref.model.path), self.workdir)
+        self.length = int(config.data.max_prompt_length) + int(config.data.max_response_length)
+
+    def refuse(self, key: str, value, problem: str, fix: str) -> None:
+        self.refusals.append(Refusal(key, value, problem, fix))
+
+    # ------------------------------------------------------------------ rollout layout
+    def check_rollout(self) -> None:
+        from verl.utils.config import omega_conf_to_dataclass
+
+        try:
+            rollout = omega_conf_to_dataclass(self.rollout)
+        except Exception as exc:  # verl's RolloutConfig.__post_init__ (assertions, ValueError, NotImplementedError)
+            while exc.__cause__ is not None:  # Hydra's instantiate wraps it
+                exc = exc.__cause__
+            message = " ".join(str(exc).split())
+            self.refuse("actor_rollout_ref.rollout.name", self.rollout.get("name"),
+                        f"verl's RolloutConfig refuses the rollout settings: {message}",
+                        "change the setting it names")
+            return
+        tp, dp, pp = _parallel(rollout)
+        per_replica = tp * dp * pp
+        key = "actor_rollout_ref.rollout.tensor_model_parallel_size"
+        if self.world % per_replica:
+            # the largest TP up to this one with which a replica divides the GPUs
+            fits = [t for t in range(1, tp + 1) if self.world % (t * dp * pp) == 0] or [1]
+            self.refuse(
+                key, tp,
+                f"a rollout replica spans TP x DP x PP = {tp} x {dp} x {pp} = {per_replica} GPUs, which does not divide "
+                f"the {self.world} GPU(s) of trainer.nnodes x trainer.n_gpus_per_node (verl's "
+                "ActorRolloutRefWorker.init_model asserts world_size % (TP*DP*PP) == 0)",
+                f"set TP x DP x PP to a divisor of {self.world}, e.g. {key}={fits[-1]}",
+            )
+            return
+        try:
+            _replica_probe()(replica_rank=0, config=self.rollout, model_config=None,
+                             gpus_per_node=int(self.rollout.n_gpus_per_node))
+        except AssertionError as exc:  # verl's RolloutReplica.__init__: a multi-node replica takes whole nodes
+            self.refuse(key, tp, f"verl's RolloutReplica refuses the replica layout: {exc}",
+                        "make TP x DP x PP at most the GPUs per node, or a multiple of them")
+            return
+        if rollout.name == "hf" and per_replica != 1:
+            # fgrpo-verl's own hf rollout (backend=cpu, gpu_hf): HFReplica.launch_servers refuses a replica of more
+            # than one GPU
+            self.refuse(key, tp, f"rollout.name=hf serves one model copy per GPU, but a replica spans TP x DP x PP = "
+                        f"{per_replica} GPUs", f"set {key}=1 (and data/pipeline parallel 1), or use the vLLM rollout")
+            return
+        replicas = self.world // per_replica
+        self.notes.append(f"{replicas} rollout replica(s) of TP {tp} x DP {dp} x PP {pp} on {self.world} GPU(s)")
+        if self.arch is not None and rollout.name in VLLM_NAMES and self.arch.num_attention_heads % tp:
+            self.refuse(key, tp, f"the model's {self.arch.num_attention_heads} attention heads do not split over TP "
+                        f"{tp} (vLLM's ModelConfig.verify_with_parallel_config)",
+                        f"use a TP that divides {self.arch.num_attention_heads}")
+        if rollout.name == "vllm" and int(rollout.max_num_batched_tokens) < int(rollout.max_num_seqs):
+            self.refuse("actor_rollout_ref.rollout.max_num_batched_tokens", rollout.max_num_batched_tokens,
+                        f"vLLM's scheduler needs at least max_num_seqs={rollout.max_num_seqs} tokens per step "
+                        "(SchedulerConfig: max_num_batched_tokens >= max_num_seqs)",
+                        f"raise it to {rollout.max_num_seqs} or more")
+
+    # ------------------------------------------------------------------ batches
+    def batch_layout(self) -> tuple[int, int, int]:
+        """(dp, the training batch B' after v1's upsampling, samples per GPU of one mini-batch)."""
+        n = int(self.rollout.n)
+        sp = int(self.actor.get("ulysses_sequence_parallel_size", 1) or 1)
+        dp = max(1, self.world // sp)
+        mini = int(self.actor.ppo_mini_batch_size) * n
+        batch = int(self.config.data.train_batch_size) * n
+        multiple = math.lcm(dp, mini)
+        return dp, math.ceil(batch / multiple) * multiple, mini
+
+    def check_batches(self) -> None:
+        if self.actor.use_dynamic_bsz:
+            self.notes.append("dynamic batch sizes (token budgets): micro-batch divisibility not checked")
+            return
+        dp, padded, mini = self.batch_layout()
+        n = int(self.rollout.n)
+        if mini % dp:
+            self.refuse(
+                "actor_rollout_ref.actor.ppo_mini_batch_size", self.actor.ppo_mini_batch_size,
+                f"a mini-batch of {self.actor.ppo_mini_batch_size} prompts x rollout.n={n} = {mini} samples does not "
+                f"split over the {dp} data-parallel GPU(s) (verl's TrainingWorker.train_mini_batch asserts "
+                "mini_batch_size % dp == 0)",
+                f"make ppo_mini_batch_size x {n} a multiple of {dp}",
+            )
+            return
+        per_gpu = mini // dp
+        micro = self.actor.ppo_micro_batch_size_per_gpu
+        micro_batches = None
+        if micro is not None and not _splits(per_gpu, int(micro)):
+            self.refuse(
+                "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", micro,
+                f"each GPU's share of a mini-batch is {per_gpu} samples, not a multiple of it (verl's "
+                "prepare_micro_batches asserts it)",
+                f"use a divisor of {per_gpu}, e.g. {_largest_divisor(per_gpu, int(micro))}",
+            )
+        elif micro is not None:
+            micro_batches = per_gpu // int(micro)
+        rows = padded // dp
+        for section in ("rollout", "ref"):
+            key = f"actor_rollout_ref.{section}.log_prob_micro_batch_size_per_gpu"
+            if section == "ref" and not _uses_reference(self.config):
+                continue
+            value = self.config.actor_rollout_ref[section].get("log_prob_micro_batch_size_per_gpu")
+            if value is not None and not _splits(rows, int(value)):
+                self.refuse(key, value, f"each GPU computes log-probs of {rows} samples, not a multiple of it "
+                            "(verl's prepare_micro_batches asserts it)",
+                            f"use a divisor of {rows}, e.g. {_largest_divisor(rows, int(value))}")
+        if padded != int(self.config.data.train_batch_size) * n:
+            self.notes.append(f"verl pads each training batch to {padded} samples (a multiple of lcm(dp, mini x n))")
+        if micro_batches is not None:
+            self.notes.append(f"{padded} samples per step, {micro_batches} micro-batch(es) of {micro} per GPU per update")
+
+    # ------------------------------------------------------------------ TransferQueue
+    def check_storage(self) -> None:
+        backend = self.config.get("transfer_queue", {}).get("backend", {})
+        if backend.get("storage_backend", "SimpleStorage") != "SimpleStorage":
+            return
+        simple = backend.get("SimpleStorage", {})
+        total = simple.get("total_storage_size")
+        if total is None:
+            return
+        units = int(simple.get("num_data_storage_units", 1))
+        load = storage_load(self.config, self.workdir)
+        if load.validates and load.val_prompts is None:
+            self.notes.append("validation batch unknown here (data.val_files not found, data.val_batch_size null): "
+                              "TransferQueue capacity checked for the training batch only")
+        per_unit = math.ceil(int(total) / units)
+        if math.ceil(load.live / units) <= per_unit:
+            self.notes.append(f"TransferQueue holds at most {load.live} of {total} samples")
+            return
+        val_n = int(self.rollout.val_kwargs.n)
+        if load.val > load.train:
+            # the most validation prompts per batch that fit beside the training batch
+            room = (units * per_unit - (load.train if load.beside else 0)) // val_n
+            self.refuse(
+                "data.val_batch_size", self.config.data.get("val_batch_size"),
+                f"validation puts {load.val_prompts} prompts x val_kwargs.n={val_n} = {load.val} samples into "
+                f"TransferQueue" + (f" next to the {load.train}-sample training batch" if load.beside else "")
+                + f" ({load.live} in all), over its capacity of {total} (transfer_queue.backend.SimpleStorage."
+                "total_storage_size; TransferQueue refuses with 'Storage capacity exceeded')",
+                f"validate in batches, data.val_batch_size={room} or fewer" if room >= 1
+                else f"raise total_storage_size to {load.live}",
+            )
+        else:
+            self.refuse(
+                "transfer_queue.backend.SimpleStorage.total_storage_size", total,
+                f"a step holds {load.live} samples in TransferQueue ({units} unit(s) of {per_unit}), more than it "
+                "stores ('Storage capacity exceeded')",
+                f"raise it to {load.live} or more",
+            )
+
+    # ------------------------------------------------------------------ lengths
+    def check_lengths(self) -> None:
+        mml = self.rollout.get("max_model_len")
+        positions = None if self.arch is None else self.arch.max_position_embeddings
+        key = "actor_rollout_ref.rollout.max_model_len"
+        if mml is not None and positions is not None and int(mml) > positions:
+            self.refuse(key, mml, f"above the model's max_position_embeddings={positions} (verl's vLLM server "
+                        "refuses it at start)", f"set it to {min(positions, self.length)} or less")
+            return
+        effective = int(mml) if mml is not None else positions
+        if effective is not None and effective < self.length:
+            what = key if mml is not None else "the model's max_position_embeddings"
+            self.refuse(
+                key, mml,
+                f"prompt + response = data.max_prompt_length + data.max_response_length = {self.length} tokens does "
+                f"not fit {what} ({effective}): verl's rollout cuts responses at {effective} - prompt tokens",
+                f"shorten data.max_response_length to {max(1, effective - int(self.config.data.max_prompt_length))}"
+                + (f" or raise {key} to {self.length}" if positions is None or positions >= self.length else ""),
+            )
+
+    # ------------------------------------------------------------------ memory
+    def check_memory(self) -> None:
+        if str(self.config.trainer.get("device", "cuda")) == "cpu":
+            return
+        gib = (self.config.get("slurm") or {}).get("gpu_memory_gib")
+        if gib is None or self.arch is None:
+            self.notes.append("memory not estimated (" + ("no slurm.gpu_memory_gib: select a cluster group"
+                              if gib is None else "model architecture unknown here") + ")")
+            return
+        est = estimate_memory(self.config, self.arch, self.world)
+        capacity = float(gib) * GIB
+        util = float(self.rollout.gpu_memory_utilization)
+        name = str(self.rollout.name)
+        tag = f"{_gib(est.states)} GiB FSDP states per GPU"
+        if name in VLLM_NAMES and est.states + est.vllm > capacity:
+            headroom = max(0.0, (capacity - est.states) / capacity)
+            self.refuse(
+                "actor_rollout_ref.rollout.gpu_memory_utilization", util,
+                f"vLLM claims {_gib(est.vllm)} GiB next to the {tag}: {_gib(est.states + est.vllm)} GiB > "
+                f"{gib} GiB (slurm.gpu_memory_gib); vLLM refuses to start without that much free memory",
+                f"lower it to {math.floor(headroom * 100) / 100:.2f} or less, use more GPUs, or set "
+                "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true",
+            )
+        training = est.states + est.activations + (est.vllm if not bool(self.rollout.free_cache_engine) else 0.0)
+        if training > capacity:
+            if est.activations >= est.states:  # the micro-batch is the larger term
+                key, value = "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", self.actor.ppo_micro_batch_size_per_gpu
+                fix = "lower it (and rollout.log_prob_micro_batch_size_per_gpu), or shorten the sequences"
+            else:
+                key, value = "trainer.n_gpus_per_node", self.config.trainer.n_gpus_per_node
+                fix = ("use more GPUs (trainer.nnodes / trainer.n_gpus_per_node) or set "
+                       "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true")
+            self.refuse(key, value,
+                        f"a training step needs at least {_gib(training)} GiB per GPU ({tag}, "
+                        f"{_gib(est.activations)} GiB for one micro-batch of {self.length}-token sequences) > "
+                        f"{gib} GiB (slurm.gpu_memory_gib)", fix)
+        if name in VLLM_NAMES:
+            tp = _parallel(self.rollout)[0]
+            mml = int(self.rollout.get("max_model_len") or self.arch.max_position_embeddings)
+            if est.kv_cache < est.kv_per_token * mml:
+                self.refuse(
+                    "actor_rollout_ref.rollout.gpu_memory_utilization", util,
+                    f"vLLM's KV cache ({_gib(max(est.kv_cache, 0.0))} GiB after {_gib(est.vllm_weights)} GiB of weights) "
+                    f"holds fewer than max_model_len={mml} tokens (vLLM refuses to start)",
+                    f"set actor_rollout_ref.rollout.max_model_len={self.length} (prompt + response), raise "
+                    f"gpu_memory_utilization, or raise TP above {tp}",
+                )
+            at_once = int(max(est.kv_cache, 0.0) // (est.kv_per_token * self.length))
+            self.notes.append(
+                f"memory >= {_gib(est.states + est.activations)} GiB training / {_gib(est.states + est.vllm)} GiB "
+                f"rollout of {gib} GiB per GPU; KV cache holds {min(at_once, int(self.rollout.max_num_seqs))} "
+                f"full-length sequences at once (max_num_seqs={self.rollout.max_num_seqs})"
+            )
+        else:
+            self.notes.append(f"memory >= {_gib(est.states + est.activations)} GiB training of {gib} GiB per GPU")
+
+    def check_model(self) -> None:
+        path = str(self.config.actor_rollout_ref.model.path)
+        missing = missing_model(path, self.workdir)
+        if missing is not None:
+            self.refuse("actor_rollout_ref.model.path", path, *missing)
+
+
+@dataclass(frozen=True)
+class StorageLoad:
+    """Samples a sync v1 step keeps in TransferQueue at once (module docstring)."""
+
+    train: int  # B': the training batch after v1's upsampling
+    val: int  # validation prompts per batch x val_kwargs.n (0 without validation)
+    val_prompts: int | None  # None: neither data.val_batch_size nor the validation data is known here
+    beside: bool  # validation runs while the training batch is held (trainer.test_freq > 0)
+    validates: bool  # trainer.test_freq > 0 or trainer.val_before_train
+    live: int
+
+
+def storage_load(config, workdir: Path) -> StorageLoad:
+    """The :class:`StorageLoad` of ``config`` (validation rows read from ``data.val_files`` under ``workdir``)."""
+    checks = _Checks(config, workdir)
+    _, train, _ = checks.batch_layout()
+    trainer, data = config.trainer, config.data
+    rows = _parquet_rows(data.get("val_files"), Path(workdir))
+    batch = data.get("val_batch_size")
+    prompts = rows if batch is None else (int(batch) if rows is None else min(int(batch), rows))
+    beside = int(trainer.test_freq) > 0
+    before = bool(trainer.get("val_before_train", True))
+    val = (prompts or 0) * int(config.actor_rollout_ref.rollout.val_kwargs.n) if beside or before else 0
+    live = max(train + (val if beside else 0), val if before else 0)
+    return StorageLoad(train, val, prompts, beside, beside or before, live)
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Bytes per GPU (module docstring)."""
+
+    states: float
+    activations: float
+    vllm: float
+    vllm_weights: float
+    kv_cache: float
+    kv_per_token: float
+
+
+def estimate_memory(config, arch: Architecture, world: int) -> MemoryEstimate:
+    """The per-GPU memory estimate of the module docstring for ``config`` on ``world`` GPUs."""
+    actor, rollout = config.actor_rollout_ref.actor, config.actor_rollout_ref.rollout
+    fsdp = actor.get("fsdp_config", {})
+    per_param = (0 if fsdp.get("param_offload", False) else PARAM_GRAD_BYTES) + \
+        (0 if fsdp.get("optimizer_offload", False) else OPTIMIZER_BYTES)
+    states = arch.params * per_param / world
+    length = int(config.data.max_prompt_length) + int(config.data.max_response_length)
+    micro = int(actor.ppo_micro_batch_size_per_gpu or 0)
+    log_prob_micro = int(rollout.get("log_prob_micro_batch_size_per_gpu") or 0)
+    train = micro * length * (2 * ACT_BYTES * arch.vocab_size + ACT_BYTES * arch.hidden_size * arch.num_hidden_layers)
+    infer = log_prob_micro * length * ACT_BYTES * arch.vocab_size
+    capacity = float((config.get("slurm") or {}).get("gpu_memory_gib", 0)) * GIB
+    vllm = float(rollout.gpu_memory_utilization) * capacity
+    tp = int(rollout.tensor_model_parallel_size)
+    weights = ACT_BYTES * arch.params / tp
+    kv_per_token = 2 * arch.num_hidden_layers * math.ceil(arch.num_key_value_heads / tp) * arch.head_dim * ACT_BYTES
+    return MemoryEstimate(states, float(max(train, infer)), vllm, weights, vllm - weights, float(kv_per_token))
+
+
+def _gib(nbytes: float) -> str:
+    return f"{nbytes / GIB:.1f}"
+
+
+def _splits(rows: int, micro: int) -> bool:
+    """Whether verl's own ``prepare_micro_batches`` splits ``rows`` samples into micro-batches of ``micro``."""
+    import torch
+    from verl.utils import tensordict_utils as tu
+
+    if micro < 1:
+        return False
+    batch = tu.get_tensordict({"probe": torch.zeros(rows, 1)},
+                              non_tensor_dict={"use_dynamic_bsz": False, "micro_batch_size_per_gpu": micro})
+    try:
+        _engine_utils().prepare_micro_batches(batch)
+    except AssertionError:
+        return False
+    return True
+
+
+_ENGINE_UTILS = None
+
+
+def _engine_utils():
+    """verl's ``verl/workers/engine/utils.py``, loaded on its own: importing it as ``verl.workers.engine.utils`` runs
+    the engine package's ``__init__``, which imports every training engine (a warning for each one missing) and
+    resolves verl's accelerator platform in the launcher's process. The module itself needs neither."""
+    global _ENGINE_UTILS
+    if _ENGINE_UTILS is None:
+        import importlib.util
+
+        import verl
+
+        path = Path(verl.__path__[0]) / "workers" / "engine" / "utils.py"
+        spec = importlib.util.spec_from_file_location("_fgrpo_verl_engine_utils", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        _ENGINE_UTILS = module
+    return _ENGINE_UTILS
+
+
+def _largest_divisor(n: int, at_most: int) -> int:
+    return max(d for d in _divisors(n) if d <= max(1, at_most))
+
+
+def _uses_reference(config) -> bool:
+    from verl.trainer.ppo.utils import need_reference_policy
+
+    return bool(need_reference_policy(config))
+
+
+def _parquet_rows(files, workdir: Path) -> int | None:
+    from fgrpo_verl.launch.steps import parquet_rows
+
+    return parquet_rows(files, workdir)
+
+
+_PROBE = None
+
+
+def _replica_probe():
+    """A ``RolloutReplica`` that launches nothing: constructing it runs verl's own ``__init__`` checks."""
+    global _PROBE
+    if _PROBE is None:
+        from verl.workers.rollout.replica import RolloutReplica
+
+        class _Probe(RolloutReplica):
+            async def launch_servers(self):  # pragma: no cover - never launched
+                raise NotImplementedError
+
+        _PROBE = _Probe
+    return _PROBE
+
+
+def run(config, workdir: Path, require_model: bool = False) -> Report:
+    """Every check above on the composed ``config`` (relative data paths from ``workdir``); ``require_model``: the
+    model must be loadable offline here (a submit, a job start). Raises :class:`PreflightError`."""
+    checks = _Checks(config, workdir)
+    checks.check_rollout()
+    checks.check_batches()
+    checks.check_storage()
+    checks.check_lengths()
+    checks.check_memory()
+    if require_model:
+        checks.check_model()
+    if checks.refusals:
+        raise PreflightError(checks.refusals)
+    return Report(tuple(checks.notes))

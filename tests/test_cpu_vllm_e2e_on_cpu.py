@@ -1,0 +1,96 @@
+"""End to end: verl 0.9.1's trainer with its own vLLM rollout (the engine GPU runs use), on vLLM's CPU build.
+
+- A 3-step F-GRPO run (``fgrpo-verl train backend=cpu_vllm``, maze task, the demo's 1M-parameter Qwen2: vLLM's CPU
+  attention needs head_dim >= 32) with validation through vLLM at the last step. verl's
+  ``training/rollout_probs_diff_*`` compares the probabilities vLLM sampled with against the actor's own for the
+  same tokens: after updates (steps 2 and 3) they only agree if the actor's weights reached the engine. Measured
+  once with the weight load skipped after the first sync (docs/cpu_backend.md): max 0.048 and 0.044 at steps 2
+  and 3, against ~4e-8 with it; the bound below sits between them.
+- A vLLM server that cannot start (a KV cache smaller than one sequence) ends the run with vLLM's error, within
+  a bounded time, and leaves no process behind.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from verl_runs import metrics, run_train
+
+pytestmark = pytest.mark.e2e
+
+REWARD_FILE = Path(__file__).resolve().parent / "cpu_backend_parity_reward.py"
+STEPS = 3
+# max |p_vLLM - p_actor| over sampled tokens: ~4e-8 when synced, ~0.04 when the engine keeps old weights
+SYNCED_PROBS_DIFF = 1e-4
+
+
+@pytest.fixture(scope="module")
+def maze(tmp_path_factory):
+    from fgrpo_verl.tasks.maze import build
+
+    return build(tmp_path_factory.mktemp("cpu_vllm") / "maze", size=7, n_train=64, n_val=4, model_preset="small",
+                 seed=0)
+
+
+def _overrides(maze, root: Path) -> list[str]:
+    return [
+        # the settings of the measured negative control above (verl's optimiser defaults: no warm-up)
+        "backend=cpu_vllm", "algorithm.adv_estimator=fgrpo", "algorithm.fgrpo.gamma=1.0",
+        "algorithm.use_kl_in_reward=False", "actor_rollout_ref.actor.use_kl_loss=False",
+        f"data.train_files={maze.train_file}", f"data.val_files={maze.val_file}", "data.train_batch_size=4",
+        f"data.max_prompt_length={maze.prompt_length}", f"data.max_response_length={maze.max_response_length}",
+        f"actor_rollout_ref.model.path={maze.model_dir}", "actor_rollout_ref.rollout.n=4",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16", "actor_rollout_ref.actor.optim.lr=1e-3",
+        "actor_rollout_ref.rollout.val_kwargs.n=2", "actor_rollout_ref.rollout.val_kwargs.do_sample=True",
+        "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
+        f"reward.custom_reward_function.path={REWARD_FILE}", "reward.custom_reward_function.name=compute_score",
+        "trainer.logger=[console,file]", "trainer.project_name=cpu_vllm_e2e", f"trainer.experiment_name={root.name}",
+        "trainer.save_freq=-1", f"trainer.test_freq={STEPS}", "trainer.val_before_train=False",
+        f"trainer.total_training_steps={STEPS}", f"trainer.default_local_dir={root / 'ckpt'}",
+    ]
+
+
+@pytest.fixture(scope="module")
+def trained(maze, tmp_path_factory):
+    root = tmp_path_factory.mktemp("trained")
+    run = run_train(_overrides(maze, root), root, label="cpu_vllm e2e")
+    assert run["rc"] == 0, "training run failed; end of its log:\n" + run["log"][-6000:]
+    return run, metrics(root)
+
+
+def test_verls_vllm_rollout_samples_with_the_actors_updated_weights(trained):
+    run, steps = trained
+    assert sorted(steps) == list(range(1, STEPS + 1))
+    assert "vLLMHttpServer" in run["log"]  # verl's own vLLM server ran the rollout, not the hf one
+    for step, m in steps.items():
+        assert m["training/rollout_probs_diff_valid"] == 1.0
+        assert m["training/rollout_probs_diff_max"] < SYNCED_PROBS_DIFF, (step, m["training/rollout_probs_diff_max"])
+        assert m["actor/grad_norm"] > 0  # the actor moved, so every later step samples from new weights
+        assert m["fgrpo/num_groups"] == 4  # the focal estimator saw the 4 groups of n=4
+    # validation sampled through the engine too (val_kwargs.n = 2 per held-out maze)
+    assert any(k.startswith("val-core/") and k.endswith("/mean@2") for k in steps[STEPS]), sorted(steps[STEPS])
+
+
+def test_no_weight_sync_noise_in_the_log(trained):
+    """The rotary cache has no checkpoint weight: vLLM's reload says so at every sync unless we filter it."""
+    run, _ = trained
+    assert "RotaryEmbedding: Failed to load weights" not in run["log"]
+    assert "BufferError" not in run["log"] and "weight_loader" not in run["log"]
+
+
+def test_a_vllm_server_that_cannot_start_ends_the_run_with_its_error(maze, tmp_path):
+    """4 KiB of KV cache cannot hold one 74-token sequence: vLLM refuses at engine start-up."""
+    import psutil
+
+    run = run_train([*_overrides(maze, tmp_path), "actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes=4096"],
+                    tmp_path, timeout_s=420, label="cpu_vllm start-up failure")
+    assert not run["timed_out"], "the run hung after the vLLM server failed; end of its log:\n" + run["log"][-4000:]
+    assert run["rc"] != 0
+    log = run["log"]
+    assert "To serve at least one request with the model's max seq len" in log  # vLLM's own reason
+    assert "Engine core initialization failed" in "\n".join(log.splitlines()[-6:])  # the run's last word
+    leftovers = [p.info["cmdline"] for p in psutil.process_iter(["cmdline", "environ"])
+                 if (p.info["environ"] or {}).get("VERL_FILE_LOGGER_PATH") == str(tmp_path / "metrics.jsonl")]
+    assert not leftovers, leftovers

@@ -1,0 +1,328 @@
+"""Evaluation jobs launched with a recipe (fgrpo_verl/launch/eval_jobs.py), without Slurm: the recipe's
+`evaluation:` block, the setting each run's base model implies, the baseline of each focal run, the job scripts
+(dependencies, the plan they carry), what a relaunch submits, and the cost printed by --dry-run."""
+
+import json
+import re
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+from fgrpo_verl.evaluation.cost import CostAssumptions, pass_gpu_hours
+from fgrpo_verl.evaluation.model_presets import eval_setting, known_model
+from fgrpo_verl.launch import eval_jobs as ej
+
+BENCH = {"AIME24": "b/AIME24.jsonl", "MATH500": "b/MATH500.jsonl", "GPQA": "b/GPQA.jsonl"}
+
+
+def spec(**extra):
+    raw = {"benchmarks": dict(BENCH), "averages": {"Math Avg": ["AIME24", "MATH500"]}, **extra}
+    return ej.load_eval_spec(raw, "r.yaml")
+
+
+# ---- the recipe block -------------------------------------------------------------------------------------------
+def test_defaults_follow_the_paper():
+    s = spec()
+    assert s.select_by == "Math Avg" and s.protocol == "select" and s.backend == "vllm"
+    assert s.selection.n == 32 and s.selection.benchmarks == ("AIME24", "MATH500")
+    assert s.final.n == 1024 and s.final.benchmarks == ("AIME24", "MATH500", "GPQA")
+    assert s.sampling == {"temperature": 1.0, "top_p": 1.0, "seed": 0, "threshold": 1.0}
+    assert s.benchmarks["GPQA"].scorer == "boxed" and s.benchmarks["GPQA"].group == "gpqa"
+    # protocol full: one pass, the final settings on every checkpoint
+    full = spec(protocol="full")
+    assert list(full.passes()) == ["selection"] and full.passes()["selection"] == full.final
+
+
+@pytest.mark.parametrize("raw, match", [
+    ({"protocl": "select"}, r"unknown key\(s\) \['protocl'\]"),
+    ({"averages": {"Math Avg": ["AIME24", "AMC"]}}, r"unknown benchmark\(s\) \['AMC'\]"),
+    ({"select_by": "OOD Avg"}, "select_by='OOD Avg'"),
+    ({"selection": {"n": 8, "benchmarks": ["AIME24"]}}, r"lacks \['MATH500'\]"),
+    ({"protocol": "cheap"}, "protocol='cheap'"),
+    ({"backend": "sglang"}, "backend='sglang'"),
+    ({"final": {"n": 0}}, "final.n must be a positive integer"),
+    ({"gpus_per_node": 6, "engine": {"tensor_parallel_size": 4}}, "not a multiple"),
+    ({"engine": {"tp": 2}}, r"unknown key\(s\) \['tp'\]"),
+    ({"tables": ["table9"]}, "tables="),
+    ({"cost": {"mean_response_fraction": 2}}, "mean_response_fraction"),
+    ({"seed": -1}, "seed must be"),
+    ({"resources": {"gpus": 8}}, "unknown resources key"),
+])
+def test_bad_values_are_refused_naming_the_key(raw, match):
+    with pytest.raises(ValueError, match=match):
+        spec(**raw)
+
+
+def test_benchmark_paths_and_scorers_expand_environment_variables(monkeypatch):
+    monkeypatch.setenv("BENCH_DIR", "/data/b")
+    monkeypatch.delenv("MY_SCORER", raising=False)
+    s = ej.load_eval_spec({"benchmarks": {"A": "${BENCH_DIR}/A.jsonl", "B": "${NOPE:-x}/B.jsonl",
+                                          "C": {"file": "c.jsonl", "scorer": "${MY_SCORER}"}}, "select_by": "A"}, "r")
+    assert s.benchmarks["A"].file == "/data/b/A.jsonl" and s.benchmarks["B"].file == "x/B.jsonl"
+    assert s.benchmarks["C"].unset == ("MY_SCORER",)
+    problems = ej.submission_problems(s, Path("/nonexistent"))
+    assert any("MY_SCORER" in p for p in problems) and any("A.jsonl not found" in p for p in problems)
+
+
+def test_submission_problems_name_missing_files_and_unresolvable_scorers(tmp_path):
+    (tmp_path / "a.jsonl").write_text('{"id": 1, "problem": "1+1", "answer": "2"}\n')
+    s = ej.load_eval_spec({"benchmarks": {"A": "a.jsonl", "B": {"file": "a.jsonl", "scorer": "no_such_mod:fn"}},
+                           "select_by": "A"}, "r")
+    problems = ej.submission_problems(s, tmp_path)
+    assert len(problems) == 1 and "scorer 'no_such_mod:fn' does not resolve" in problems[0]
+
+
+def _pair(setting):
+    return setting.preset, setting.max_new_tokens
+
+
+# ---- what the base model implies -------------------------------------------------------------------------------
+def test_each_paper_model_implies_its_table_9_preset_and_length():
+    assert _pair(eval_setting("Qwen/Qwen2.5-7B", 8192)) == ("qwen2.5-7b", 8192)
+    assert _pair(eval_setting("Qwen/Qwen3-4B-Base", 4096)) == ("qwen3-4b-base", 4096)
+    assert _pair(eval_setting("/models/Llama-3.2-3B-Instruct/", 8192)) == ("llama-3.2-3b-instruct", 8192)
+    assert known_model("/scratch/qwen2.5-7b").hf_id == "Qwen/Qwen2.5-7B"
+    # explicit values win, and the source says so
+    setting = eval_setting("Qwen/Qwen2.5-7B", 8192, max_new_tokens=4096)
+    assert setting.max_new_tokens == 4096 and "max_new_tokens" in setting.source
+
+
+def test_an_unknown_model_is_an_error_naming_the_choices_never_a_default():
+    with pytest.raises(ValueError) as err:
+        eval_setting("/models/my-model", 1024)
+    text = str(err.value)
+    assert "Qwen/Qwen3-4B-Base -> preset qwen3-4b-base, 4096 tokens" in text and "evaluation.prompt_preset" in text
+    with pytest.raises(ValueError, match="prompt_preset"):
+        eval_setting("/models/my-model", 1024, max_new_tokens=512)  # a length alone is not enough
+    assert _pair(eval_setting("/models/my-model", 180, preset="none", max_new_tokens="train")) == ("none", 180)
+    with pytest.raises(ValueError, match="unknown"):
+        eval_setting("/models/my-model", 180, preset="gpt", max_new_tokens=5)
+
+
+# ---- paper_main planned as `launch --dry-run` plans it -----------------------------------------------------------
+@pytest.fixture(scope="module")
+def paper_main(tmp_path_factory):
+    from fgrpo_verl.launch import plan_jobs
+
+    work = tmp_path_factory.mktemp("plan")
+    _, jobs = plan_jobs("paper_main", None, [], work / "logs", work)
+    return work, {job.run.name: job for job in jobs}
+
+
+def test_every_focal_run_is_selected_against_its_gamma_0_twin(paper_main):
+    _, jobs = paper_main
+    for name, job in jobs.items():
+        model_algo, gamma = name.rsplit("-", 1)
+        if gamma == "g0p0":
+            assert job.baseline_job is None and len(job.evaluation.jobs) == 2
+            assert job.evaluation.jobs[1].depends_on == ("selection",)
+        else:
+            assert job.baseline_job.run.name == f"{model_algo}-g0p0", name
+            assert job.evaluation.jobs[1].depends_on == ("selection", "baseline selection")
+        assert job.evaluation.jobs[0].depends_on == ("training",)
+
+
+def test_each_run_is_evaluated_with_its_base_models_preset_and_length(paper_main):
+    _, jobs = paper_main
+    expected = {"qwen25_7b": ("qwen2.5-7b", 8192), "qwen3_4b_base": ("qwen3-4b-base", 4096),
+                "llama32_3b_instruct": ("llama-3.2-3b-instruct", 8192)}
+    for name, job in jobs.items():
+        sampling = job.evaluation.jobs[0].plan["sampling"]
+        assert (sampling["prompt_preset"], sampling["max_new_tokens"]) == expected[name.split("-")[0]], name
+        assert f"preset {sampling['prompt_preset']}, {sampling['max_new_tokens']} new tokens" in \
+            job.evaluation.setting_line
+
+
+def test_training_time_validation_is_on_where_the_paper_used_it(paper_main):
+    _, jobs = paper_main
+    validating = sorted(n for n, j in jobs.items() if int(j.config.trainer.test_freq) > 0)
+    assert validating == sorted(f"qwen3_4b_base-{a}-{g}" for a in ("cispo", "dapo", "grpo") for g in ("g0p0", "g0p5"))
+    for name in validating:
+        config = jobs[name].config
+        assert int(config.trainer.test_freq) == 25 and config.trainer.val_before_train
+        assert int(config.actor_rollout_ref.rollout.val_kwargs.n) == 64
+        assert float(config.actor_rollout_ref.rollout.val_kwargs.temperature) == 1.0
+        assert str(config.data.val_files).endswith("benchmarks/AIME25.parquet")
+    other = jobs["qwen25_7b-grpo-g0p5"].config
+    assert int(other.trainer.test_freq) == -1 and not other.trainer.val_before_train
+
+
+def test_validation_off_keeps_the_identity_of_the_runs_launched_before_it(tmp_path):
+    """`validation=off` replaced two overrides in paper_main: the same resolved config, so the same run names."""
+    from fgrpo_verl.compose import compose
+    from fgrpo_verl.launch.identity import fingerprint
+
+    base = ["algo=grpo", "base_model=qwen25_7b", "dataset=deepscaler", "cluster=2x8", "trainer.total_epochs=10"]
+    before = compose([*base, "trainer.val_before_train=false", "trainer.test_freq=-1"])
+    after = compose([*base, "validation=off"])
+    assert fingerprint(before, workdir=tmp_path) == fingerprint(after, workdir=tmp_path)
+
+
+def test_the_job_script_carries_dependencies_and_a_plan_that_reads_back(paper_main, tmp_path):
+    _, jobs = paper_main
+    job = jobs["qwen3_4b_base-dapo-g1p0"]
+    final = job.evaluation.jobs[1]
+    assert '#SBATCH --dependency="afterany:<selection job>,afterany:<baseline selection job>,singleton"' in final.text
+    assert f'#SBATCH --job-name="{job.job_name}"' in final.text
+    assert '#SBATCH --signal="B:USR1@120"' in final.text and "#SBATCH --requeue" in final.text
+    plan = json.loads(final.text.split("<<'FGRPO_EVAL_PLAN' &\n", 1)[1].split("\nFGRPO_EVAL_PLAN\n", 1)[0])
+    assert plan == final.plan
+    assert plan["baseline"]["experiment"] == job.baseline_job.job_name
+    script = tmp_path / "job.sh"
+    script.write_text(final.text)
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+
+
+def test_a_plan_with_quotes_dollars_and_backticks_stays_data(tmp_path):
+    plan = {"benchmarks": {"A": {"file": "/d/it's $(touch x) `id` \\ \"q\".jsonl"}}, "weird": "\u2028line"}
+    text = ej.plan_text(plan)
+    script = tmp_path / "s.sh"
+    script.write_text(f"cat <<'FGRPO_EVAL_PLAN' > {tmp_path}/out.json\n{text}\nFGRPO_EVAL_PLAN\n")
+    assert subprocess.run(["bash", str(script)], cwd=tmp_path).returncode == 0
+    assert json.loads((tmp_path / "out.json").read_text()) == plan and not (tmp_path / "x").exists()
+
+
+def test_the_dry_run_prints_each_protocols_gpu_hours_from_the_configs(paper_main):
+    _, jobs = paper_main
+    a = CostAssumptions()
+    qwen = jobs["qwen25_7b-grpo-g0p0"].evaluation
+    # selection: 10 checkpoints (one per epoch) x the six math benchmarks' published sizes (1,547 problems) x 32;
+    # final: 1 x the eight counted benchmarks (2,286; SynLogic's size is unknown here) x 1024; 8192 tokens, 7.62B
+    sel, fin = pass_gpu_hours(1547, 32, 8192, 7.62e9, a), pass_gpu_hours(2286, 1024, 8192, 7.62e9, a)
+    assert qwen.hours["select"] == pytest.approx(10 * sel + fin)
+    assert qwen.hours["full"] == pytest.approx(10 * fin)
+    assert fin == pytest.approx(2286 * 1024 * 0.25 * 8192 / 5000 / 3600)
+    assert any("['SynLogic'] left out" in line for line in qwen.cost_lines)
+    # Qwen3: half the length, fewer parameters
+    qwen3 = jobs["qwen3_4b_base-grpo-g0p0"].evaluation
+    assert qwen3.hours["full"] == pytest.approx(10 * pass_gpu_hours(2286, 1024, 4096, 4.02e9, a))
+    total = ej.dry_run_total(list(jobs.values()))
+    select = sum(j.evaluation.hours["select"] for j in jobs.values())
+    assert f"protocol select {select:,.0f} GPU-hours" in total[0]
+    assert "mean response = 0.25 x max_new_tokens" in total[1]
+
+
+# ---- what a (re)launch submits ----------------------------------------------------------------------------------
+def _fake(name, gamma, run_dir, protocol="select"):
+    plan = {"run_dir": str(run_dir), "steps": {"save_freq": 2, "total": 4, "train_batch_size": 4, "group_size": 4},
+            "passes": {"selection": {"n": 4, "benchmarks": ["A"]}, "final": {"n": 8, "benchmarks": ["A"]}},
+            "benchmarks": {"A": {"file": "a", "scorer": "math", "group": "math"}}, "sampling": {"backend": "t"},
+            "protocol": protocol}
+    jobs = tuple(ej.EvalJob(p, plan, ()) for p in (("selection", "final") if protocol == "select" else ("selection",)))
+    return SimpleNamespace(job_name=name, run=SimpleNamespace(name=name), evaluation=SimpleNamespace(jobs=jobs))
+
+
+def test_a_fresh_launch_submits_selection_after_training_and_final_after_both_selections(tmp_path):
+    base, focal = _fake("b", 0, tmp_path / "b"), _fake("f", 1, tmp_path / "f")
+    decisions, notes = ej.decide([base, focal], [base.evaluation, focal.evaluation], {"b": "11", "f": "12"},
+                                 {}, {"b": None, "f": "b"})
+    got = [(d.job_name, d.phase, d.depends_on) for d in decisions]
+    assert got == [("b", "selection", ("11",)), ("f", "selection", ("12",)), ("b", "final", ("<selection>",)),
+                   ("f", "final", ("<selection>", "<selection of b>"))] and not notes
+
+
+def test_a_relaunch_submits_nothing_for_runs_with_an_evaluation_in_the_queue_and_waits_on_running_baselines(tmp_path):
+    focal = _fake("f", 1, tmp_path / "f")
+    # the baseline is not part of this launch (--only f) and still training: f's final pass waits for it
+    decisions, notes = ej.decide([focal], [focal.evaluation], {"f": None, "b": "31"}, {}, {"f": "b"})
+    assert [(d.job_name, d.phase, d.depends_on) for d in decisions] == [("f", "selection", ()), ("f", "final",
+                                                                                                 ("<selection>", "31"))]
+    decisions, notes = ej.decide([focal], [focal.evaluation], {"f": None}, {"f": [("40", "PENDING")]}, {"f": "b"})
+    assert decisions == [] and "40 already queued" in notes[0]
+    # the baseline's evaluation is in the queue: f's final pass depends on it
+    decisions, _ = ej.decide([focal], [focal.evaluation], {}, {"b": [("41", "RUNNING")]}, {"f": "b"})
+    assert decisions[-1].depends_on == ("<selection>", "41")
+
+
+def test_a_finished_and_evaluated_run_gets_no_evaluation_job(tmp_path):
+    from test_eval_selection_on_cpu import make_run
+
+    from fgrpo_verl.evaluation import checkpoint_eval as ce
+    from fgrpo_verl.evaluation import checkpoints as ck
+
+    job = _fake("b", 0, tmp_path / "b")
+    plan = job.evaluation.jobs[0].plan
+    sel, fin = ce.pass_label(plan, "selection"), ce.pass_label(plan, "final")
+    make_run(tmp_path, "b", [2, 4], {2: 0.1, 4: 0.2}, label=sel)
+    decisions, _ = ej.decide([job], [job.evaluation], {}, {}, {"b": None})
+    assert [(d.phase, d.depends_on) for d in decisions] == [("final", ())]  # selection complete, final not
+    run = Path(plan["run_dir"])
+    ck.write_json(run / ck.EVAL_DIR / ce.SELECTED, {"step": 4, "selection_label": sel})
+    sig = ck.signature(run / "global_step_4" / "actor")
+    ck.write_json(ck.result_path(run, 4, fin), {"signature": sig, "pass_at_k": {}})
+    assert ej.decide([job], [job.evaluation], {}, {}, {"b": None})[0] == []
+    assert ej.progress_line(plan) == "eval: selection 2/2 checkpoints; final: step 4 evaluated"
+    # an unfinished run is never "evaluated": its selection pass is due again once it trains on
+    (run / "latest_checkpointed_iteration.txt").write_text("2")
+    assert [d.phase for d in ej.decide([job], [job.evaluation], {"b": "9"}, {}, {"b": None})[0]] == ["selection",
+                                                                                                      "final"]
+
+
+def test_queue_entries_of_evaluation_jobs_are_not_training():
+    record = {"jobs": ["5"], "eval_jobs": [{"id": "7", "phase": "selection"}]}
+    assert ej.split_queue([("5", "RUNNING"), ("7", "PENDING")], record) == ([("5", "RUNNING")], [("7", "PENDING")])
+    assert ej.split_queue([("5", "RUNNING")], None) == ([("5", "RUNNING")], [])
+
+
+def test_launch_refuses_evaluation_that_cannot_run_before_submitting_anything(tmp_path):
+    """No benchmark files here: the submit stops before sbatch, naming them and --no-eval."""
+    from fgrpo_verl.launch import plan_jobs
+
+    _, jobs = plan_jobs("paper_main", ["qwen25_7b-grpo-g0p0"], [], tmp_path / "logs", tmp_path)
+    with pytest.raises(ValueError) as err:
+        ej.check_submission(jobs)
+    assert "AIME24.jsonl not found" in str(err.value) and "--no-eval" in str(err.value)
+    _, bare = plan_jobs("paper_main", ["qwen25_7b-grpo-g0p0"], [], tmp_path / "logs", tmp_path, evaluation=False)
+    assert bare[0].evaluation is None
+    ej.check_submission(bare)
+    assert re.search(r"\+trainer\.save_per_epoch=true", bare[0].text)
+
+
+def test_validation_rows_carry_the_training_prompt_and_the_benchmarks_name(tmp_path):
+    """validation=aime25 reads AIME25.parquet: verl rows with the training prompt; logged as val-core/AIME25/..."""
+    from fgrpo_verl.data.deepscaler import SYSTEM_PROMPT
+    from fgrpo_verl.data.parquet import write_rows
+    from fgrpo_verl.evaluation.formats import load_benchmark
+    from fgrpo_verl.evaluation.prepare import verl_rows
+
+    rows = verl_rows("AIME25", [{"id": "7", "problem": "Find x.", "answer": 204}])
+    assert rows[0]["data_source"] == "AIME25" and rows[0]["reward_model"]["ground_truth"] == "204"
+    assert rows[0]["prompt"] == [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "Find x."}]
+    write_rows(rows, tmp_path / "AIME25.parquet")
+    assert load_benchmark(tmp_path / "AIME25.parquet", "AIME25")[0]["answer"] == "204"
+    with pytest.raises(ValueError, match="only math benchmarks"):
+        verl_rows("GPQA", [{"id": "1", "problem": "q", "answer": "A"}])
+
+
+def test_an_unknown_base_model_stops_the_launch_with_one_line_naming_the_choices(tmp_path, monkeypatch, capsys):
+    from fgrpo_verl.cli import main as cli_main
+
+    recipe = yaml.safe_dump({
+        "name": "mine", "project": "p", "common": ["algo=grpo", "actor_rollout_ref.model.path=/models/my-7b",
+                                                   "data.train_files=x.parquet", "data.val_files=x.parquet"],
+        "runs": [{"name": "a", "overrides": ["algorithm.fgrpo.gamma=0.5"]}],
+        "evaluation": {"benchmarks": {"AIME24": "b/AIME24.jsonl"}, "select_by": "AIME24"}})
+    (tmp_path / "mine.yaml").write_text(recipe)
+    monkeypatch.chdir(tmp_path)
+    assert cli_main(["launch", "mine.yaml", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    (line,) = [x for x in err.splitlines() if x.startswith("fgrpo-verl launch: error:")]
+    assert "base model '/models/my-7b' is not one of the paper's" in line and "evaluation.prompt_preset" in line
+    assert "Traceback" not in err
+    # --no-eval launches it anyway (training only)
+    assert cli_main(["launch", "mine.yaml", "--dry-run", "--no-eval"]) == 0
+
+
+def test_a_fresh_run_is_evaluated_in_its_own_directory_and_w_and_b_run(tmp_path):
+    from fgrpo_verl.launch import plan_jobs
+
+    (plain,) = plan_jobs("controls", ["grpo-kl"], [], tmp_path / "logs", tmp_path)[1]
+    (fresh,) = plan_jobs("controls", ["grpo-kl"], [], tmp_path / "logs", tmp_path, fresh="20260101T000000")[1]
+    for job in (plain, fresh):
+        plan = job.evaluation.jobs[0].plan
+        assert plan["run_dir"] == str(job.checkpoint_dir) and plan["wandb"]["run_id"] == job.wandb_run_id
+        assert plan["experiment"] == job.job_name and f'#SBATCH --job-name="{job.job_name}"' in job.evaluation.jobs[0].text
+    assert fresh.checkpoint_dir != plain.checkpoint_dir and fresh.wandb_run_id != plain.wandb_run_id

@@ -1,0 +1,206 @@
+"""The plain job script ``slurm/train.sbatch`` and the Ray library ``slurm/ray_cluster.sh``, run whole with stand-ins for
+Slurm (``srun``, ``scontrol``), Ray (``ray start`` records its arguments and environment, then blocks) and the
+trainer (records its command line and environment): what a job passes to Ray and verl, without either.
+
+Failure modes covered (each failed at 2f836bb):
+- the plain sbatch path never saved a checkpoint (verl's trainer.save_freq -1): a requeue restarted at step 0;
+- no GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME: verl's process groups picked their own interface, not the one of
+  the address ray_cluster.sh gives Ray (loopback where the host name maps to 127.0.1.1);
+- jobs whose ids give the same port block collided on a shared node;
+- every rank resolved the model on the Hugging Face Hub (no HF_HUB_OFFLINE);
+- the job did not check its config against verl's worker start-up (the preflight) before starting Ray.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+SRUN = """#!/bin/bash
+# srun stand-in: drop srun's options, run the step here
+while [[ $# -gt 0 ]]; do case $1 in -w) shift 2;; -*) shift;; *) break;; esac; done
+exec "$@"
+"""
+SCONTROL = """#!/bin/bash
+case "$1 $2" in
+  "show hostnames") echo n1;;
+  "show node") echo "NodeName=$3 NodeAddr=127.0.0.1 State=IDLE";;
+  *) exit 0;;
+esac
+"""
+# `ray start --block` stand-in: record, then block until the job stops it
+RAY = """#!/bin/bash
+{ echo "RAY $*"; echo "RAYENV GLOO=${GLOO_SOCKET_IFNAME:-unset} NCCL=${NCCL_SOCKET_IFNAME:-unset} HF=${HF_HUB_OFFLINE:-unset}"; } >>"$FAKE_LOG"
+exec sleep 300
+"""
+# the job's interpreter: the real one, except for the GCS poll (the node joined) and the trainer (recorded)
+PY = """#!/bin/bash
+if [[ $1 == -m && $2 == fgrpo_verl.launch.ray_nodes ]]; then echo 127.0.0.1; exit 0; fi
+if [[ $1 == -m && $2 == fgrpo_verl && $3 == train ]]; then
+    { echo "TRAIN $*"; echo "TRAINENV GLOO=${GLOO_SOCKET_IFNAME:-unset} NCCL=${NCCL_SOCKET_IFNAME:-unset}"; } >>"$FAKE_LOG"
+    exit 0
+fi
+exec %s "$@"
+"""
+
+
+def _tools(tmp_path: Path) -> Path:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, body in {"srun": SRUN, "scontrol": SCONTROL, "fakeray": RAY, "py": PY % sys.executable}.items():
+        (bin_dir / name).write_text(body)
+        (bin_dir / name).chmod(0o755)
+    return bin_dir
+
+
+def _workdir(tmp_path: Path, rows: int = 1000) -> tuple[Path, list[str]]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    work = tmp_path / "work"
+    (work / "data").mkdir(parents=True)
+    pq.write_table(pa.table({"i": pa.array(range(rows), pa.int32())}), work / "data" / "train.parquet")
+    model = work / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    (model / "model.safetensors").write_bytes(b"")
+    overrides = ["algo=grpo", "data.train_files=data/train.parquet", "data.val_files=data/train.parquet",
+                 f"actor_rollout_ref.model.path={model}", "trainer.project_name=p"]
+    return work, overrides
+
+
+def _job(tmp_path: Path, work: Path, overrides: list[str], job_id: int = 125, **env) -> tuple[subprocess.CompletedProcess, list[str]]:
+    bin_dir = tmp_path / "bin"
+    log = tmp_path / f"fake-{job_id}.log"
+    full = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", SLURM_JOB_ID=str(job_id), SLURM_JOB_NODELIST="n1",
+                SLURM_NNODES="1", FGRPO_GPUS_PER_NODE="1", FGRPO_PYTHON=str(bin_dir / "py"),
+                FGRPO_RAY_CMD=str(bin_dir / "fakeray"), FGRPO_RAY_TMPDIR=str(tmp_path), FGRPO_LOG_DIR=str(tmp_path),
+                FAKE_LOG=str(log), **env)
+    for var in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "HF_HUB_OFFLINE", "FGRPO_RAY_PORT_BASE", "WANDB_MODE"):
+        if var not in env:
+            full.pop(var, None)
+    done = subprocess.run(["bash", str(REPO / "slurm" / "train.sbatch"), *overrides], cwd=work, env=full,
+                          capture_output=True, text=True, timeout=300)
+    return done, (log.read_text().splitlines() if log.exists() else [])
+
+
+def _listen(port: int) -> socket.socket:
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
+    sock.listen()
+    return sock
+
+
+def _flag(words: list[str], name: str) -> int:
+    return int(next(w for w in words if w.startswith(f"--{name}=")).split("=", 1)[1])
+
+
+@pytest.fixture(scope="module")
+def plain_job(tmp_path_factory):
+    """One plain job (id 125) while another job (id 5 = 125 - 120) holds the port block that 125 derives, and the
+    block after it holds a node port of this job's head."""
+    tmp_path = tmp_path_factory.mktemp("plain_job")
+    _tools(tmp_path)
+    work, overrides = _workdir(tmp_path, rows=1000)
+    held = [_listen(20500), _listen(20610)]
+    try:
+        done, log = _job(tmp_path, work, [*overrides, "actor_rollout_ref.rollout.tensor_model_parallel_size=1"])
+    finally:
+        for sock in held:
+            sock.close()
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    train = next(line for line in log if line.startswith("TRAIN ")).split()
+    ray = next(line for line in log if line.startswith("RAY ")).split()
+    return log, train, ray
+
+
+def test_the_plain_job_saves_once_per_epoch(plain_job):
+    _, train, _ = plain_job
+    # verl's default save_freq -1 would never save (a requeue restarts at step 0): a checkpoint each epoch, as
+    # launch does for save_per_epoch recipes (the trainer sets save_freq to verl's steps per epoch)
+    assert "+trainer.save_per_epoch=true" in train and not [w for w in train if w.startswith("trainer.save_freq=")]
+
+
+def test_ray_and_the_driver_use_the_interface_of_the_ray_address(plain_job):
+    log, train, _ = plain_job
+    # the node's Ray address is 127.0.0.1 (its Slurm NodeAddr), the interface holding it lo
+    assert "RAYENV GLOO=lo NCCL=lo" in " ".join(line for line in log if line.startswith("RAYENV"))
+    assert "TRAINENV GLOO=lo NCCL=lo" in log
+    assert "+ray_kwargs.ray_init._node_ip_address=127.0.0.1" in train
+
+
+def test_jobs_read_models_offline(plain_job):
+    log, _, _ = plain_job
+    assert any(line.startswith("RAYENV ") and line.endswith(" HF=1") for line in log), log
+
+
+def test_a_port_block_another_job_holds_moves_the_job_to_a_free_one(plain_job):
+    _, _, ray = plain_job
+    gcs = _flag(ray, "port")
+    assert gcs != 20500 and gcs % 100 == 0 and 20000 <= gcs < 32000
+    assert (_flag(ray, "ray-client-server-port"), _flag(ray, "dashboard-port")) == (gcs + 1, gcs + 2)
+    node_ports = [_flag(ray, name) for name in ("node-manager-port", "object-manager-port", "metrics-export-port",
+                                                "dashboard-agent-listen-port", "dashboard-agent-grpc-port",
+                                                "runtime-env-agent-port")]
+    assert len(set(node_ports)) == 6 and 20610 not in node_ports and gcs not in node_ports
+
+
+def test_a_save_freq_of_the_run_and_an_interface_of_the_site_are_kept(tmp_path):
+    _tools(tmp_path)
+    work, overrides = _workdir(tmp_path)
+    done, log = _job(tmp_path, work, [*overrides, "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+                                      "trainer.save_freq=7"], NCCL_SOCKET_IFNAME="ib0", HF_HUB_OFFLINE="0")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    train = next(line for line in log if line.startswith("TRAIN ")).split()
+    assert [w for w in train if w.startswith("trainer.save_freq=")] == ["trainer.save_freq=7"]
+    assert "+trainer.save_per_epoch=true" not in train
+    assert "RAYENV GLOO=lo NCCL=ib0 HF=0" in log and "TRAINENV GLOO=lo NCCL=ib0" in log
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        # verl's default TP 2 on the job's one GPU: verl's init_model would assert, minutes into the job
+        ([], "error: actor_rollout_ref.rollout.tensor_model_parallel_size=2: a rollout replica spans"),
+        (["actor_rollout_ref.rollout.tensor_model_parallel_size=1", "actor_rollout_ref.model.path=/nowhere"],
+         "error: actor_rollout_ref.model.path=/nowhere: does not exist here"),
+    ],
+)
+def test_the_plain_job_stops_before_ray_when_the_preflight_refuses(tmp_path, extra, message):
+    _tools(tmp_path)
+    work, overrides = _workdir(tmp_path)
+    done, log = _job(tmp_path, work, [*overrides, *extra])
+    assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-3000:]
+    assert f"fgrpo jobenv: {message}" in done.stderr
+    assert not [line for line in log if line.startswith(("RAY ", "TRAIN "))]
+    assert "fgrpo-ray" not in done.stdout + done.stderr
+
+
+def test_the_interface_of_an_address_and_a_missing_one(capsys):
+    from fgrpo_verl.launch import node_net
+
+    assert node_net.interface_of("127.0.0.1") == "lo"
+    # an address of loopback's network that the interface does not list (the test Slurm cluster's nodes)
+    assert node_net.interface_of("127.0.0.3") == "lo"
+    assert node_net.interface_env("127.0.0.1", environ={}) == {"GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo"}
+    # an address of the documentation networks (RFC 5737) that no interface of this machine is on
+    import ipaddress
+
+    import psutil
+
+    nets = [ipaddress.ip_network(f"{a.address}/{a.netmask}", strict=False) for addrs in psutil.net_if_addrs().values()
+            for a in addrs if a.family == socket.AF_INET and a.netmask]
+    absent = next(ip for ip in ("198.51.100.7", "203.0.113.7", "192.0.2.7")
+                  if not any(ipaddress.ip_address(ip) in net for net in nets))
+    assert node_net.main(["ifname", absent]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"fgrpo node_net: error: no network interface of this host holds {absent}") and \
+        err.count("\n") == 1

@@ -1,0 +1,128 @@
+"""Rehearsal: every shipped recipe shape that fits this machine starts through verl's real trainer on CPU with the
+config its cluster job would run (tests/rehearsal.py: what is kept, what is scaled), through worker start-up, one
+training step and validation, so that what verl's start-up refuses is found here and not in a GPU allocation.
+
+One verl run per distinct shape, not per gamma or N:
+
+- maze (1 GPU, TP 1, validation n = 2048): its largest N (128), the fullest TransferQueue and the most
+  micro-batches; the other N differ only in batch size, which the preflight checks per run with verl's own
+  micro-batch split (tests/test_preflight_on_cpu.py);
+- the 3B/4B LLM runs (16 GPUs, TP 1: 16 replicas) as 1 node x 2 GPUs (2 replicas), F-DAPO on Qwen3-4B-Base's
+  settings (thinking template on).
+
+Not rehearsed here: the Qwen2.5-7B runs (TP 2) and the KL control (TP 2, reference model) need a rollout that
+serves TP 2, which the ``hf`` rollout of ``backend=cpu`` does not; the preflight checks their layout and the
+in-process test pins its TP rule to verl's ``init_model``.
+
+The TransferQueue bound is pinned by the maze rehearsal itself (it runs at the preflight's bound, the tightest
+capacity it accepts) and by the same run one storage slot per unit below it, which must fail in verl with
+TransferQueue's "Storage capacity exceeded" (and is refused by the preflight).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from fgrpo_verl.launch import recipe_environment
+from rehearsal import BACKEND, rehearsal, standin_llm, standin_maze
+from verl_runs import metrics as _metrics
+from verl_runs import run_train
+
+pytestmark = pytest.mark.e2e
+
+MAZE_RUN = ("maze", "n128-g0p5")
+LLM_RUN = ("paper_main", "qwen3_4b_base-dapo-g0p5")
+PROBLEMS = [(f"What is {a} + {b} ?", str(a + b)) for a in range(1, 5) for b in range(1, 5)]
+
+
+def _train(reh, run_dir: Path, *extra: str) -> dict:
+    """The rehearsal's verl run (wall time and peak memory printed with ``pytest -s``)."""
+    return run_train([*reh.overrides, *extra, f"trainer.experiment_name={run_dir.name}"], run_dir, env=reh.env,
+                     label=f"rehearsal {reh.recipe} {reh.run} ({reh.overrides[0]})")
+
+
+def _assert_ok(result: dict) -> None:
+    assert result["rc"] == 0, "rehearsal failed; end of its log:\n" + result["log"][-6000:]
+
+
+def _check_preflight(reh, workdir: Path) -> str:
+    """The rehearsal's own config passes the preflight (what the launcher would say about it)."""
+    from fgrpo_verl.compose import compose
+    from fgrpo_verl.launch import preflight
+
+    with recipe_environment(reh.env):
+        return preflight.run(compose(reh.overrides), workdir, require_model=True).summary()
+
+
+@pytest.fixture(scope="module")
+def maze(tmp_path_factory):
+    root = tmp_path_factory.mktemp("rehearsal_maze")
+    env = standin_maze(root / "maze", n_train=4, n_val=2)
+    return root, env
+
+
+def test_maze_recipe_starts_trains_and_validates_at_the_storage_bound(maze):
+    root, env = maze
+    reh = rehearsal(*MAZE_RUN, root, None, env)
+    print(f"\n[rehearsal] backend={BACKEND} maze kept {reh.kept}\n[rehearsal] scaled {reh.scaled}")
+    print(f"[rehearsal] {_check_preflight(reh, root)}")
+    result = _train(reh, root / "run", f"trainer.rollout_data_dir={root / 'rollouts'}",
+                    f"trainer.validation_data_dir={root / 'validation'}")
+    _assert_ok(result)
+    metrics = _metrics(root / "run")
+    step = metrics[1]
+    assert step["training/global_step"] == 1
+    # the run kept the recipe's group size (128 samples of the step's one prompt) and validated both held-out
+    # mazes, one per batch, 16 samples each
+    assert reh.kept["actor_rollout_ref.rollout.n"] == 128
+    rollouts = [json.loads(line) for line in (root / "rollouts" / "1.jsonl").read_text().splitlines()]
+    assert len(rollouts) == 128
+    assert any(k.startswith("val-core/maze/") and k.endswith("pass@16") for k in step), sorted(step)
+    validated = [json.loads(line) for line in (root / "validation" / "1.jsonl").read_text().splitlines()]
+    assert len(validated) == 2 * 16
+    assert (root / "checkpoints" / "global_step_1").is_dir()
+
+
+def test_one_slot_per_storage_unit_below_the_bound_fails_in_verl_and_in_the_preflight(maze):
+    """The other side of the TransferQueue bound: the same run with each storage unit one sample smaller than the
+    preflight's bound needs. verl's TransferQueue refuses it mid-validation; the preflight refuses it up front."""
+    from fgrpo_verl.compose import compose
+    from fgrpo_verl.launch import preflight
+
+    root, env = maze
+    # TransferQueue does not depend on the rollout engine: the hf rollout's faster start does
+    reh = rehearsal(*MAZE_RUN, root / "below_bound", None, env, backend="cpu")
+    key = "transfer_queue.backend.SimpleStorage"
+    units = reh.kept[f"{key}.num_data_storage_units"]
+    live = reh.scaled[f"{key}.total_storage_size"][1]
+    # per-unit capacity ceil(total / units) one below ceil(live / units)
+    total = units * (-(-live // units) - 1)
+    overrides = [*reh.overrides, f"{key}.total_storage_size={total}"]
+    with recipe_environment(reh.env), pytest.raises(preflight.PreflightError) as err:
+        preflight.run(compose(overrides), root)
+    assert str(err.value) == (f"{key}.total_storage_size={total}: a step holds {live} samples in TransferQueue "
+                              f"({units} unit(s) of {total // units}), more than it stores ('Storage capacity "
+                              f"exceeded'); raise it to {live} or more")
+    below = type(reh)(reh.recipe, reh.run, overrides, reh.env, reh.cluster)
+    result = _train(below, root / "below")
+    assert result["rc"] != 0, "verl accepted a TransferQueue below the preflight's bound"
+    assert "Storage capacity exceeded" in result["log"], result["log"][-4000:]
+    # in the step's validation, while the step's training batch is still held: the training batch alone fit
+    assert "in _validate" in result["log"], result["log"][-4000:]
+
+
+def test_llm_recipe_shape_starts_on_two_gpus_with_two_replicas_and_validates(tmp_path):
+    model, env = standin_llm(tmp_path / "llm", PROBLEMS)
+    reh = rehearsal(*LLM_RUN, tmp_path, model, env)
+    summary = _check_preflight(reh, tmp_path)
+    print(f"\n[rehearsal] backend={BACKEND} llm kept {reh.kept}\n[rehearsal] scaled {reh.scaled}\n[rehearsal] {summary}")
+    assert "2 rollout replica(s) of TP 1" in summary
+    result = _train(reh, tmp_path / "run")
+    _assert_ok(result)
+    step = _metrics(tmp_path / "run")[1]
+    assert step["training/global_step"] == 1
+    assert step["critic/score/mean"] >= 0
+    # validation=aime25 (this run's App. P curves): pass@k up to the scaled val_kwargs.n on the AIME25 file
+    assert any(k.startswith("val-core/AIME25/") and k.endswith("pass@16") for k in step), sorted(step)
