@@ -8,7 +8,7 @@ child run the cluster's address: the child skips starting the GCS, raylet and ag
 its own namespace for verl's named actors, except TransferQueue's controller, which verl 0.9.1's TransferQueue
 names in the fixed namespace ``transfer_queue``: two runs in one session at the same time share it and corrupt
 each other's batches (seen in a demo with two runs at once). Runs of one session therefore go one at a time;
-runs at the same time need a cluster each (``fgrpo-verl demo --parallel-runs``).
+runs at the same time would need a cluster each.
 The run's workers are started by the session's raylet, so they see the parent's environment plus the run's
 ``runtime_env``, not the child's environment (:meth:`RaySession.run_overrides`).
 

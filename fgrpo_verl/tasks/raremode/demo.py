@@ -40,11 +40,6 @@ def add_arguments(g) -> None:
                         "increasing order (default: the highest level every run reaches and the midpoint from the SFT start)")
     g.add_argument("--report-equal-q", metavar="RESULTS_JSON", default=None,
                    help="[raremode] only print the equal-Q_pos table of an existing raremode_results.json (no training)")
-    g.add_argument("--parallel-runs", type=int, default=1,
-                   help="[raremode, cpu backend] verl runs trained at once (default 1: one after another in one shared "
-                        "Ray cluster). With more, each run starts its own Ray cluster: faster where cores are idle, "
-                        "~1.6x the peak memory for 2, no faster on a loaded 2-core machine (docs/raremode.md). The "
-                        "runs and what they compute are the same")
     g.add_argument("--full", action="store_true",
                    help="[raremode] the long variant (<= 60 min): 5 seeds, gammas 0,0.5,1, the lr x m_1 control, 40 steps")
 
@@ -107,7 +102,6 @@ def run(args, memory) -> int:
     steps = args.rl_steps if args.rl_steps is not None else preset["rl_steps"]
     if isinstance(seeds, bool) or seeds < 1:
         raise ValueError(f"--seeds must be >= 1, got {seeds}")
-    parallel = parallel_runs(args)
     try:
         gammas = [float(g) for g in gammas_text.split(",")]
         warm_values = [float(x) for x in args.warm.split(",")]
@@ -151,12 +145,12 @@ def run(args, memory) -> int:
     t_sft = time.time() - t0
 
     print(f"[demo] 3/4 verl ({args.backend} backend): {[c.name for c in cfgs]} x {seeds} seeds, {steps} steps x "
-          f"{settings.batch_size} prompts x N={settings.n}, lr {lr:g}; {parallel} run(s) at a time", flush=True)
+          f"{settings.batch_size} prompts x N={settings.n}, lr {lr:g}", flush=True)
     results: dict[str, dict[int, dict]] = {c.name: {} for c in cfgs}
     failed = []
-    with _cpu_session(args.backend, parallel) as (session_overrides, env):
+    with _cpu_session(args.backend) as (session_overrides, env):
         _run_all(args, b, sft_dir, cfgs, seeds, settings, out, tok, splits, base, rare, ks, results, failed,
-                 session_overrides, env, parallel)
+                 session_overrides, env)
     t_rl = time.time() - t0 - t_sft
     return _report(args, out, done_results=results, failed=failed, base_metrics=base_metrics, base_pass=base_pass,
                    ks=ks, settings=settings, lr=lr, n_val=n_val, n_train=n_train, seeds=seeds, cfgs=cfgs, warm=warm,
@@ -164,81 +158,51 @@ def run(args, memory) -> int:
 
 
 @contextlib.contextmanager
-def _cpu_session(backend: str, parallel: int = 1):
-    """On the cpu backend: the backend's speed overrides (same computation, ``fgrpo_verl.backends.cpu.tuning``)
-    and, for runs one at a time, one Ray cluster shared by all of them. Runs trained at once each start their own
-    cluster instead: verl's TransferQueue names its controller actor in a fixed Ray namespace
-    (``transfer_queue``), so two runs in one cluster share it and corrupt each other's batches (seen: "keys or
-    partition were not found!" in one run, the other stuck 3 x 200 s on a storage get). Elsewhere nothing."""
+def _cpu_session(backend: str):
+    """On the cpu backend: one Ray cluster for all runs and the backend's speed overrides (same computation,
+    ``fgrpo_verl.backends.cpu.tuning``); elsewhere nothing. The runs go one at a time: verl's TransferQueue names
+    its controller actor in a fixed Ray namespace (``transfer_queue``), so two runs in one cluster at once share
+    it and corrupt each other's batches (docs/raremode.md)."""
     if backend != "cpu":
         yield [], None
         return
     from fgrpo_verl.backends.cpu.session import RaySession
     from fgrpo_verl.backends.cpu.tuning import fast_overrides
 
-    if parallel > 1:
-        yield [*fast_overrides()], None
-        return
     with RaySession() as session:
         yield [*fast_overrides(), *session.run_overrides()], {**os.environ, **session.env}
 
 
-def parallel_runs(args) -> int:
-    """How many verl runs the demo trains at once (``--parallel-runs``; 1 off the cpu backend)."""
-    if isinstance(args.parallel_runs, bool) or args.parallel_runs < 1:
-        raise ValueError(f"--parallel-runs must be an integer >= 1, got {args.parallel_runs}")
-    return args.parallel_runs if args.backend == "cpu" else 1
-
-
 def _run_all(args, b, sft_dir, cfgs, seeds, settings, out, tok, splits, base, rare, ks, results, failed,
-             session_overrides, env, parallel: int = 1):
-    """Every (configuration, seed) run, seed-major, ``parallel`` at a time (each in its own process; the
-    scoring of a finished run, in this process, one at a time). Results are printed in that order."""
-    import threading
-    from concurrent.futures import ThreadPoolExecutor
-
+             session_overrides, env):
     from fgrpo_verl.tasks.maze.rl import read_metrics
     from fgrpo_verl.tasks.raremode.evaluate import load_policy, sampled_pass_at_k, step_metrics
     from fgrpo_verl.tasks.raremode.experiment import run_one
 
-    scoring = threading.Lock()  # one tokenizer and torch's threads for this process: score one run at a time
-
-    def one(seed, cfg):
-        t_run = time.time()
-        run_dir = out / "runs" / f"{cfg.name}_s{seed}"
-        r = run_one(b, sft_dir, cfg, seed, settings, run_dir, [*session_overrides, *args.overrides],
-                    backend=args.backend, env=env)
-        if r.returncode != 0:
-            return r, run_dir, None, t_run
-        with scoring:
-            curve = step_metrics(run_dir / "checkpoints", tok, splits.val, base, rare)
-            last = max(curve)
-            passes = sampled_pass_at_k(
-                load_policy(run_dir / "checkpoints" / f"global_step_{last}" / "actor" / "huggingface"),
-                tok, splits.val, args.pass_n, ks, seed=seed)
-        rewards = read_metrics(r.metrics_file)
-        return r, run_dir, {
-            "curve": {t: m.as_dict() for t, m in curve.items()},
-            "final": {**curve[last].as_dict(), **{f"pass@{k}": v for k, v in passes.items()}},
-            "train_reward": {t: m.get("critic/score/mean") for t, m in rewards.items()},
-            "seconds": time.time() - t_run,
-        }, t_run
-
-    tasks = [(seed, cfg) for seed in range(seeds) for cfg in cfgs]
-    with ThreadPoolExecutor(max_workers=parallel) as pool:
-        futures = [pool.submit(one, seed, cfg) for seed, cfg in tasks]
-        for (seed, cfg), future in zip(tasks, futures):
-            r, run_dir, record, t_run = future.result()
-            if record is None:
+    for seed in range(seeds):
+        for cfg in cfgs:
+            t_run = time.time()
+            run_dir = out / "runs" / f"{cfg.name}_s{seed}"
+            r = run_one(b, sft_dir, cfg, seed, settings, run_dir, [*session_overrides, *args.overrides],
+                        backend=args.backend, env=env)
+            if r.returncode != 0:
                 failed.append(r.name)
                 print(f"[demo] run {r.name} failed (exit {r.returncode}); log: {run_dir}/train.log", flush=True)
                 continue
-            results[cfg.name][seed] = record
-            f = {int(t): m for t, m in record["curve"].items()}[max(int(t) for t in record["curve"])]
-            passes = record["final"]
-            print(f"[demo]   {r.name}: Q_pos {f['q_pos']:.3f}  M_ret {f['m_ret']:.3f}  dNLL_rare "
-                  f"{f['delta_nll_rare']:+.3f}  pass@1 {passes['pass@1']:.3f}  pass@{ks[-1]} "
-                  f"{passes[f'pass@{ks[-1]}']:.3f}  ({record['seconds']:.0f} s)", flush=True)
+            curve = step_metrics(run_dir / "checkpoints", tok, splits.val, base, rare)
+            last = max(curve)
+            passes = sampled_pass_at_k(load_policy(run_dir / "checkpoints" / f"global_step_{last}" / "actor" / "huggingface"),
+                                       tok, splits.val, args.pass_n, ks, seed=seed)
+            rewards = read_metrics(r.metrics_file)
+            results[cfg.name][seed] = {
+                "curve": {t: m.as_dict() for t, m in curve.items()},
+                "final": {**curve[last].as_dict(), **{f"pass@{k}": v for k, v in passes.items()}},
+                "train_reward": {t: m.get("critic/score/mean") for t, m in rewards.items()},
+                "seconds": time.time() - t_run,
+            }
+            f = curve[last]
+            print(f"[demo]   {r.name}: Q_pos {f.q_pos:.3f}  M_ret {f.m_ret:.3f}  dNLL_rare {f.delta_nll_rare:+.3f}  "
+                  f"pass@1 {passes[1]:.3f}  pass@{ks[-1]} {passes[ks[-1]]:.3f}  ({time.time() - t_run:.0f} s)", flush=True)
 
 
 def _report(args, out, done_results, failed, base_metrics, base_pass, ks, settings, lr, n_val, n_train, seeds, cfgs,
