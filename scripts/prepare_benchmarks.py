@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Download the paper's evaluation benchmarks with `datasets` and write the local format of `fgrpo-verl eval`.
 
-Needs Hugging Face hub access (GPQA is gated: accept its terms and `huggingface-cli login` first). Writes
+Needs Hugging Face hub access (GPQA is gated: accept its terms and `hf auth login` first). Writes
 OUT/<NAME>.jsonl for MATH500, AIME24, AIME25, AMC23, Minerva, Olympiad, GPQA, IFEval, SynLogic and prints the
 matching `--bench` / `--bench-scorer` flags. The conversion is `fgrpo_verl.evaluation.prepare` (tested offline).
 

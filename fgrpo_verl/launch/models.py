@@ -100,7 +100,7 @@ def missing_model(path: str, workdir: Path = Path(".")) -> tuple[str, str] | Non
 
             return (
                 f"not in the Hugging Face cache ({HF_HUB_CACHE}), and jobs run with HF_HUB_OFFLINE=1",
-                f"download it first where the network is reachable, `huggingface-cli download {path}`, with "
+                f"download it first where the network is reachable, `hf download {path}`, with "
                 "HF_HOME on a file system the compute nodes see (docs/slurm.md §2)",
             )
         return "does not exist here", "build or copy the model there first, or point the key at it"
