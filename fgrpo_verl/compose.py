@@ -213,18 +213,20 @@ class SharedComposer:
 
 
 class BackgroundValidator:
-    """:func:`validate` of many configs in a second process, while this one composes and names the next ones.
+    """``target(*args)`` for each :meth:`submit`, in a second process, while this one composes and names the next
+    configs. ``target`` (``"module:function"``, default :func:`_verdict`: verl's ``validate_config``) answers with
+    a picklable verdict.
 
     Validating needs verl, and ``import verl`` (torch, tensordict, transformers) costs ~4.5 CPU-s: about as much
     as composing a recipe's 36 runs. A fresh interpreter started here (``python -c``: nothing of this process is
     shared or re-imported, unlike multiprocessing's spawn, which re-imports the main module) imports verl and
-    validates each config it is sent (resolved, pickled, over a pipe of its own) while this process goes on;
-    :meth:`results` waits for the verdicts, in the order sent: ``None`` or the error's message. On 2 cores the two
-    halves take about the same time, so a recipe is planned in about half the wall time. Its own output (verl's
-    import notices) goes to a temporary file, shown only if it dies.
+    checks each config it is sent (resolved, pickled, over a pipe of its own) while this process goes on;
+    :meth:`results` waits for the verdicts, in the order sent. On 2 cores the two halves take about the same time,
+    so a recipe is planned in about half the wall time. Its own output (verl's import notices) goes to a temporary
+    file, shown only if it dies.
     """
 
-    def __init__(self):
+    def __init__(self, target: str = "fgrpo_verl.compose:_verdict"):
         import os
         import subprocess
         import tempfile
@@ -237,22 +239,25 @@ class BackgroundValidator:
         self._log = tempfile.TemporaryFile()
         root = str(Path(fgrpo_verl.__file__).resolve().parent.parent)
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])]))
-        code = "import sys; from fgrpo_verl.compose import _validate_loop; _validate_loop(*map(int, sys.argv[1:]))"
+        code = ("import sys; from fgrpo_verl.compose import _validate_loop; "
+                "_validate_loop(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])")
         self._process = subprocess.Popen(
-            [sys.executable, "-c", code, str(to_child_r), str(from_child_w)], pass_fds=(to_child_r, from_child_w),
-            stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, env=env,
+            [sys.executable, "-c", code, str(to_child_r), str(from_child_w), target],
+            pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL, stdout=self._log,
+            stderr=subprocess.STDOUT, env=env,
         )
         os.close(to_child_r)
         os.close(from_child_w)
         self._send, self._recv = Connection(to_child_w, readable=False), Connection(from_child_r, writable=False)
         self._sent = 0
 
-    def submit(self, config) -> None:
-        self._send.send(config)
+    def submit(self, *args) -> None:
+        """Send ``args`` to be checked; the verdict comes with :meth:`results` (None here: not known yet)."""
+        self._send.send(args)
         self._sent += 1
 
-    def results(self) -> list[str | None]:
-        """The verdicts of every config submitted, in order; then the process ends."""
+    def results(self) -> list:
+        """The verdicts of everything submitted, in order; then the process ends."""
         try:
             self._send.send(None)
             out = [self._recv.recv() for _ in range(self._sent)]
@@ -277,21 +282,21 @@ class BackgroundValidator:
 
 
 class InProcessValidator:
-    """:class:`BackgroundValidator`'s interface, validating at once in this process (a failing config raises its
-    ``ValueError`` from :meth:`submit`): where verl is imported already (a test session, a notebook), a second
-    interpreter would only import it again."""
+    """:class:`BackgroundValidator`'s interface, checking at once in this process: :meth:`submit` returns the
+    verdict (so the caller can stop at the first bad config), :meth:`results` repeats them. Where verl is imported
+    already (a test session, a notebook), a second interpreter would only import it again."""
 
-    def __init__(self):
-        self._sent = 0
+    def __init__(self, target: str = "fgrpo_verl.compose:_verdict"):
+        self._target = _load_target(target)
+        self._verdicts: list = []
 
-    def submit(self, config) -> None:
-        error = _verdict(config)
-        if error is not None:
-            raise ValueError(error)
-        self._sent += 1
+    def submit(self, *args):
+        verdict = self._target(*args)
+        self._verdicts.append(verdict)
+        return verdict
 
-    def results(self) -> list[str | None]:
-        return [None] * self._sent
+    def results(self) -> list:
+        return list(self._verdicts)
 
     def close(self) -> None:
         pass
@@ -302,12 +307,19 @@ class InProcessValidator:
 BACKGROUND_MIN_CONFIGS = 4
 
 
-def start_validator(configs: int):
-    """For ``configs`` configs to validate: a :class:`BackgroundValidator`, or an :class:`InProcessValidator`
-    when verl is imported here already or there are few of them."""
+def start_validator(configs: int, target: str = "fgrpo_verl.compose:_verdict"):
+    """For ``configs`` configs to check with ``target``: a :class:`BackgroundValidator`, or an
+    :class:`InProcessValidator` when verl is imported here already or there are few of them."""
     if "verl" in sys.modules or configs < BACKGROUND_MIN_CONFIGS:
-        return InProcessValidator()
-    return BackgroundValidator()
+        return InProcessValidator(target)
+    return BackgroundValidator(target)
+
+
+def _load_target(target: str):
+    import importlib
+
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def _verdict(config) -> str | None:
@@ -321,9 +333,8 @@ def _verdict(config) -> str | None:
     return None
 
 
-def _validate_loop(recv_fd: int, send_fd: int) -> None:
-    """The validating process: :func:`validate` each config received; ``None`` (or a closed pipe) ends it. A config
-    that fails answers with its message (a bug, not a bad config, answers with the exception's type too)."""
+def _validate_loop(recv_fd: int, send_fd: int, target: str = "fgrpo_verl.compose:_verdict") -> None:
+    """The checking process: ``target(*args)`` for each ``args`` received; ``None`` (or a closed pipe) ends it."""
     import queue
     import threading
     from multiprocessing.connection import Connection
@@ -336,18 +347,19 @@ def _validate_loop(recv_fd: int, send_fd: int) -> None:
         # import here before it can send the next
         while True:
             try:
-                config = recv.recv()
+                args = recv.recv()
             except EOFError:  # the parent is gone
-                config = None
-            received.put(config)
-            if config is None:
+                args = None
+            received.put(args)
+            if args is None:
                 return
 
     threading.Thread(target=read, daemon=True).start()
     import verl  # noqa: F401  (while the configs arrive)
 
-    while (config := received.get()) is not None:
-        send.send(_verdict(config))
+    check = _load_target(target)
+    while (args := received.get()) is not None:
+        send.send(check(*args))
 
 
 _VERL_OK = "All configuration checks passed successfully"

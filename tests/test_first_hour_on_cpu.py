@@ -232,14 +232,15 @@ from fgrpo_verl.cli import main
 with contextlib.redirect_stdout(io.StringIO()) as out:
     rc = main(sys.argv[1:])
 me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-print(rc, me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime, out.getvalue().count("#!/bin/bash"),
+jobs = sum(line.startswith("### job ") for line in out.getvalue().splitlines())
+print(rc, me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime, jobs,
       out.getvalue().count("not started"))
 """
 
 
 def _cpu_seconds(*args, env=None, cwd=None) -> tuple[int, float, float, int, int]:
-    """(exit status, CPU-s of the launch process, CPU-s of its children: the validating process, scripts printed,
-    runs "not started")."""
+    """(exit status, CPU-s of the launch process, CPU-s of its children: the validating process, training job
+    scripts printed (evaluation jobs print their own), runs "not started")."""
     full = dict(os.environ, **(env or {}))
     done = subprocess.run([sys.executable, "-c", CPU_SPLIT, *args], capture_output=True, text=True, env=full,
                           cwd=cwd, timeout=600)

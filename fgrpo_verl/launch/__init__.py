@@ -48,7 +48,6 @@ def plan_jobs(
     from omegaconf import OmegaConf, open_dict
 
     from fgrpo_verl.compose import SharedComposer, start_validator
-    from fgrpo_verl.launch import preflight
     from fgrpo_verl.launch.identity import (
         check_record,
         check_user_overrides,
@@ -73,9 +72,10 @@ def plan_jobs(
         )
     jobs, names = [], {}
     composer = SharedComposer()  # the runs share their config groups: composed once per distinct selection
-    # verl checks each config, in a second process while this one composes the next (importing verl costs as
-    # much as composing them all) unless verl is imported here already; a composition error is reported at once
-    validator = start_validator(len(runs))
+    # verl checks each config (validate_config, then the preflight of launch/preflight.py), in a second process
+    # while this one composes the next (importing verl costs as much as composing them all) unless verl is
+    # imported here already; a composition error is reported at once
+    validator = start_validator(len(runs), "fgrpo_verl.launch.preflight:check_run")
     wheres = []
     for run in runs:
         run_overrides = recipe.run_overrides(run, overrides)
@@ -116,22 +116,19 @@ def plan_jobs(
                     with open_dict(config):
                         config.trainer.save_per_epoch = True
                 run_overrides.append(f"trainer.experiment_name={experiment}")
-                # what verl's worker start-up would refuse, and whether it fits (launch/preflight.py)
-                report = preflight.run(config, workdir, require_model=require_data)
+                # `${oc.env:...}` (data and model dirs) frozen as the job sees them, with the recipe's `env:`; and
+                # resolved once: the validation, the preflight and the evaluation's baseline search read it again
+                OmegaConf.resolve(config)
                 run_dir = Path(workdir) / str(config.trainer.default_local_dir)
                 record = check_record(run_dir, digest)
-                # `${oc.env:...}` (data and model dirs) frozen as the job sees them, with the recipe's `env:` (without
-                # one, a later read sees the same environment: resolving all of the config here would only cost time)
-                if recipe.env:
-                    OmegaConf.resolve(config)
-                validator.submit(config)
+                # verl's validate_config, then what verl's worker start-up would refuse and whether it fits
+                verdict = validator.submit(config, str(workdir), require_data)
                 wheres.append(where)
-        except preflight.PreflightError as exc:  # one line per refusal, each naming the run
-            validator.close()
-            raise ValueError("\n".join(f"{where}: {line}" for line in str(exc).splitlines())) from exc
-        except Exception as exc:  # composition and validation errors carry the key; add the run
+        except Exception as exc:  # composition errors carry the key; add the run
             validator.close()
             raise ValueError(f"{where}: invalid config: {exc}") from exc
+        if verdict is not None:  # checked here already (InProcessValidator): stop at the first bad run
+            _raise_refused(where, verdict, validator)
         if digest in names:
             # same config = same experiment, whatever the labels: one of them would only repeat the other
             raise ValueError(
@@ -151,12 +148,12 @@ def plan_jobs(
                 total_steps=None if plan is None else plan.total_steps,
                 fresh=None if fresh is None else (base_dir, fresh),
                 wandb_run_id=env["WANDB_RUN_ID"],
-                preflight=report.summary(),
             )
         )
-    for where, error in zip(wheres, validator.results()):
-        if error is not None:
-            raise ValueError(f"{where}: invalid config: {error}")
+    verdicts = validator.results()
+    for where, verdict in zip(wheres, verdicts):
+        _raise_refused(where, verdict, validator)
+    jobs = [dataclasses.replace(job, preflight=summary) for job, (_, summary) in zip(jobs, verdicts)]
     if evaluation and recipe.evaluation is not None:
         from fgrpo_verl.launch.eval_jobs import attach_evaluation
 
@@ -167,6 +164,18 @@ def plan_jobs(
 
         jobs = attach_evaluation(recipe, jobs, plan_more, log_dir, workdir)
     return recipe, jobs
+
+
+def _raise_refused(where: str, verdict: tuple[str, str], validator) -> None:
+    """A run's verdict from launch/preflight.py's ``check_run``: nothing for ``ok``, else a ``ValueError`` naming
+    the run (one line per preflight refusal)."""
+    kind, text = verdict
+    if kind == "ok":
+        return
+    validator.close()
+    if kind == "refused":
+        raise ValueError("\n".join(f"{where}: {line}" for line in text.splitlines()))
+    raise ValueError(f"{where}: invalid config: {text}")
 
 
 @contextlib.contextmanager

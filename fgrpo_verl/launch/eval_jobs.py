@@ -195,13 +195,23 @@ def _config_text(job, gamma: float | None = None) -> str:
     return json.dumps(tree, sort_keys=True, default=str).replace(job.job_name, "<experiment>")
 
 
-def find_baseline(job, candidates: list):
-    """The job among ``candidates`` whose config is ``job``'s with γ = 0 (None for γ = 0 or when absent)."""
+def find_baseline(job, candidates: list, texts: dict | None = None):
+    """The job among ``candidates`` whose config is ``job``'s with γ = 0 (None for γ = 0 or when absent).
+    ``texts``: a cache of :func:`_config_text` kept across calls over the same candidates (a recipe's 36 runs
+    compare each focal run with every baseline: one text per job, not one per pair)."""
     if float(job.config.algorithm.fgrpo.gamma) == 0:
         return None
-    want = _config_text(job, 0.0)
+    texts = {} if texts is None else texts
+
+    def text(j, gamma: float | None = None) -> str:
+        key = (id(j), gamma)
+        if key not in texts:
+            texts[key] = _config_text(j, gamma)
+        return texts[key]
+
+    want = text(job, 0.0)
     for other in candidates:
-        if other is not job and float(other.config.algorithm.fgrpo.gamma) == 0 and _config_text(other) == want:
+        if other is not job and float(other.config.algorithm.fgrpo.gamma) == 0 and text(other) == want:
             return other
     return None
 
@@ -397,7 +407,8 @@ def attach_evaluation(recipe, jobs: list, plan_more, log_dir: Path, workdir: Pat
     others = [r.name for r in recipe.runs if r.group in groups and r.name not in names]
     if others:
         candidates += plan_more(others)
-    baselines = {job.job_name: find_baseline(job, candidates) for job in jobs}
+    texts: dict = {}
+    baselines = {job.job_name: find_baseline(job, candidates, texts) for job in jobs}
     evaluations = plan_evaluation(spec, recipe, jobs, log_dir, workdir, baselines)
     return [dataclasses.replace(job, evaluation=ev, baseline_job=baselines[job.job_name])
             for job, ev in zip(jobs, evaluations)]

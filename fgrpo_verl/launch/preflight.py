@@ -157,6 +157,28 @@ class _Checks:
 
     # ------------------------------------------------------------------ rollout layout
     def check_rollout(self) -> None:
+        """:meth:`_check_rollout`, once per distinct rollout block and world size in this process: verl's
+        RolloutConfig and RolloutReplica constructions (Hydra's instantiate, ~0.5 CPU-s a run) read nothing else,
+        and a recipe's runs share a few rollout blocks (paper_main: 36 runs, one per model) but for the run's name,
+        which verl copies into ``rollout.trace.experiment_name`` (a label of traces, checked by nothing)."""
+        import json
+
+        from omegaconf import OmegaConf
+
+        block = OmegaConf.to_container(self.rollout, resolve=True)
+        if isinstance(block.get("trace"), dict):
+            block["trace"].pop("experiment_name", None)
+        key = (json.dumps(block, sort_keys=True, default=str), self.world)
+        found = _ROLLOUT_VERDICTS.get(key)
+        if found is None:
+            refusals, notes = len(self.refusals), len(self.notes)
+            self._check_rollout()
+            found = _ROLLOUT_VERDICTS[key] = (tuple(self.refusals[refusals:]), tuple(self.notes[notes:]))
+        else:
+            self.refusals.extend(found[0])
+            self.notes.extend(found[1])
+
+    def _check_rollout(self) -> None:
         from verl.utils.config import omega_conf_to_dataclass
 
         try:
@@ -502,6 +524,10 @@ def _parquet_rows(files, workdir: Path) -> int | None:
 _PROBE = None
 
 
+# check_rollout's verdicts (refusals, notes) by (rollout block as JSON, world size)
+_ROLLOUT_VERDICTS: dict[tuple[str, int], tuple[tuple, tuple]] = {}
+
+
 def _replica_probe():
     """A ``RolloutReplica`` that launches nothing: constructing it runs verl's own ``__init__`` checks."""
     global _PROBE
@@ -530,3 +556,19 @@ def run(config, workdir: Path, require_model: bool = False) -> Report:
     if checks.refusals:
         raise PreflightError(checks.refusals)
     return Report(tuple(checks.notes))
+
+
+def check_run(config, workdir: str, require_model: bool = False) -> tuple[str, str]:
+    """What ``fgrpo-verl launch`` checks of one run with verl: ``validate_config`` (fgrpo_verl.compose.validate),
+    then :func:`run`. ``("ok", the report's summary)``, ``("invalid", verl's or fgrpo's message)`` or
+    ``("refused", one line per refusal)``. The launcher runs it in the process that imports verl beside it
+    (fgrpo_verl.compose.BackgroundValidator), so everything here must be picklable both ways."""
+    from fgrpo_verl.compose import _verdict
+
+    error = _verdict(config)
+    if error is not None:
+        return "invalid", error
+    try:
+        return "ok", run(config, Path(workdir), require_model=require_model).summary()
+    except PreflightError as exc:
+        return "refused", str(exc)
