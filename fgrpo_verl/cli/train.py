@@ -2,7 +2,7 @@
 
 Order of work, all in the driver before Ray starts:
 
-1. compose the config (without importing verl, see ``fgrpo_verl.compose``);
+1. compose the config (without importing verl, see ``fgrpo_verl.config.compose``);
 2. export the environment variables the selected groups declare in ``ray_kwargs.ray_init.runtime_env.env_vars``
    (Ray gives them to every actor; the driver needs them too, before ``import verl`` resolves verl's platform);
 3. import verl (its plugins load with that environment) and register fgrpo-verl strictly (a broken install or an
@@ -147,13 +147,13 @@ def warn_without_algo_preset(overrides: list[str], config) -> None:
 
 def prepare(overrides: list[str], inspect_only: bool = False):
     """Steps 1-4 of the module docstring; returns the composed, validated config."""
-    from fgrpo_verl.compose import compose, validate
+    from fgrpo_verl.config.compose import compose, validate
 
     config = compose(overrides)
     exported = export_ray_env_vars(config)
     import verl  # noqa: F401  (plugins load now, with the run's environment)
 
-    from fgrpo_verl.plugin import register_all
+    from fgrpo_verl.integration.plugin import register_all
 
     register_all(strict=True)
     check_driver_platform(exported)
@@ -164,7 +164,7 @@ def prepare(overrides: list[str], inspect_only: bool = False):
 
 
 def run(args: argparse.Namespace) -> int:
-    from fgrpo_verl.paths import CONFIG_NAME, config_dir
+    from fgrpo_verl.config.paths import CONFIG_NAME, config_dir
 
     flags, overrides = split_hydra_args(list(args.overrides))
     prepare(overrides, inspect_only=bool(flags))

@@ -28,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fgrpo_verl import tracking
+    from fgrpo_verl.job import tracking
 
     name = tracking.run_name(args.algo, args.gamma, args.n, args.model, args.seed)
     env = tracking.wandb_env(args.project, name, args.group, tracking.run_tags(args.algo, args.gamma, args.n), args.mode)

@@ -6,7 +6,7 @@ import importlib.util
 from collections.abc import Sequence
 from pathlib import Path
 
-from fgrpo_verl.paths import CONFIG_NAME, config_dir
+from fgrpo_verl.config.paths import CONFIG_NAME, config_dir
 
 
 def verl_config_dir() -> Path:
@@ -41,8 +41,8 @@ def validate(config) -> None:
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
 
-    from fgrpo_verl.registration import require_supported_verl
-    from fgrpo_verl.validation import check_fgrpo
+    from fgrpo_verl.integration.registration import require_supported_verl
+    from fgrpo_verl.integration.validation import check_fgrpo
 
     require_supported_verl()
     check_fgrpo(config)

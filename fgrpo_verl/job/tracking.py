@@ -183,7 +183,7 @@ def _select(config, key: str):
 
 def config_algo(config) -> str:
     """:func:`algo_label` of a composed fgrpo-verl config."""
-    from fgrpo_verl.loss import base_loss_mode
+    from fgrpo_verl.integration.loss import base_loss_mode
 
     actor = config.actor_rollout_ref.actor
     mode = actor.policy_loss.loss_mode

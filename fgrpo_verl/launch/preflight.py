@@ -1,6 +1,6 @@
 """Preflight: verl 0.9.1's worker start-up checks, and whether the run fits, before anything reaches a GPU queue.
 
-``verl``'s ``validate_config`` (run by ``fgrpo_verl.compose.validate``) stops where the workers' start-up begins:
+``verl``'s ``validate_config`` (run by ``fgrpo_verl.config.compose.validate``) stops where the workers' start-up begins:
 a config it accepts can still be refused minutes into a GPU allocation. :func:`run` checks what comes after, on
 the composed config, and raises :class:`PreflightError`: one line per refusal, naming the key, its value and the
 fix. ``fgrpo-verl launch`` (submit and ``--dry-run``), ``fgrpo-verl doctor --recipe`` and the plain
