@@ -57,7 +57,7 @@ def read_json(path: Path) -> dict | None:
 
 def tracker_step(run_dir: Path) -> int:
     """verl's resume point (0 when none)."""
-    from fgrpo_verl.launch.queue import checkpointed_step
+    from fgrpo_verl.job.resume_point import checkpointed_step
 
     return checkpointed_step(run_dir)
 
