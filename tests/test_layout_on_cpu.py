@@ -2,8 +2,8 @@
 
 * Every old dotted name in ``fgrpo_verl.MOVED`` imports to the *same module object* as its new name, which keeps
   its own ``__name__`` and ``__spec__`` (pickles and Ray refer to the new name); an older install's entry point
-  (``fgrpo = fgrpo_verl.plugin``) and an old Hydra ``_target_`` still load; a name that never existed still raises
-  ``ModuleNotFoundError``.
+  (``fgrpo = fgrpo_verl.plugin``), an old Hydra ``_target_`` and old ``pkg://`` paths still load; a name that
+  never existed still raises ``ModuleNotFoundError``.
 * Nothing the trainer side (``integration/``, ``job/``, ``monitoring/``: code inside Ray workers on GPU nodes)
   imports pulls in ``fgrpo_verl.launch`` (the login-node launcher): checked in a fresh process after importing and
   registering everything, and statically over every import statement they can reach (lazy ones included).
@@ -68,14 +68,19 @@ def test_old_entry_point_and_old_hydra_target_load_the_new_objects_on_cpu():
         old = EntryPoint(name="fgrpo", value="fgrpo_verl.plugin", group="verl.plugins").load()
         import fgrpo_verl.integration.plugin as plugin
         from fgrpo_verl.integration.loss import FocalPolicyLossConfig
+        from verl.utils.import_utils import load_module  # how verl resolves pkg:// (custom_reward_function.path)
+        import fgrpo_verl.job.preempt as preempt, fgrpo_verl.rewards as rewards
         installed = [ep.value for ep in entry_points(group="verl.plugins") if ep.name == "fgrpo"]
         print(json.dumps({
             "entry_point": old is plugin,
             "target": get_class("fgrpo_verl.loss.FocalPolicyLossConfig") is FocalPolicyLossConfig,
+            "pkg": [load_module("pkg://fgrpo_verl/launch/preempt") is preempt,
+                    load_module("pkg://fgrpo_verl.plugin") is plugin,
+                    load_module("pkg://fgrpo_verl.rewards") is rewards and callable(rewards.math_verify_score)],
             "installed": installed,
         }))
     """)
-    assert result["entry_point"] and result["target"]
+    assert result["entry_point"] and result["target"] and result["pkg"] == [True, True, True]
     # this checkout's install: the new entry point, or an install made before the move (the alias then loads it)
     assert result["installed"] in (["fgrpo_verl.integration.plugin"], ["fgrpo_verl.plugin"])
 
