@@ -40,49 +40,62 @@ def _module_file(name: str) -> Path | None:
     return PACKAGE / "__init__.py" if not parts else None
 
 
-def test_every_old_name_is_the_new_module_on_cpu():
-    result = _run("""
-        import importlib, json, sys
+@pytest.fixture(scope="module")
+def fresh_process() -> dict:
+    """One fresh process (importing verl's trainer stack costs ~20 s): first everything the trainer side imports
+    and registers, with the fgrpo_verl modules that loaded; then every old name, an old entry point, an old Hydra
+    ``_target_`` and old ``pkg://`` paths."""
+    return _run(f"""
+        import importlib, json, pkgutil, sys
         import fgrpo_verl
-        out = {}
+        for pkg in {TRAINER_SIDE!r}:
+            package = importlib.import_module("fgrpo_verl." + pkg)
+            for info in pkgutil.iter_modules(package.__path__):
+                importlib.import_module(f"fgrpo_verl.{{pkg}}.{{info.name}}")
+        import verl  # the entry point runs the plugin
+        from fgrpo_verl.integration.plugin import register_all
+        register_all(strict=False)
+        loaded = sorted(m for m in sys.modules if m.startswith("fgrpo_verl"))
+
+        moved = {{}}
         for old, new in fgrpo_verl.MOVED.items():
             module = importlib.import_module(old)
             parent, _, leaf = old.rpartition(".")
-            out[old] = {
+            moved[old] = {{
                 "same": module is importlib.import_module(new) and sys.modules[old] is module,
                 "attr": getattr(sys.modules[parent], leaf) is module,
                 "name": module.__name__, "spec": module.__spec__.name, "loader": type(module.__loader__).__name__,
-            }
-        print(json.dumps(out))
-    """)
-    assert set(result) == set(fgrpo_verl.MOVED)
-    for old, new in fgrpo_verl.MOVED.items():
-        assert result[old] == {"same": True, "attr": True, "name": new, "spec": new, "loader": "SourceFileLoader"}, old
+            }}
 
-
-def test_old_entry_point_and_old_hydra_target_load_the_new_objects_on_cpu():
-    result = _run("""
-        import json
         from importlib.metadata import EntryPoint, entry_points
         from hydra.utils import get_class
-        old = EntryPoint(name="fgrpo", value="fgrpo_verl.plugin", group="verl.plugins").load()
-        import fgrpo_verl.integration.plugin as plugin
-        from fgrpo_verl.integration.loss import FocalPolicyLossConfig
         from verl.utils.import_utils import load_module  # how verl resolves pkg:// (custom_reward_function.path)
-        import fgrpo_verl.job.preempt as preempt, fgrpo_verl.rewards as rewards
-        installed = [ep.value for ep in entry_points(group="verl.plugins") if ep.name == "fgrpo"]
-        print(json.dumps({
-            "entry_point": old is plugin,
+        import fgrpo_verl.integration.plugin as plugin, fgrpo_verl.job.preempt as preempt, fgrpo_verl.rewards as rewards
+        from fgrpo_verl.integration.loss import FocalPolicyLossConfig
+        print(json.dumps({{
+            "loaded": loaded,
+            "moved": moved,
+            "entry_point": EntryPoint(name="fgrpo", value="fgrpo_verl.plugin", group="verl.plugins").load() is plugin,
             "target": get_class("fgrpo_verl.loss.FocalPolicyLossConfig") is FocalPolicyLossConfig,
             "pkg": [load_module("pkg://fgrpo_verl/launch/preempt") is preempt,
                     load_module("pkg://fgrpo_verl.plugin") is plugin,
                     load_module("pkg://fgrpo_verl.rewards") is rewards and callable(rewards.math_verify_score)],
-            "installed": installed,
-        }))
+            "installed": [ep.value for ep in entry_points(group="verl.plugins") if ep.name == "fgrpo"],
+        }}))
     """)
-    assert result["entry_point"] and result["target"] and result["pkg"] == [True, True, True]
+
+
+def test_every_old_name_is_the_new_module_on_cpu(fresh_process):
+    moved = fresh_process["moved"]
+    assert set(moved) == set(fgrpo_verl.MOVED)
+    for old, new in fgrpo_verl.MOVED.items():
+        assert moved[old] == {"same": True, "attr": True, "name": new, "spec": new, "loader": "SourceFileLoader"}, old
+
+
+def test_old_entry_point_hydra_target_and_pkg_paths_load_the_new_objects_on_cpu(fresh_process):
+    assert fresh_process["entry_point"] and fresh_process["target"] and fresh_process["pkg"] == [True, True, True]
     # this checkout's install: the new entry point, or an install made before the move (the alias then loads it)
-    assert result["installed"] in (["fgrpo_verl.integration.plugin"], ["fgrpo_verl.plugin"])
+    assert fresh_process["installed"] in (["fgrpo_verl.integration.plugin"], ["fgrpo_verl.plugin"])
 
 
 @pytest.mark.parametrize("name", [
@@ -97,19 +110,8 @@ def test_unknown_names_still_raise_module_not_found_on_cpu(name):
     assert err.value.name == name
 
 
-def test_trainer_side_imports_no_launcher_at_run_time_on_cpu():
-    loaded = _run(f"""
-        import importlib, json, pkgutil, sys
-        import fgrpo_verl
-        for pkg in {TRAINER_SIDE!r}:
-            package = importlib.import_module("fgrpo_verl." + pkg)
-            for info in pkgutil.iter_modules(package.__path__):
-                importlib.import_module(f"fgrpo_verl.{{pkg}}.{{info.name}}")
-        import verl  # the entry point runs the plugin
-        from fgrpo_verl.integration.plugin import register_all
-        register_all(strict=False)
-        print(json.dumps(sorted(m for m in sys.modules if m.startswith("fgrpo_verl"))))
-    """)
+def test_trainer_side_imports_no_launcher_at_run_time_on_cpu(fresh_process):
+    loaded = fresh_process["loaded"]
     assert "fgrpo_verl.integration.trainer" in loaded and "fgrpo_verl.job.preempt" in loaded
     assert [m for m in loaded if m == "fgrpo_verl.launch" or m.startswith("fgrpo_verl.launch.")] == []
 
