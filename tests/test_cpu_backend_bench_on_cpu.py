@@ -58,7 +58,7 @@ def test_fast_overrides_skip_the_old_log_prob_forward():
 
 def test_fast_overrides_compose_and_pass_verl_validation():
     from fgrpo_verl.backends.cpu.tuning import fast_overrides
-    from fgrpo_verl.compose import compose, validate
+    from fgrpo_verl.config.compose import compose, validate
 
     cfg = compose(["backend=cpu", "data.train_batch_size=16", "actor_rollout_ref.actor.ppo_mini_batch_size=16",
                    "actor_rollout_ref.rollout.n=8", *fast_overrides()])
@@ -87,7 +87,7 @@ def test_ray_session_env_overrides_survive_hydra_parsing_with_awkward_values():
     """A child's env vars travel as Hydra overrides: quotes, spaces, commas, '=' and brackets must come back
     exactly (a path with a space is an ordinary thing to have)."""
     from fgrpo_verl.backends.cpu.session import RaySession
-    from fgrpo_verl.compose import compose
+    from fgrpo_verl.config.compose import compose
 
     values = {"VERL_FILE_LOGGER_PATH": "/tmp/my runs/a,b=c [1]/metrics.jsonl", "WANDB_NOTES": "it's \\ fine", "X": "a\\'b\\"}
     cfg = compose(["backend=cpu", *RaySession().run_overrides(values)])

@@ -313,7 +313,7 @@ def test_server_update_weights_loads_the_actor_state_and_rejects_foreign_names(s
 
 # ---------------------------------------------------------------- the config group
 def test_backend_config_group_sets_cpu_knobs_and_gpu_is_the_default():
-    from fgrpo_verl.compose import compose
+    from fgrpo_verl.config.compose import compose
 
     gpu = compose(["actor_rollout_ref.model.path=/nonexistent"])
     assert gpu.actor_rollout_ref.rollout.name == "vllm"
@@ -330,7 +330,7 @@ def test_backend_config_group_sets_cpu_knobs_and_gpu_is_the_default():
 
 
 def test_gpu_hf_backend_swaps_only_the_rollout():
-    from fgrpo_verl.compose import compose
+    from fgrpo_verl.config.compose import compose
 
     cfg = compose(["backend=gpu_hf"])
     assert cfg.actor_rollout_ref.rollout.name == "hf"
@@ -341,7 +341,7 @@ def test_gpu_hf_backend_swaps_only_the_rollout():
 
 
 def test_cpu_config_passes_verl_validation():
-    from fgrpo_verl.compose import compose, validate
+    from fgrpo_verl.config.compose import compose, validate
 
     validate(compose(["backend=cpu", "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
                       "actor_rollout_ref.rollout.n=4"]))

@@ -77,7 +77,7 @@ def test_import_verl_is_inert_and_a_platform_plugin_loaded_after_ours_is_detecte
     # Only our small modules (plugin, import hooks, registration, validation, backends) join verl's own.
     assert extra and all(m == "fgrpo_verl" or m.startswith("fgrpo_verl.") for m in extra), sorted(extra)
     assert len(extra) <= 8, sorted(extra)
-    for heavy in ("verl.trainer.ppo.v1", "verl.trainer.ppo.core_algos", "fgrpo_verl.trainer", "fgrpo_verl.estimator"):
+    for heavy in ("verl.trainer.ppo.v1", "verl.trainer.ppo.core_algos", "fgrpo_verl.integration.trainer", "fgrpo_verl.integration.estimator"):
         assert heavy not in ours["modules"]
     dist_ours = {m for m in ours["modules"] if m.startswith("torch.distributed")}
     dist_alone = {m for m in alone["modules"] if m.startswith("torch.distributed")}

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from fgrpo_verl.compose import compose
-from fgrpo_verl.loss import FocalPolicyLossConfig, compute_policy_loss_fgrpo, concentration_metrics
-from fgrpo_verl.plugin import register_all
+from fgrpo_verl.config.compose import compose
+from fgrpo_verl.integration.loss import FocalPolicyLossConfig, compute_policy_loss_fgrpo, concentration_metrics
+from fgrpo_verl.integration.plugin import register_all
 
 AGG_MODES = ["token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 
@@ -94,7 +94,7 @@ def test_diagnostics_match_a_hand_computed_micro_batch():
     assert m["actor/fgrpo/pos_logprob_x_share"] == pytest.approx(pos_logp / 5)
     assert m["actor/fgrpo/pos_ratio_x_share"] == pytest.approx((1.0 + 2.0 + 0.5) / 5)
     # the trainer's step-level division turns them into positive-token means
-    from fgrpo_verl.trainer import positive_token_means
+    from fgrpo_verl.integration.trainer import positive_token_means
 
     means = positive_token_means(m)
     assert means["actor/fgrpo/pos_logprob_mean"] == pytest.approx(pos_logp / 3)

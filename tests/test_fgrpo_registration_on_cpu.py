@@ -15,7 +15,7 @@ from conftest import algo_config, make_batch
 import verl  # noqa: F401  (loads the plugin)
 from verl.trainer.ppo import core_algos
 
-from fgrpo_verl import estimator, import_hooks, plugin, registration
+from fgrpo_verl.integration import estimator, import_hooks, plugin, registration
 
 
 def _load_copy(module, name):
@@ -266,14 +266,14 @@ def test_another_plugins_delegating_finder_ahead_of_ours_does_not_recurse(tmp_pa
 
 
 def test_importing_the_trainer_module_first_still_registers_the_trainer_modes():
-    """A script that imports fgrpo_verl.trainer before anything else imports verl's v1 stack from inside it; the
-    plugin's hook then fires while fgrpo_verl.trainer is half-built. It used to log "not registered: partially
+    """A script that imports fgrpo_verl.integration.trainer before anything else imports verl's v1 stack from inside it; the
+    plugin's hook then fires while fgrpo_verl.integration.trainer is half-built. It used to log "not registered: partially
     initialized module" and leave `fgrpo_sync` unknown to verl; the module now registers when complete."""
     import subprocess
     import sys
 
     script = (
-        "import fgrpo_verl.trainer\n"
+        "import fgrpo_verl.integration.trainer\n"
         "from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY\n"
         "print(sorted(name for name in TRAINER_REGISTRY if name.startswith('fgrpo_')))\n"
     )

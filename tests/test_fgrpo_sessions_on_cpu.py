@@ -14,9 +14,9 @@ from verl.trainer.ppo.ray_trainer import compute_advantage
 from verl.trainer.ppo.v1 import trainer_base
 from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories as verl_multi
 
-from fgrpo_verl import sessions
-from fgrpo_verl.estimator import capture_results
-from fgrpo_verl.plugin import register_all
+from fgrpo_verl.integration import sessions
+from fgrpo_verl.integration.estimator import capture_results
+from fgrpo_verl.integration.plugin import register_all
 
 
 def _sessions_batch(seed=0, prompts=3, n=4, max_outputs=3, length=6):

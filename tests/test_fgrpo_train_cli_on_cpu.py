@@ -23,7 +23,7 @@ from verl import DataProto
 from verl.trainer.ppo.ray_trainer import compute_advantage
 
 from fgrpo_verl.cli import train
-from fgrpo_verl.compose import verl_config_dir
+from fgrpo_verl.config.compose import verl_config_dir
 from fgrpo_verl.focal import FocalSettings, compute_focal_advantage
 
 
@@ -71,7 +71,7 @@ def test_hydra_flags_are_split_and_multirun_points_to_launch():
 
 
 def test_train_without_an_algo_preset_warns(caplog):
-    from fgrpo_verl.compose import compose
+    from fgrpo_verl.config.compose import compose
 
     bare = ["algorithm.fgrpo.gamma=1"]
     with caplog.at_level(logging.WARNING, logger="fgrpo_verl"):
@@ -108,7 +108,7 @@ def test_plain_verl_with_only_gamma_uses_the_documented_defaults():
     cfg = _plain_verl_config(["algorithm.adv_estimator=fgrpo", "+algorithm.fgrpo.gamma=1"])
     from verl.utils.config import validate_config
 
-    from fgrpo_verl.validation import check_fgrpo
+    from fgrpo_verl.integration.validation import check_fgrpo
 
     check_fgrpo(cfg)  # what the plugin adds to verl's validate_config
     assert getattr(validate_config, "__fgrpo_verl_id__", None) == "verl.utils.config.validate_config"

@@ -7,10 +7,10 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from fgrpo_verl.compose import compose
+from fgrpo_verl.config.compose import compose
 from fgrpo_verl.focal import FocalSettings
-from fgrpo_verl.plugin import register_all
-from fgrpo_verl.trainer import MU_HAT_HISTOGRAM, FocalMetricsMixin, FocalSyncTrainer, TRAINERS
+from fgrpo_verl.integration.plugin import register_all
+from fgrpo_verl.integration.trainer import MU_HAT_HISTOGRAM, FocalMetricsMixin, FocalSyncTrainer, TRAINERS
 
 
 def test_registered_and_selected_by_our_config():
@@ -155,7 +155,7 @@ def test_trainer_v1_blocks_are_aliased_for_code_that_reads_them_by_mode_name(mod
 
 
 def test_trainer_hooks_are_checked_against_verls_signatures():
-    from fgrpo_verl.trainer import check_hooks
+    from fgrpo_verl.integration.trainer import check_hooks
 
     check_hooks()
 

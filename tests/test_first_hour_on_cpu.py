@@ -113,7 +113,7 @@ def test_gae_discount_set_instead_of_the_focal_gamma_is_caught_by_doctor_and_tra
     capsys.readouterr()
     from omegaconf import OmegaConf
 
-    from fgrpo_verl.validation import check_fgrpo
+    from fgrpo_verl.integration.validation import check_fgrpo
 
     check_fgrpo(OmegaConf.create({"algorithm": {"adv_estimator": "gae", "gamma": 0.99}}))
 
@@ -210,7 +210,7 @@ def _fake_slurm(bin_dir: Path, squeue_exit: int) -> dict[str, str]:
 
 
 def test_status_without_slurm_answers_before_composing_anything(tmp_path, monkeypatch, capsys):
-    import fgrpo_verl.compose as compose
+    import fgrpo_verl.config.compose as compose
 
     def refuse(*a, **k):
         raise AssertionError("a config was composed before Slurm was asked")
@@ -321,12 +321,12 @@ def test_dry_run_without_data_says_which_scripts_are_not_final(tmp_path, monkeyp
 
 def test_shared_composition_equals_hydra_for_every_selection_of_every_recipe():
     """launch composes each distinct selection of config groups once and applies the value overrides with Hydra's
-    own applier: the same config as a full Hydra compose (fgrpo_verl.compose.SharedComposer)."""
+    own applier: the same config as a full Hydra compose (fgrpo_verl.config.compose.SharedComposer)."""
     from omegaconf import OmegaConf
 
-    from fgrpo_verl.compose import SharedComposer, _compose_raw, is_value_override
+    from fgrpo_verl.config.compose import SharedComposer, _compose_raw, is_value_override
     from fgrpo_verl.launch.recipe import load_recipe
-    from fgrpo_verl.paths import CONFIG_NAME
+    from fgrpo_verl.config.paths import CONFIG_NAME
 
     lists, seen = [], set()
     for name in ("paper_main", "group_size", "controls", "maze"):

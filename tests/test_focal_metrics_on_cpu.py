@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from fgrpo_verl.focal import FocalSettings, compute_focal_advantage
-from fgrpo_verl.focal_metrics import focal_step_metrics
+from fgrpo_verl.monitoring.focal_metrics import focal_step_metrics
 from fgrpo_verl.theory import mean_shrink
 
 EPS = 1e-6

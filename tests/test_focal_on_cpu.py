@@ -12,7 +12,7 @@ from conftest import algo_config, make_batch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fgrpo_verl.estimator import compute_fgrpo_outcome_advantage
+from fgrpo_verl.integration.estimator import compute_fgrpo_outcome_advantage
 from fgrpo_verl.focal import FocalSettings, compute_focal_advantage
 
 

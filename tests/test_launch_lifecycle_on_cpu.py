@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from fgrpo_verl.launch import identity, preempt, queue, render, steps
+from fgrpo_verl.launch import identity, queue, render, steps
+from fgrpo_verl.job import preempt
 from fgrpo_verl.launch.private_dir import ensure_private_dir
 from fgrpo_verl.launch.recipe import Resources
 
@@ -217,9 +218,9 @@ def test_stop_request_saves_the_step_and_ends_the_loop_there(tmp_path, monkeypat
 
 
 def test_the_fgrpo_trainers_carry_the_hook():
-    from fgrpo_verl.trainer import TRAINERS
+    from fgrpo_verl.integration.trainer import TRAINERS
 
-    from fgrpo_verl.trainer import FocalMetricsMixin
+    from fgrpo_verl.integration.trainer import FocalMetricsMixin
 
     for cls in TRAINERS:
         assert cls.on_step_end.__module__ == preempt.__name__
@@ -238,8 +239,8 @@ def _loop_trainer(ckpt: Path, keep: int | dict | None = None, async_save: bool =
     raises there."""
     from verl.utils.checkpoint.checkpoint_manager import BaseCheckpointManager, find_latest_ckpt_path
 
-    from fgrpo_verl.launch.resume_point import TRACKER
-    from fgrpo_verl.trainer import FocalMetricsMixin
+    from fgrpo_verl.job.resume_point import TRACKER
+    from fgrpo_verl.integration.trainer import FocalMetricsMixin
 
     roles = ["actor", "critic"] if use_critic else ["actor"]
     rotation = {}
@@ -611,7 +612,7 @@ def test_a_submitted_run_keeps_its_wandb_run_id_on_every_relaunch(tmp_path, monk
     (two directories: two W&B runs)."""
     import shutil
 
-    from fgrpo_verl import tracking
+    from fgrpo_verl.job import tracking
     from fgrpo_verl.launch import plan_jobs, submit_jobs
 
     _fake_slurm(tmp_path, monkeypatch)
@@ -671,7 +672,7 @@ def test_plain_sbatch_path_keeps_the_wandb_run_id_its_run_started_with(tmp_path,
     WANDB_RUN_ID in the submitting environment is the run's id."""
     import shutil
 
-    from fgrpo_verl import tracking
+    from fgrpo_verl.job import tracking
     from fgrpo_verl.launch import jobenv
 
     data = [f"data.train_files={tmp_path}/shared/train.parquet", f"data.val_files={tmp_path}/shared/val.parquet"]
@@ -754,7 +755,7 @@ def test_a_recipe_env_that_moves_the_data_moves_the_identity(tmp_path, monkeypat
     import yaml
 
     from fgrpo_verl.launch import plan_jobs
-    from fgrpo_verl.paths import recipes_dir
+    from fgrpo_verl.config.paths import recipes_dir
 
     monkeypatch.delenv("FGRPO_DATA_DIR", raising=False)
     recipe = yaml.safe_load((recipes_dir() / "controls.yaml").read_text())

@@ -312,7 +312,7 @@ def test_run_outputs_are_read_back(tmp_path):
 
 def test_rl_overrides_compose_and_validate(tmp_path):
     """The demo's verl config (maze data, SFT model, fgrpo gamma, maze reward, cpu backend) passes verl's checks."""
-    from fgrpo_verl.compose import compose, validate
+    from fgrpo_verl.config.compose import compose, validate
     from fgrpo_verl.tasks.maze import build
     from fgrpo_verl.tasks.maze.rl import RLSettings, maze_overrides
 

@@ -3,7 +3,7 @@
 One run (module fixture): maze data and tiny Qwen2 (``fgrpo_verl.tasks.maze``), the parity reward of the CPU
 backend tests (about half of a random policy's responses score 1, so groups are mixed), γ = 0.5, N = 4,
 2 steps, validation before training and at step 2 with n = 4 samples per held-out maze. Loggers: console,
-verl's JSONL ``file`` logger, and W&B in offline mode, named and identified by ``fgrpo_verl.tracking`` and handed
+verl's JSONL ``file`` logger, and W&B in offline mode, named and identified by ``fgrpo_verl.job.tracking`` and handed
 to verl's TaskRunner through Ray's runtime_env overrides. Checked:
 
 - console (``step:N - key:value`` lines), JSONL and the offline W&B run (its ``.wandb`` transaction log) hold
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from fgrpo_verl import tracking
+from fgrpo_verl.job import tracking
 from fgrpo_verl.theory import mean_shrink
 
 pytestmark = pytest.mark.e2e

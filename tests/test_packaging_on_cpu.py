@@ -33,7 +33,7 @@ def test_wheel_ships_configs_and_entry_points(wheel_install):
     shipped = {n.split("fgrpo_verl/hydra_configs/", 1)[1] for n in names if n.startswith("fgrpo_verl/hydra_configs/")}
     in_repo = {str(p.relative_to(ROOT / "hydra_configs")) for p in (ROOT / "hydra_configs").rglob("*.yaml")}
     assert in_repo and shipped == in_repo
-    assert "[verl.plugins]\nfgrpo = fgrpo_verl.plugin" in entry_points
+    assert "[verl.plugins]\nfgrpo = fgrpo_verl.integration.plugin" in entry_points
     assert "fgrpo-verl = fgrpo_verl.cli:main" in entry_points
 
 
@@ -54,9 +54,9 @@ def test_the_gpu_extra_installs_without_building_from_source(wheel_install):
 def test_installed_wheel_registers_and_composes(wheel_install, tmp_path):
     _, target = wheel_install
     code = (
-        "import fgrpo_verl, fgrpo_verl.paths as p, verl\n"
+        "import fgrpo_verl, fgrpo_verl.config.paths as p, verl\n"
         "from verl.trainer.ppo.core_algos import get_adv_estimator_fn\n"
-        "from fgrpo_verl.compose import compose, validate\n"
+        "from fgrpo_verl.config.compose import compose, validate\n"
         "cfg = compose(['algorithm.fgrpo.gamma=1.0']); validate(cfg)\n"
         "print(fgrpo_verl.__file__); print(p.config_dir()); print(get_adv_estimator_fn('fgrpo').__module__)\n"
         "print(cfg.algorithm.fgrpo.gamma)\n"
@@ -70,5 +70,5 @@ def test_installed_wheel_registers_and_composes(wheel_install, tmp_path):
     module_file, cfg_dir, est_module, gamma = out.stdout.strip().splitlines()[-4:]
     assert Path(module_file).is_relative_to(target)
     assert Path(cfg_dir) == target / "fgrpo_verl" / "hydra_configs"
-    assert est_module == "fgrpo_verl.estimator"
+    assert est_module == "fgrpo_verl.integration.estimator"
     assert gamma == "1.0"

@@ -15,10 +15,10 @@ import pytest
 from omegaconf import OmegaConf
 
 from fgrpo_verl.cli import main as cli_main
-from fgrpo_verl.compose import compose, validate
+from fgrpo_verl.config.compose import compose, validate
 from fgrpo_verl.launch import plan_jobs, preflight, recipe_environment
 from fgrpo_verl.launch.recipe import load_recipe
-from fgrpo_verl.paths import recipes_dir
+from fgrpo_verl.config.paths import recipes_dir
 
 TESTS = Path(__file__).resolve().parent
 GIB = 2**30

@@ -12,12 +12,12 @@ import pytest
 
 from fgrpo_verl.cli import main as cli_main
 from fgrpo_verl.launch import plan_jobs
-from fgrpo_verl import tracking
+from fgrpo_verl.job import tracking
 from fgrpo_verl.launch.recipe import load_recipe
-from fgrpo_verl.paths import recipes_dir
+from fgrpo_verl.config.paths import recipes_dir
 
 # paper §5.3: clipping (eps_low, eps_high) and base policy loss per base algorithm; our configs run every one of
-# them through the `fgrpo` loss mode (fgrpo_verl/loss.py), which delegates to that base loss
+# them through the `fgrpo` loss mode (fgrpo_verl/integration/loss.py), which delegates to that base loss
 PAPER_CLIP = {"grpo": (0.2, 0.2, "vanilla"), "dapo": (0.2, 0.28, "vanilla"), "cispo": (1.0, 5.0, "cispo")}
 
 
@@ -26,7 +26,7 @@ def _assert_policy_loss(cfg, algo: str) -> None:
     actor = cfg.actor_rollout_ref.actor
     assert (actor.clip_ratio_low, actor.clip_ratio_high) == (low, high)
     assert (actor.policy_loss.loss_mode, actor.policy_loss.base_loss_mode) == ("fgrpo", base)
-    assert actor.policy_loss._target_ == "fgrpo_verl.loss.FocalPolicyLossConfig"
+    assert actor.policy_loss._target_ == "fgrpo_verl.integration.loss.FocalPolicyLossConfig"
 
 
 def _readable(experiment: str) -> str:
@@ -363,7 +363,7 @@ def test_dry_run_states_checkpoint_disk_and_submit_refuses_missing_data(tmp_path
     _rows_parquet(tmp_path / "data" / "deepscaler" / "train.parquet", 39_202)
     assert cli_main(["launch", "paper_main", "--dry-run", "--only", "qwen25_7b-grpo-g0p5"]) == 0
     # 12 B x 7.62B params per checkpoint, one per epoch over 10 epochs; 2 x 12 B + 8 x 4 B (weights) when older
-    # checkpoints lose their optimizer states (fgrpo_verl/launch/resume_point.py)
+    # checkpoints lose their optimizer states (fgrpo_verl/job/resume_point.py)
     assert ("checkpoint disk: 91.4 GB per checkpoint (7.62B params x 12 B), 10 kept, optimizer states only in the "
             "resume point and a newer one (4 B per param in the others) = 426.7 GB") in capsys.readouterr().out
     monkeypatch.setenv("FGRPO_KEEP_OPTIMIZER_STATES", "1")

@@ -49,7 +49,7 @@ def _assert_ok(result: dict) -> None:
 
 def _check_preflight(reh, workdir: Path) -> str:
     """The rehearsal's own config passes the preflight (what the launcher would say about it)."""
-    from fgrpo_verl.compose import compose
+    from fgrpo_verl.config.compose import compose
     from fgrpo_verl.launch import preflight
 
     with recipe_environment(reh.env):
@@ -88,7 +88,7 @@ def test_maze_recipe_starts_trains_and_validates_at_the_storage_bound(maze):
 def test_one_slot_per_storage_unit_below_the_bound_fails_in_verl_and_in_the_preflight(maze):
     """The other side of the TransferQueue bound: the same run with each storage unit one sample smaller than the
     preflight's bound needs. verl's TransferQueue refuses it mid-validation; the preflight refuses it up front."""
-    from fgrpo_verl.compose import compose
+    from fgrpo_verl.config.compose import compose
     from fgrpo_verl.launch import preflight
 
     root, env = maze

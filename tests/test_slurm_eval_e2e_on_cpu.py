@@ -31,7 +31,7 @@ import yaml
 from slurm_testing import REPO, cluster_or_skip, steps_per_start
 from test_slurm_launch_e2e_on_cpu import _release_requeued
 
-from fgrpo_verl import tracking
+from fgrpo_verl.job import tracking
 
 pytestmark = [pytest.mark.slurm, pytest.mark.e2e, pytest.mark.ray]
 

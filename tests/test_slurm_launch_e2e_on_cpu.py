@@ -27,7 +27,7 @@ from slurm_testing import REPO, cluster_or_skip, steps_per_start, wait_no_proces
 # the CPU backend's e2e test recomputes F-GRPO advantages from verl's rollout dump: the same check here
 from test_cpu_backend_e2e_on_cpu import _expected_advantage_range, _rollouts
 
-from fgrpo_verl import tracking
+from fgrpo_verl.job import tracking
 
 pytestmark = [pytest.mark.slurm, pytest.mark.e2e, pytest.mark.ray]
 
@@ -100,7 +100,7 @@ def workdir(slurm, tmp_path_factory):
 
 
 def _experiment(workdir: Path, gamma: float) -> str:
-    """The readable part of the run name fgrpo_verl.tracking gives a run of the recipe (F-GRPO, group size
+    """The readable part of the run name fgrpo_verl.job.tracking gives a run of the recipe (F-GRPO, group size
     GROUP_N, data.seed=0); the launcher appends -<config hash> (fgrpo_verl/launch/identity.py)."""
     common = yaml.safe_load((workdir / "cpu_tiny.yaml").read_text())["common"]
     model = next(o.split("=", 1)[1] for o in common if o.startswith("actor_rollout_ref.model.path="))
@@ -248,7 +248,7 @@ def test_requeue_mid_run_resumes_from_checkpoint_and_continues_the_wandb_run(slu
         # step 1's W&B row was closed when step 2 began, and W&B writes every second in our jobs: 3 s is ample
         time.sleep(3)
         assert not any(2 in steps for steps in steps_per_start(_log(workdir, "requeue", job))), "step 2 was logged"
-        # saved but not logged: the resume point is still step 1 (fgrpo_verl/launch/resume_point.py)
+        # saved but not logged: the resume point is still step 1 (fgrpo_verl/job/resume_point.py)
         assert marker.read_text().strip() == "1"
         checkpoint_at_requeue = 1
         subprocess.run(["scontrol", "requeue", job], env=slurm.env, check=True)

@@ -29,7 +29,7 @@ import yaml
 from slurm_testing import REPO, cluster_or_skip, steps_per_start
 from test_wandb_offline_on_cpu import read_history
 
-from fgrpo_verl import tracking
+from fgrpo_verl.job import tracking
 
 pytestmark = [pytest.mark.slurm]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fgrpo_verl import tracking
+from fgrpo_verl.job import tracking
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -62,7 +62,7 @@ def test_algo_label_rejects_bad_input():
 
 
 def test_config_run_name_reads_the_composed_config():
-    from fgrpo_verl.compose import compose
+    from fgrpo_verl.config.compose import compose
 
     cfg = compose(["algo=dapo", "base_model=qwen3_4b_base", "algorithm.fgrpo.gamma=0", "actor_rollout_ref.rollout.n=16"])
     seed = cfg.actor_rollout_ref.actor.data_loader_seed  # data.seed is unset: verl's data-loader seed
@@ -110,7 +110,7 @@ def test_env_and_overrides():
     }
     overrides = tracking.ray_env_overrides(env)
     assert '+ray_kwargs.ray_init.runtime_env.env_vars.WANDB_TAGS="algo:fgrpo,gamma:1"' in overrides
-    from fgrpo_verl.compose import compose
+    from fgrpo_verl.config.compose import compose
 
     cfg = compose(overrides + tracking.experiment_overrides("p", "e"))
     assert dict(cfg.ray_kwargs.ray_init.runtime_env.env_vars) == env

@@ -5,7 +5,7 @@ from math import comb
 import numpy as np
 import pytest
 
-from fgrpo_verl.val_pass_at_k import budgets, validation_pass_at_k
+from fgrpo_verl.monitoring.val_pass_at_k import budgets, validation_pass_at_k
 
 
 def _exact(n, c, k):

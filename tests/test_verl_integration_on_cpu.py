@@ -19,7 +19,7 @@ from verl import DataProto
 from verl.trainer.ppo.core_algos import get_adv_estimator_fn
 from verl.trainer.ppo.ray_trainer import compute_advantage
 
-from fgrpo_verl.compose import compose, validate
+from fgrpo_verl.config.compose import compose, validate
 
 
 def _verl(name, rewards, mask, index, norm=True):
@@ -126,7 +126,7 @@ def test_plain_import_verl_registers_fgrpo_in_a_fresh_process():
             "print(get_adv_estimator_fn('fgrpo').__module__)")
     out = subprocess.run([sys.executable, "-c", code], env=_clean_env(), capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip().splitlines()[-1] == "fgrpo_verl.estimator"
+    assert out.stdout.strip().splitlines()[-1] == "fgrpo_verl.integration.estimator"
 
 
 def test_plugin_can_be_switched_off_like_any_verl_plugin():
@@ -144,7 +144,7 @@ def test_doctor_passes_including_ray_actor():
     out = subprocess.run([sys.executable, "-m", "fgrpo_verl", "doctor"], env=_clean_env(), capture_output=True,
                          text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    assert "[ok]   registry (Ray actor): fgrpo -> fgrpo_verl.estimator.compute_fgrpo_outcome_advantage" in out.stdout
+    assert "[ok]   registry (Ray actor): fgrpo -> fgrpo_verl.integration.estimator.compute_fgrpo_outcome_advantage" in out.stdout
     assert "all checks passed" in out.stdout
 
 

@@ -136,7 +136,7 @@ ROWS = """
 import os, signal, sys, time
 import wandb
 from verl.utils.tracking import Tracking
-from fgrpo_verl.trainer import FocalMetricsMixin
+from fgrpo_verl.integration.trainer import FocalMetricsMixin
 
 class Base:  # verl's loop, reduced to the two calls around a step's log
     def on_step_begin(self):

@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
                 raise ValueError(f"{flag} is a [raremode] option: it has no meaning for --task {args.task}")
     if args.threads < 1:
         raise ValueError(f"--threads must be >= 1, got {args.threads}")
-    from fgrpo_verl.tracking import wandb_configured
+    from fgrpo_verl.job.tracking import wandb_configured
 
     if not wandb_configured():
         os.environ["WANDB_MODE"] = "offline"

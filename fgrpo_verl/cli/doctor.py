@@ -35,14 +35,14 @@ def _versions() -> str:
     py = sys.version_info
     if not ((3, 10) <= py[:2] < (3, 13)):
         raise RuntimeError(f"python {py.major}.{py.minor} is unsupported: need >=3.10,<3.13")
-    from fgrpo_verl.registration import require_supported_verl
+    from fgrpo_verl.integration.registration import require_supported_verl
 
     require_supported_verl()
     return f"python {py.major}.{py.minor}.{py.micro}, verl {verl.__version__}, torch {torch.__version__}, ray {ray.__version__}"
 
 
 def _registry_driver() -> str:
-    from fgrpo_verl.plugin import register_all
+    from fgrpo_verl.integration.plugin import register_all
 
     register_all()
     from verl.trainer.ppo.core_algos import get_adv_estimator_fn
@@ -100,7 +100,7 @@ def _platform() -> str:
 
 def _compose(overrides: list[str]) -> Callable[[], str]:
     def check() -> str:
-        from fgrpo_verl.compose import compose, validate
+        from fgrpo_verl.config.compose import compose, validate
 
         cfg = compose(overrides)
         validate(cfg)

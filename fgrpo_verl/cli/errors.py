@@ -1,7 +1,7 @@
 """How every ``fgrpo-verl`` command reports failure: one line, the right exit status, a traceback only on request.
 
     exit 2   the input is wrong: ``ValueError`` (a bad value or flag, a misspelt config key or group option, with a
-             "did you mean"; fgrpo_verl.compose.ConfigError), or an input file that does not exist or cannot be
+             "did you mean"; fgrpo_verl.config.compose.ConfigError), or an input file that does not exist or cannot be
              read (``FileNotFoundError``, ``IsADirectoryError``, ``PermissionError``)
     exit 1   the environment is: a missing tool or service (``RuntimeError``, ``ImportError``, ``ConnectionError``,
              ``TimeoutError``), or anything unexpected (a bug: the line says how to get the traceback)

@@ -14,7 +14,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from fgrpo_verl.launch.recipe import load_recipe
-    from fgrpo_verl.paths import recipes_dir
+    from fgrpo_verl.config.paths import recipes_dir
 
     if args.recipe is None:
         recipes = [load_recipe(str(path)) for path in sorted(recipes_dir().glob("*.yaml"))]

@@ -2,7 +2,7 @@
 
 Order of work, all in the driver before Ray starts:
 
-1. compose the config (without importing verl, see ``fgrpo_verl.compose``);
+1. compose the config (without importing verl, see ``fgrpo_verl.config.compose``);
 2. export the environment variables the selected groups declare in ``ray_kwargs.ray_init.runtime_env.env_vars``
    (Ray gives them to every actor; the driver needs them too, before ``import verl`` resolves verl's platform);
 3. import verl (its plugins load with that environment) and register fgrpo-verl strictly (a broken install or an
@@ -18,7 +18,7 @@ Slurm job or with ``--verbose``, everything passes through as verl prints it.
 
 W&B names: ``FGRPO_PROJECT_NAME`` / ``FGRPO_EXPERIMENT_NAME`` (exported by ``fgrpo-verl wandb-env``) become
 ``trainer.project_name`` / ``trainer.experiment_name`` unless the command line sets those
-(``fgrpo_verl.tracking.check_env_run_name``).
+(``fgrpo_verl.job.tracking.check_env_run_name``).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ HELP = (
 
 def epilog() -> str:
     """``train --help``'s list of config groups and options, read from the shipped ``hydra_configs/``."""
-    from fgrpo_verl.compose import config_groups
+    from fgrpo_verl.config.compose import config_groups
 
     groups = "\n".join(f"  {group}={'|'.join(options)}" for group, options in config_groups().items())
     return (
@@ -194,7 +194,7 @@ def warn_without_algo_preset(overrides: list[str], config) -> None:
 def with_env_run_names(overrides: list[str]) -> list[str]:
     """``overrides`` plus ``trainer.project_name`` / ``trainer.experiment_name`` from ``FGRPO_PROJECT_NAME`` /
     ``FGRPO_EXPERIMENT_NAME`` (``fgrpo-verl wandb-env``), for the keys the command line does not set."""
-    from fgrpo_verl.tracking import env_run_names
+    from fgrpo_verl.job.tracking import env_run_names
 
     project, experiment = env_run_names()
     keys = {re.sub(r"^[+~]+", "", o.split("=", 1)[0]).strip() for o in overrides}
@@ -208,7 +208,7 @@ def with_env_run_names(overrides: list[str]) -> list[str]:
 
 def check_env_names(overrides: list[str], config) -> None:
     """A run named from ``FGRPO_EXPERIMENT_NAME`` must be the run that name describes (tracking.check_env_run_name)."""
-    from fgrpo_verl.tracking import EXPERIMENT_ENV, check_env_run_name, env_run_names
+    from fgrpo_verl.job.tracking import EXPERIMENT_ENV, check_env_run_name, env_run_names
 
     project, experiment = env_run_names()
     if experiment is not None and f"trainer.experiment_name={experiment}" in overrides:
@@ -220,7 +220,7 @@ def check_env_names(overrides: list[str], config) -> None:
 def check_wandb_usable(config) -> None:
     """``trainer.logger`` with wandb needs W&B set up here, or ``wandb.init`` fails in the TaskRunner after Ray and
     the workers started (without a terminal it cannot ask for a key)."""
-    from fgrpo_verl.tracking import wandb_configured
+    from fgrpo_verl.job.tracking import wandb_configured
 
     loggers = config.trainer.get("logger") or []
     loggers = [loggers] if isinstance(loggers, str) else list(loggers)
@@ -235,13 +235,13 @@ def check_wandb_usable(config) -> None:
 def prepare(overrides: list[str], inspect_only: bool = False):
     """Steps 1-4 of the module docstring; returns the composed, validated config. ``inspect_only``: compose and
     export only (Hydra's --info, which shows how a config is composed, also when it is not valid)."""
-    from fgrpo_verl.compose import compose, validate
+    from fgrpo_verl.config.compose import compose, validate
 
     config = compose(overrides)
     exported = export_ray_env_vars(config)
     import verl  # noqa: F401  (plugins load now, with the run's environment)
 
-    from fgrpo_verl.plugin import register_all
+    from fgrpo_verl.integration.plugin import register_all
 
     register_all(strict=True)
     check_driver_platform(exported)
@@ -253,7 +253,7 @@ def prepare(overrides: list[str], inspect_only: bool = False):
 
 
 def _hydra_argv(flags: list[str], overrides: list[str]) -> list[str]:
-    from fgrpo_verl.paths import CONFIG_NAME, config_dir
+    from fgrpo_verl.config.paths import CONFIG_NAME, config_dir
 
     # overrides before flags: `--info` takes an optional topic and would read an override after it as one
     return [sys.argv[0], "--config-path", str(config_dir()), "--config-name", CONFIG_NAME, *overrides, *flags]

@@ -35,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import re
 
-    from fgrpo_verl import tracking
+    from fgrpo_verl.job import tracking
 
     try:
         name = tracking.run_name(args.algo, args.gamma, args.n, args.model, args.seed)

@@ -3,7 +3,7 @@
 Layout, under a run's checkpoint directory (``checkpoints/<project>/<experiment>``, verl's ``default_local_dir``):
 
     fgrpo_steps.json                      the trainer's actual step plan (steps per epoch after verl dropped
-                                          over-long prompts, save_freq, total steps): fgrpo_verl/trainer.py
+                                          over-long prompts, save_freq, total steps): fgrpo_verl/integration/trainer.py
     latest_checkpointed_iteration.txt     verl's resume point (held back until a step is logged: resume_point.py)
     global_step_<s>/actor/                verl's FSDP checkpoint
     global_step_<s>/fgrpo_eval/merged_hf/           verl's model_merger output (+ fgrpo_merge.json: its source)
@@ -57,7 +57,7 @@ def read_json(path: Path) -> dict | None:
 
 def tracker_step(run_dir: Path) -> int:
     """verl's resume point (0 when none)."""
-    from fgrpo_verl.launch.queue import checkpointed_step
+    from fgrpo_verl.job.resume_point import checkpointed_step
 
     return checkpointed_step(run_dir)
 

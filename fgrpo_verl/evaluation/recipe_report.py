@@ -70,7 +70,7 @@ def _model_name(path: str) -> str:
 def collect_runs(jobs: list) -> list[RunReport]:
     """Each planned run's state, scores, selection and final result (protocol.py decides as the final job does)."""
     from fgrpo_verl.evaluation.checkpoint_eval import pass_label, run_steps
-    from fgrpo_verl.tracking import config_algo
+    from fgrpo_verl.job.tracking import config_algo
 
     reports, scores = [], {}
     for job in jobs:

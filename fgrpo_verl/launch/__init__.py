@@ -16,7 +16,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from fgrpo_verl.compose import batch_session
+from fgrpo_verl.config.compose import batch_session
 from fgrpo_verl.launch.recipe import Recipe, load_recipe
 from fgrpo_verl.launch.render import JobScript, render_job
 
@@ -36,7 +36,7 @@ def plan_jobs(
     """Every selected run's job script. Each run's config is composed and checked by verl's
     ``validate_config`` first, so a typo fails here, not hours later on the cluster.
 
-    Identity (identity.py): ``trainer.experiment_name`` is fgrpo_verl.tracking's readable run name
+    Identity (identity.py): ``trainer.experiment_name`` is fgrpo_verl.job.tracking's readable run name
     ``{algo}-g{γ}-n{N}-{model}-s{seed}[-<variant>]`` plus ``-<hash of the resolved config>``; the checkpoint dir,
     the W&B run id and the Slurm job name follow from it. ``fresh`` salts the hash (a new run of the same
     config; once submitted, later plain launches of the config mean that run); ``wandb_run_id`` (the user's
@@ -47,7 +47,7 @@ def plan_jobs(
     (eval_jobs.py), when it has an ``evaluation:`` block."""
     from omegaconf import OmegaConf, open_dict
 
-    from fgrpo_verl.compose import SharedComposer, start_validator
+    from fgrpo_verl.config.compose import SharedComposer, start_validator
     from fgrpo_verl.launch.identity import (
         check_record,
         check_user_overrides,
@@ -58,7 +58,7 @@ def plan_jobs(
     )
     from fgrpo_verl.launch.jobenv import job_environment
     from fgrpo_verl.launch.steps import step_plan, train_rows
-    from fgrpo_verl.tracking import check_run_id, config_run_name, config_run_tags
+    from fgrpo_verl.job.tracking import check_run_id, config_run_name, config_run_tags
 
     check_user_overrides(overrides)
     if wandb_run_id is not None:

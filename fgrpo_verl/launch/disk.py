@@ -3,7 +3,7 @@
 verl's FSDP checkpoint of the actor holds the fp32 weights and AdamW's two fp32 moments (``save_contents``
 model + optimizer + extra): about 12 bytes per parameter. A run keeps ``trainer.max_actor_ckpt_to_keep`` of them
 (all when null), and saves every ``save_freq`` steps plus the last step. The fgrpo trainers remove the optimizer
-states of every checkpoint before the resume point (fgrpo_verl/launch/resume_point.py), so at most two checkpoints
+states of every checkpoint before the resume point (fgrpo_verl/job/resume_point.py), so at most two checkpoints
 (the resume point and a newer one not yet logged) hold 12 B per parameter and the others 4 B (their weights);
 ``FGRPO_KEEP_OPTIMIZER_STATES=1`` keeps 12 B in all:
 

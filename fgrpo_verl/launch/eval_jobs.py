@@ -144,8 +144,8 @@ def render_eval_job(recipe, job, phase: str, plan: dict, spec: EvalSpec, log_dir
     """The job script of one evaluation pass (slurm/eval.sbatch.template)."""
     from fgrpo_verl.launch.jobenv import job_environment
     from fgrpo_verl.launch.render import check_value, render_template, sbatch_directives, shell_exports
-    from fgrpo_verl.paths import slurm_dir
-    from fgrpo_verl.tracking import config_run_tags
+    from fgrpo_verl.config.paths import slurm_dir
+    from fgrpo_verl.job.tracking import config_run_tags
 
     config = job.config
     env = dict(recipe.env)

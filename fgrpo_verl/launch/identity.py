@@ -4,7 +4,7 @@
                     plus ``fresh=<salt>`` for an explicit fresh rerun (``fgrpo-verl launch --fresh``)
     experiment    = ``{algo}-g{γ}-n{N}-{model}-s{seed}[-<variant>]-<fingerprint[:8]>``
     checkpoints   = ``trainer.default_local_dir`` = ``checkpoints/<project>/<experiment>``
-    W&B run id    = fgrpo_verl.tracking.run_id(project, experiment, absolute checkpoint dir), or an explicit
+    W&B run id    = fgrpo_verl.job.tracking.run_id(project, experiment, absolute checkpoint dir), or an explicit
                     ``WANDB_RUN_ID``: two users or two launch directories never share a W&B run. Pinned in the
                     run record at first submission (:func:`recorded_run_id`): later launches keep it
     Slurm job     = ``<experiment>`` (with ``--dependency=singleton``: one job per run per user at a time)
@@ -195,7 +195,7 @@ def recorded_run_id(record: dict | None, project: str, experiment: str, checkpoi
     (``wandb_run_id``, with the directory it was pinned in, ``wandb_run_dir``) when the run is first submitted.
     A record without one was written by a launcher from before ids were pinned, whose jobs logged to
     ``run_id(project, experiment)`` (the id then did not hash the checkpoint dir): the run they continue."""
-    from fgrpo_verl.tracking import run_id
+    from fgrpo_verl.job.tracking import run_id
 
     if not record:
         return None

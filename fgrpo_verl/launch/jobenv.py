@@ -5,13 +5,13 @@ resumes from the newest checkpoint (``trainer.resume_mode=auto`` under ``trainer
 keyed by project and experiment name), but verl's W&B logger opens a *new* run unless told which one to
 continue. So every job exports
 
-    WANDB_RUN_ID, WANDB_RESUME=allow, WANDB_RUN_GROUP, WANDB_TAGS    from fgrpo_verl.tracking.wandb_env (the id
+    WANDB_RUN_ID, WANDB_RESUME=allow, WANDB_RUN_GROUP, WANDB_TAGS    from fgrpo_verl.job.tracking.wandb_env (the id
                                                                      also hashes the absolute checkpoint dir)
     FGRPO_EXPERIMENT, FGRPO_CHECKPOINT_DIR                           for the job's log and the train command
     FGRPO_SAVE_PER_EPOCH                                             plain sbatch path: 1 when the run sets no
                                                                      trainer.save_freq (a checkpoint each epoch)
 
-All naming, id and W&B logic lives in ``fgrpo_verl/tracking.py``; this module only reads the composed config.
+All naming, id and W&B logic lives in ``fgrpo_verl/job/tracking.py``; this module only reads the composed config.
 ``fgrpo-verl launch`` renders these into each job script; the plain ``sbatch slurm/train.sbatch`` path runs
 ``python -m fgrpo_verl.launch.jobenv [overrides]`` inside the job, which prints the same exports for ``eval``;
 without ``trainer.experiment_name`` among the overrides the name is tracking's ``{algo}-g{γ}-n{N}-{model}-s{seed}``
@@ -34,13 +34,13 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from fgrpo_verl.tracking import check_run_id, config_run_name, config_run_tags, wandb_env
+from fgrpo_verl.job.tracking import check_run_id, config_run_name, config_run_tags, wandb_env
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def job_environment(config, workdir: Path, wandb_group: str | None = None, tags=()) -> dict[str, str]:
-    """Variables a job exports for the run described by the composed ``config``: fgrpo_verl.tracking's W&B
+    """Variables a job exports for the run described by the composed ``config``: fgrpo_verl.job.tracking's W&B
     variables for (project, experiment name, absolute checkpoint dir: ``trainer.default_local_dir`` from the
     launch directory ``workdir``), plus the experiment name and checkpoint dir for the job's log."""
     project, experiment = str(config.trainer.project_name), str(config.trainer.experiment_name)
@@ -80,7 +80,7 @@ def _on_allocation(config):
 def _saves_per_epoch(config, overrides) -> bool:
     """Whether the run sets no checkpoint frequency (verl's default ``trainer.save_freq`` -1 never saves, so a
     requeue would restart at step 0): then it saves once per epoch, as ``fgrpo-verl launch`` does for
-    ``save_per_epoch`` recipes (``+trainer.save_per_epoch=true``, fgrpo_verl/launch/save_per_epoch.py)."""
+    ``save_per_epoch`` recipes (``+trainer.save_per_epoch=true``, fgrpo_verl/job/save_per_epoch.py)."""
     from fgrpo_verl.launch.identity import override_key
 
     keys = {override_key(o) for o in overrides}
@@ -94,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--wandb-group", default=None, help="W&B group of the run (WANDB_RUN_GROUP), e.g. the sweep")
     parser.add_argument("overrides", nargs="*", help="the job's Hydra overrides")
     args = parser.parse_args(argv)
-    from fgrpo_verl.compose import compose, validate
+    from fgrpo_verl.config.compose import compose, validate
     from fgrpo_verl.launch import preflight
     from fgrpo_verl.launch.identity import (
         check_record,

@@ -1,6 +1,6 @@
 """Preflight: verl 0.9.1's worker start-up checks, and whether the run fits, before anything reaches a GPU queue.
 
-``verl``'s ``validate_config`` (run by ``fgrpo_verl.compose.validate``) stops where the workers' start-up begins:
+``verl``'s ``validate_config`` (run by ``fgrpo_verl.config.compose.validate``) stops where the workers' start-up begins:
 a config it accepts can still be refused minutes into a GPU allocation. :func:`run` checks what comes after, on
 the composed config, and raises :class:`PreflightError`: one line per refusal, naming the key, its value and the
 fix. ``fgrpo-verl launch`` (submit and ``--dry-run``), ``fgrpo-verl doctor --recipe`` and the plain
@@ -559,11 +559,11 @@ def run(config, workdir: Path, require_model: bool = False) -> Report:
 
 
 def check_run(config, workdir: str, require_model: bool = False) -> tuple[str, str]:
-    """What ``fgrpo-verl launch`` checks of one run with verl: ``validate_config`` (fgrpo_verl.compose.validate),
+    """What ``fgrpo-verl launch`` checks of one run with verl: ``validate_config`` (fgrpo_verl.config.compose.validate),
     then :func:`run`. ``("ok", the report's summary)``, ``("invalid", verl's or fgrpo's message)`` or
     ``("refused", one line per refusal)``. The launcher runs it in the process that imports verl beside it
-    (fgrpo_verl.compose.BackgroundValidator), so everything here must be picklable both ways."""
-    from fgrpo_verl.compose import _verdict
+    (fgrpo_verl.config.compose.BackgroundValidator), so everything here must be picklable both ways."""
+    from fgrpo_verl.config.compose import _verdict
 
     error = _verdict(config)
     if error is not None:

@@ -18,6 +18,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from fgrpo_verl.job.resume_point import checkpointed_step
+
 QUEUED = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SPECIAL_EXIT"}
 RUNNING = {"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "RESIZING", "SIGNALING", "STAGE_OUT"}
 
@@ -86,14 +88,6 @@ def finished_job_state(job_id: str) -> str | None:
             if word.startswith("JobState="):
                 return word.split("=", 1)[1]
     return None
-
-
-def checkpointed_step(checkpoint_dir: Path) -> int:
-    path = Path(checkpoint_dir) / "latest_checkpointed_iteration.txt"
-    try:
-        return int(path.read_text().strip())
-    except (OSError, ValueError):
-        return 0
 
 
 def run_status(checkpoint_dir: Path, total: int | None, jobs: list[tuple[str, str]], record: dict | None) -> RunStatus:

@@ -18,7 +18,7 @@
         resources: {}               # optional, merged over the recipe's
 
 A run's full override list is ``common + run.overrides + command-line overrides + trainer.project_name``, then
-``trainer.experiment_name`` = fgrpo_verl.tracking's ``{algo}-g{γ}-n{N}-{model}-s{seed}[-<variant>]`` read from the
+``trainer.experiment_name`` = fgrpo_verl.job.tracking's ``{algo}-g{γ}-n{N}-{model}-s{seed}[-<variant>]`` read from the
 composed config plus ``-<config hash>`` (launch/identity.py), which is also the Slurm job name. The run's
 ``name`` selects it (``--only``). Nodes and GPUs per node are
 not resources: they are read from the composed ``trainer.nnodes`` / ``trainer.n_gpus_per_node`` (config group
@@ -31,7 +31,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fgrpo_verl.paths import recipes_dir
+from fgrpo_verl.config.paths import recipes_dir
 from fgrpo_verl.suggest import did_you_mean
 
 # Slurm job names and experiment names end up in paths, W&B and shell scripts: keep them plain.

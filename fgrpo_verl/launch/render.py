@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fgrpo_verl.launch.recipe import Recipe, Resources, Run
-from fgrpo_verl.paths import slurm_dir
+from fgrpo_verl.config.paths import slurm_dir
 
 TEMPLATE = "job.sbatch.template"
 # Seconds between Slurm's USR1 and the time limit when neither the recipe nor the config says (cluster groups set

@@ -6,7 +6,7 @@ lifecycle real except the model: it is started by the launcher-rendered job scri
 ``python -m fgrpo_verl train``, runs the training loop in the shape of verl's ``PPOTrainerBase.fit`` (resume from
 ``latest_checkpointed_iteration.txt``; per step: work, the ``save_freq``/last-step checkpoint, ``on_step_end``,
 log, ``global_steps += 1``; loop while ``global_steps <= total_training_steps``), carries the real hook
-(fgrpo_verl.launch.preempt.stop_at_step_boundary) and logs every step to W&B (offline, the job's
+(fgrpo_verl.job.preempt.stop_at_step_boundary) and logs every step to W&B (offline, the job's
 WANDB_RUN_ID/WANDB_RESUME) and to the console as ``step:N - score:x``.
 
     standin_trainer.py CHECKPOINT_DIR TOTAL_STEPS SAVE_FREQ STEP_SECONDS
@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from fgrpo_verl.launch.preempt import stop_at_step_boundary
+from fgrpo_verl.job.preempt import stop_at_step_boundary
 
 
 class _VerlShapedBase:

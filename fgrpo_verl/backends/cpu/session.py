@@ -53,7 +53,7 @@ class RaySession:
 
     @staticmethod
     def _cpu_config_resources() -> tuple[int, int]:
-        from fgrpo_verl.compose import compose
+        from fgrpo_verl.config.compose import compose
 
         ray_init = compose(["backend=cpu"]).ray_kwargs.ray_init
         return int(ray_init.num_cpus), int(ray_init.num_gpus)

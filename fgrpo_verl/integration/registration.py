@@ -6,7 +6,7 @@ Every object we register carries a mark (``__fgrpo_verl_id__``, e.g. ``"adv_esti
 - taken by the same object, or by an object with the same mark (a second copy of our module: importlib.reload,
   a checkout on ``sys.path`` next to the installed wheel, a module loaded under a second name): keep the one that
   is registered. The first copy stays what verl calls, and readers that must talk to the registered copy (the
-  metrics capture in ``fgrpo_verl/estimator.py``) look it up in the registry;
+  metrics capture in ``fgrpo_verl/integration/estimator.py``) look it up in the registry;
 - taken by anything else (another plugin, a verl built-in): refuse with a ``ValueError`` naming both.
 
 :func:`step` runs one registration step: the plugin (``strict=False``) logs a failure at WARNING and goes on with

@@ -187,7 +187,7 @@ BASE_LOSS_KEY = "actor_rollout_ref.actor.policy_loss.base_loss_mode"
 def config_algo(config) -> str:
     """:func:`algo_label` of a composed fgrpo-verl config. The base loss is read as configured, without importing
     verl (``fgrpo-verl launch`` names dozens of runs before verl is needed); that it names a registered loss is
-    checked where the config is validated (``fgrpo_verl.loss.FocalPolicyLossConfig``)."""
+    checked where the config is validated (``fgrpo_verl.integration.loss.FocalPolicyLossConfig``)."""
     actor = config.actor_rollout_ref.actor
     mode = actor.policy_loss.loss_mode
     base = _select(config, BASE_LOSS_KEY) if mode == "fgrpo" else mode

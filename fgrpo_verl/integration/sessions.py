@@ -19,7 +19,7 @@ import contextvars
 
 import torch
 
-from fgrpo_verl import registration
+from fgrpo_verl.integration import registration
 
 ESTIMATOR_NAME = "fgrpo"
 

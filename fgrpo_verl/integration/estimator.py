@@ -15,7 +15,7 @@ import weakref
 
 import torch
 
-from fgrpo_verl import registration
+from fgrpo_verl.integration import registration
 from fgrpo_verl.focal import FocalSettings, compute_focal_advantage
 
 ESTIMATOR_NAME = "fgrpo"
@@ -103,7 +103,7 @@ def settings_of(config) -> tuple[FocalSettings, bool]:
 
 
 # verl drops everything but (advantages, returns), so a caller that wants the per-group numbers (the focal
-# metrics in fgrpo_verl/trainer.py) opens a capture around verl's advantage call and reads them afterwards.
+# metrics in fgrpo_verl/integration/trainer.py) opens a capture around verl's advantage call and reads them afterwards.
 _RESULT_SINK: contextvars.ContextVar[list | None] = contextvars.ContextVar("fgrpo_result_sink", default=None)
 
 
@@ -130,7 +130,7 @@ def capture_results():
 
 
 def register() -> None:
-    """Put ``fgrpo`` in verl's registry (``fgrpo_verl.registration``'s duplicate policy)."""
+    """Put ``fgrpo`` in verl's registry (``fgrpo_verl.integration.registration``'s duplicate policy)."""
     from verl.trainer.ppo import core_algos
 
     registration.register(

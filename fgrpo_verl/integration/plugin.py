@@ -1,4 +1,4 @@
-"""verl plugin entry point (``[verl.plugins] fgrpo = fgrpo_verl.plugin``).
+"""verl plugin entry point (``[verl.plugins] fgrpo = fgrpo_verl.integration.plugin``).
 
 verl imports this module at the end of every ``import verl``, in every process (driver, TaskRunner, workers),
 and swallows any exception it raises (logged at DEBUG only). Importing it therefore registers nothing heavy and
@@ -7,7 +7,7 @@ changes no environment variable. What it does, in order:
 1. If the installed verl is not the supported release, log a WARNING naming it; the steps marked "0.9.1 only"
    below are then skipped (they extend verl internals), the others still run.
 2. Schedule each registration step for the moment verl imports the module that holds its registry
-   (``fgrpo_verl.import_hooks``): a process that never imports that module never runs the step and never imports
+   (``fgrpo_verl.integration.import_hooks``): a process that never imports that module never runs the step and never imports
    our code for it. Steps whose module is already imported run at once.
 
    ==========================================  ==============================  ============
@@ -31,7 +31,7 @@ import functools
 import logging
 import sys
 
-from fgrpo_verl import import_hooks, registration
+from fgrpo_verl.integration import import_hooks, registration
 
 logger = logging.getLogger("fgrpo_verl")
 
@@ -41,31 +41,31 @@ VERL_CONFIG = "verl.utils.config"
 
 
 def _estimator() -> None:
-    from fgrpo_verl import estimator
+    from fgrpo_verl.integration import estimator
 
     estimator.register()
 
 
 def _loss() -> None:
-    from fgrpo_verl import loss
+    from fgrpo_verl.integration import loss
 
     loss.register()
 
 
 def _validation() -> None:
-    from fgrpo_verl import validation
+    from fgrpo_verl.integration import validation
 
     validation.install()
 
 
 def _trainers() -> None:
-    half_built = sys.modules.get("fgrpo_verl.trainer")
+    half_built = sys.modules.get("fgrpo_verl.integration.trainer")
     if half_built is not None and not hasattr(half_built, "register"):
-        # fgrpo_verl.trainer was imported first and is importing verl's v1 stack itself (this hook fired from
+        # fgrpo_verl.integration.trainer was imported first and is importing verl's v1 stack itself (this hook fired from
         # inside it): it registers when it is complete
         half_built.REGISTER_WHEN_LOADED = True
         return
-    from fgrpo_verl import trainer
+    from fgrpo_verl.integration import trainer
 
     trainer.register()
 
@@ -73,7 +73,7 @@ def _trainers() -> None:
 def _sessions() -> None:
     from verl.trainer.ppo.v1 import trainer_base
 
-    from fgrpo_verl import sessions
+    from fgrpo_verl.integration import sessions
 
     sessions.install(trainer_base)
 
@@ -121,7 +121,7 @@ def register_all(strict: bool = True) -> None:
     if strict:
         registration.require_supported_verl()
     # Running every step now: drop the scheduled ones, or importing verl's v1 stack below would fire the trainer
-    # step again from inside the import of fgrpo_verl.trainer.
+    # step again from inside the import of fgrpo_verl.integration.trainer.
     for module in {module for _, _, module, _ in STEPS if module}:
         import_hooks.discard(module)
     for what, fn, _, _ in STEPS:

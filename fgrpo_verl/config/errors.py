@@ -26,7 +26,7 @@ class ConfigError(ValueError):
 
 
 def _config_groups() -> dict[str, list[str]]:
-    from fgrpo_verl.compose import config_groups
+    from fgrpo_verl.config.compose import config_groups
 
     return config_groups()
 

@@ -1,6 +1,6 @@
 """Compose fgrpo-verl's Hydra config exactly as ``fgrpo-verl train`` would, and validate it with verl.
 
-A composition that fails because of what the user typed raises ``fgrpo_verl.config_errors.ConfigError`` (a
+A composition that fails because of what the user typed raises ``fgrpo_verl.config.errors.ConfigError`` (a
 ``ValueError``): one line naming the override, what is wrong and what is valid, with a "did you mean"; the CLI
 prints it and exits 2.
 
@@ -20,8 +20,8 @@ import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from fgrpo_verl.paths import CONFIG_NAME, config_dir
-from fgrpo_verl.config_errors import ConfigError, check_value_types, explain
+from fgrpo_verl.config.paths import CONFIG_NAME, config_dir
+from fgrpo_verl.config.errors import ConfigError, check_value_types, explain
 
 
 def verl_config_dir() -> Path:
@@ -226,7 +226,7 @@ class BackgroundValidator:
     file, shown only if it dies.
     """
 
-    def __init__(self, target: str = "fgrpo_verl.compose:_verdict"):
+    def __init__(self, target: str = "fgrpo_verl.config.compose:_verdict"):
         import os
         import subprocess
         import tempfile
@@ -239,7 +239,7 @@ class BackgroundValidator:
         self._log = tempfile.TemporaryFile()
         root = str(Path(fgrpo_verl.__file__).resolve().parent.parent)
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])]))
-        code = ("import sys; from fgrpo_verl.compose import _validate_loop; "
+        code = ("import sys; from fgrpo_verl.config.compose import _validate_loop; "
                 "_validate_loop(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])")
         self._process = subprocess.Popen(
             [sys.executable, "-c", code, str(to_child_r), str(from_child_w), target],
@@ -286,7 +286,7 @@ class InProcessValidator:
     verdict (so the caller can stop at the first bad config), :meth:`results` repeats them. Where verl is imported
     already (a test session, a notebook), a second interpreter would only import it again."""
 
-    def __init__(self, target: str = "fgrpo_verl.compose:_verdict"):
+    def __init__(self, target: str = "fgrpo_verl.config.compose:_verdict"):
         self._target = _load_target(target)
         self._verdicts: list = []
 
@@ -307,7 +307,7 @@ class InProcessValidator:
 BACKGROUND_MIN_CONFIGS = 4
 
 
-def start_validator(configs: int, target: str = "fgrpo_verl.compose:_verdict"):
+def start_validator(configs: int, target: str = "fgrpo_verl.config.compose:_verdict"):
     """For ``configs`` configs to check with ``target``: a :class:`BackgroundValidator`, or an
     :class:`InProcessValidator` when verl is imported here already or there are few of them."""
     if "verl" in sys.modules or configs < BACKGROUND_MIN_CONFIGS:
@@ -333,7 +333,7 @@ def _verdict(config) -> str | None:
     return None
 
 
-def _validate_loop(recv_fd: int, send_fd: int, target: str = "fgrpo_verl.compose:_verdict") -> None:
+def _validate_loop(recv_fd: int, send_fd: int, target: str = "fgrpo_verl.config.compose:_verdict") -> None:
     """The checking process: ``target(*args)`` for each ``args`` received; ``None`` (or a closed pipe) ends it."""
     import queue
     import threading
@@ -372,8 +372,8 @@ def validate(config) -> None:
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
 
-    from fgrpo_verl.registration import require_supported_verl
-    from fgrpo_verl.validation import check_fgrpo
+    from fgrpo_verl.integration.registration import require_supported_verl
+    from fgrpo_verl.integration.validation import check_fgrpo
 
     require_supported_verl()
     check_fgrpo(config)

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import fgrpo_verl
+
+# the package directory (fgrpo_verl/), wherever this module sits inside it
+PACKAGE_DIR = Path(fgrpo_verl.__file__).resolve().parent
+
 CONFIG_NAME = "fgrpo_trainer"
 
 
@@ -13,7 +18,7 @@ def config_dir() -> Path:
     A wheel ships ``hydra_configs/`` as ``fgrpo_verl/hydra_configs``; an editable install or a checkout on
     ``PYTHONPATH`` reads the repository's top-level ``hydra_configs/``.
     """
-    package = Path(__file__).resolve().parent
+    package = PACKAGE_DIR
     for candidate in (package / "hydra_configs", package.parent / "hydra_configs"):
         if (candidate / f"{CONFIG_NAME}.yaml").is_file():
             return candidate
@@ -25,13 +30,13 @@ def config_dir() -> Path:
 
 def repo_root() -> Path | None:
     """The source checkout holding this package, or None for a wheel install."""
-    root = Path(__file__).resolve().parent.parent
+    root = PACKAGE_DIR.parent
     return root if (root / "setup.py").is_file() else None
 
 
 def _shipped_dir(name: str, marker: str) -> Path:
     """``name/`` shipped inside the wheel as ``fgrpo_verl/<name>``, or at the root of a source checkout."""
-    package = Path(__file__).resolve().parent
+    package = PACKAGE_DIR
     for candidate in (package / name, package.parent / name):
         if (candidate / marker).is_file():
             return candidate

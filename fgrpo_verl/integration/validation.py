@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 
-from fgrpo_verl import registration
+from fgrpo_verl.integration import registration
 
 logger = logging.getLogger("fgrpo_verl")
 
@@ -23,7 +23,7 @@ def check_fgrpo(config) -> None:
     algorithm = config.get("algorithm") if hasattr(config, "get") else None
     if algorithm is None or algorithm.get("adv_estimator") != "fgrpo":
         return
-    from fgrpo_verl.estimator import settings_of
+    from fgrpo_verl.integration.estimator import settings_of
 
     settings, _ = settings_of(algorithm)
     check_gae_gamma_unused(algorithm, settings.gamma)

@@ -5,19 +5,19 @@ Selected with ``trainer.v1.trainer_mode=fgrpo_sync`` (fgrpo-verl's default; ``fg
 :class:`FocalMetricsMixin`, which hooks the methods below and otherwise leaves verl's training loop alone:
 
 - ``_compute_advantage``: runs verl's, capturing the ``FocalResult`` the ``fgrpo`` estimator built for the batch,
-  and adds ``fgrpo/*`` (``fgrpo_verl/focal_metrics.py``). Nothing is computed twice. Other estimators: no-op.
+  and adds ``fgrpo/*`` (``fgrpo_verl/monitoring/focal_metrics.py``). Nothing is computed twice. Other estimators: no-op.
 - ``_update_actor``: turns the loss-side ``actor/fgrpo/*_x_share`` averages into positive-token means
-  (``fgrpo_verl/loss.py``).
-- ``_val_metrics_update``: adds unbiased ``val-core/<source>/pass@<k>`` (``fgrpo_verl/val_pass_at_k.py``).
+  (``fgrpo_verl/integration/loss.py``).
+- ``_val_metrics_update``: adds unbiased ``val-core/<source>/pass@<k>`` (``fgrpo_verl/monitoring/val_pass_at_k.py``).
 - ``_compute_metrics`` (last call before verl logs a step): logs μ̂ as a W&B histogram, to W&B only.
 - ``on_step_begin`` (first call after verl logged the previous step): closes that step's W&B row at once
-  (``fgrpo_verl.tracking.commit_wandb_row``), so a job killed during the next step does not lose it; ``fit``
+  (``fgrpo_verl.job.tracking.commit_wandb_row``), so a job killed during the next step does not lose it; ``fit``
   closes the last step's row the same way when verl's loop returns.
 - ``_save_checkpoint`` / ``on_step_begin`` / ``fit``: a restart resumes from step k only once step k is logged
-  (``fgrpo_verl/launch/resume_point.py``; verl saves a step before it validates and logs it).
+  (``fgrpo_verl/job/resume_point.py``; verl saves a step before it validates and logs it).
 - ``on_init_end``: with ``trainer.save_per_epoch``, ``save_freq`` = verl's steps per epoch of the data it kept
-  (``fgrpo_verl/launch/save_per_epoch.py``).
-- ``fit``: after a normal end, finishes W&B and stops its service process (``fgrpo_verl.tracking.close_wandb``).
+  (``fgrpo_verl/job/save_per_epoch.py``).
+- ``fit``: after a normal end, finishes W&B and stops its service process (``fgrpo_verl.job.tracking.close_wandb``).
 
 verl's base trainer branches on the literal ``self.trainer_mode == "sync"`` (replay-buffer class, checkpoint and
 prompt-refill paths). ``trainer_mode`` is therefore a property that reports the wrapped verl mode, so every such
@@ -25,7 +25,7 @@ branch, and the ``trainer.v1.<mode>`` settings lookup, behaves exactly as under 
 reads ``config.trainer.v1.<config's trainer_mode>`` itself (rollout skip) finds ``trainer.v1.fgrpo_*``, which
 ``hydra_configs/fgrpo_trainer.yaml`` declares as aliases of the wrapped mode's block.
 
-This module imports verl's v1 trainer stack, so nothing imports it up front: ``fgrpo_verl.plugin`` runs
+This module imports verl's v1 trainer stack, so nothing imports it up front: ``fgrpo_verl.integration.plugin`` runs
 :func:`register` when verl's ``verl.trainer.ppo.v1`` is imported (every process that can build a trainer does),
 and the hooks above must still exist on verl's classes (a renamed private method would make the metrics vanish
 silently), which :func:`register` checks first.
@@ -39,15 +39,15 @@ from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
 from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
-from fgrpo_verl import registration, sessions
-from fgrpo_verl.estimator import capture_results
 from fgrpo_verl.focal import FocalSettings
-from fgrpo_verl.focal_metrics import focal_step_metrics, real_groups
-from fgrpo_verl.launch import resume_point, save_per_epoch
-from fgrpo_verl.launch.preempt import stop_at_step_boundary
-from fgrpo_verl.loss import METRIC_PREFIX as LOSS_PREFIX
-from fgrpo_verl.tracking import close_wandb, commit_wandb_row
-from fgrpo_verl.val_pass_at_k import validation_pass_at_k
+from fgrpo_verl.integration import registration, sessions
+from fgrpo_verl.integration.estimator import capture_results
+from fgrpo_verl.integration.loss import METRIC_PREFIX as LOSS_PREFIX
+from fgrpo_verl.job import resume_point, save_per_epoch
+from fgrpo_verl.job.preempt import stop_at_step_boundary
+from fgrpo_verl.job.tracking import close_wandb, commit_wandb_row
+from fgrpo_verl.monitoring.focal_metrics import focal_step_metrics, real_groups
+from fgrpo_verl.monitoring.val_pass_at_k import validation_pass_at_k
 
 MU_HAT_HISTOGRAM = "fgrpo/mu_hat_hist"
 
@@ -127,7 +127,7 @@ class FocalMetricsMixin:
         super().on_step_begin()
 
     def on_init_end(self):
-        # verl has built its data loader: a checkpoint each epoch of what it kept (launch/save_per_epoch.py)
+        # verl has built its data loader: a checkpoint each epoch of what it kept (job/save_per_epoch.py)
         save_per_epoch.apply(self)
         super().on_init_end()
 
@@ -244,7 +244,7 @@ def check_hooks(base=PPOTrainerSync) -> None:
 
 
 def register() -> None:
-    """Register the trainers in verl's ``TRAINER_REGISTRY`` (``fgrpo_verl.registration``'s duplicate policy)."""
+    """Register the trainers in verl's ``TRAINER_REGISTRY`` (``fgrpo_verl.integration.registration``'s duplicate policy)."""
     check_hooks()
     for cls in TRAINERS:
         registration.register(
@@ -252,7 +252,7 @@ def register() -> None:
         )
 
 
-# This module imported before verl's v1 stack (a script's `import fgrpo_verl.trainer`): the plugin's hook fired
-# while it was half-built and left the registration to its end (fgrpo_verl/plugin.py).
+# This module imported before verl's v1 stack (a script's `import fgrpo_verl.integration.trainer`): the plugin's hook fired
+# while it was half-built and left the registration to its end (fgrpo_verl/integration/plugin.py).
 if globals().get("REGISTER_WHEN_LOADED"):
     registration.step("trainer modes fgrpo_sync / fgrpo_colocate_async / fgrpo_separate_async", register, False)

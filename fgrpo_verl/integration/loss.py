@@ -1,6 +1,6 @@
 """The ``fgrpo`` policy-loss mode: the base loss, unchanged, plus per-micro-batch concentration diagnostics.
 
-F-GRPO changes only the advantages (``fgrpo_verl/estimator.py``); the policy loss of the base optimiser stays
+F-GRPO changes only the advantages (``fgrpo_verl/integration/estimator.py``); the policy loss of the base optimiser stays
 as it is ("orthogonal to the clipping and importance-weighting choices", paper §4). This mode therefore calls
 the configured base loss (``vanilla`` for GRPO/DAPO, ``cispo`` for CISPO, or any registered mode) with the very
 same arguments and returns its loss tensor untouched, so loss and gradient are bit-identical to the base mode.
@@ -13,11 +13,11 @@ It only adds, under ``actor/fgrpo/``, where the update's weight sits, per micro-
 
 verl averages loss metrics over micro-batches and data-parallel ranks, and a micro-batch may hold no positive
 token, so a per-micro-batch "mean over positive tokens" is not always defined. The two ``*_x_share`` values are
-always defined; ``fgrpo_verl/trainer.py`` divides their step averages by ``adv_pos_share`` to log
+always defined; ``fgrpo_verl/integration/trainer.py`` divides their step averages by ``adv_pos_share`` to log
 ``actor/fgrpo/pos_logprob_mean`` and ``actor/fgrpo/pos_ratio_mean`` (exact when micro-batches hold equal token
 counts, a ratio-of-means estimate otherwise).
 
-Config: ``actor_rollout_ref.actor.policy_loss`` with ``_target_: fgrpo_verl.loss.FocalPolicyLossConfig``,
+Config: ``actor_rollout_ref.actor.policy_loss`` with ``_target_: fgrpo_verl.integration.loss.FocalPolicyLossConfig``,
 ``loss_mode: fgrpo`` and ``base_loss_mode`` (see ``hydra_configs/fgrpo_trainer.yaml``).
 """
 
@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from verl.workers.config import PolicyLossConfig
 
-from fgrpo_verl import registration
+from fgrpo_verl.integration import registration
 
 LOSS_MODE = "fgrpo"
 METRIC_PREFIX = "actor/fgrpo/"
@@ -82,7 +82,7 @@ def base_loss_mode(config) -> str:
     if base is None:
         raise ValueError(
             f"policy loss `{LOSS_MODE}` needs {BASE_KEY}; set actor_rollout_ref.actor.policy_loss._target_="
-            "fgrpo_verl.loss.FocalPolicyLossConfig (fgrpo-verl's config does) and base_loss_mode=vanilla|cispo|..."
+            "fgrpo_verl.integration.loss.FocalPolicyLossConfig (fgrpo-verl's config does) and base_loss_mode=vanilla|cispo|..."
         )
     _check_base_mode(base)
     return base
@@ -146,7 +146,7 @@ registration.mark(compute_policy_loss_fgrpo, f"policy_loss:{LOSS_MODE}")
 
 def register() -> None:
     """Register ``fgrpo`` in verl's policy-loss registry (which silently overwrites, so the duplicate policy of
-    ``fgrpo_verl.registration`` is what keeps us from replacing another plugin's loss, or it ours)."""
+    ``fgrpo_verl.integration.registration`` is what keeps us from replacing another plugin's loss, or it ours)."""
     from verl.trainer.ppo import core_algos
 
     registration.register(

@@ -41,6 +41,16 @@ from pathlib import Path
 TRACKER = "latest_checkpointed_iteration.txt"
 
 
+def checkpointed_step(checkpoint_dir: Path) -> int:
+    """The run's resume point as its tracker file in ``checkpoint_dir`` names it (0 when none or unreadable): what
+    the launcher's ``--status`` and checkpoint evaluation read, outside the job."""
+    path = Path(checkpoint_dir) / TRACKER
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return 0
+
+
 def _tracker(trainer) -> Path:
     return Path(str(trainer.config.trainer.default_local_dir)) / TRACKER
 
