@@ -131,6 +131,7 @@ def plan_jobs(
             _raise_refused(where, verdict, validator)
         if digest in names:
             # same config = same experiment, whatever the labels: one of them would only repeat the other
+            validator.close()
             raise ValueError(
                 f"recipe {recipe.name}: runs {names[digest]!r} and {run.name!r} have the same config (run "
                 f"{experiment!r}); remove one, or make a setting differ (a `variant:` label alone does not)"
