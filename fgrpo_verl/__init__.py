@@ -33,8 +33,10 @@ class _MovedModules:
     It sits at the end of ``sys.meta_path``, so it answers only for a name no other finder resolves. The loader's
     ``create_module`` returns the module imported under its new name; the import system then stores it under the
     old name too (and as an attribute of the old parent package). That step also overwrites ``module.__spec__``
-    with the alias spec, which ``exec_module`` undoes: the module keeps its own name, file and spec (pickling,
-    ``importlib.reload`` and ``python -m`` look there).
+    with the alias spec, which ``exec_module`` undoes: the module keeps its own name, file and spec (pickling and
+    ``importlib.reload`` look there). Not covered: ``python -m`` with an old name (no moved module has a
+    ``__main__``; run the new name) and ``importlib.util.module_from_spec`` on an old name's spec without
+    executing it (it leaves the alias spec on the shared module).
     """
 
     def __init__(self):

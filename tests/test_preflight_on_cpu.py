@@ -223,10 +223,17 @@ def test_replicas_and_verls_rollout_config_checks(tmp_path):
     assert "does not divide the 16 GPU(s)" in line
     (line,) = _refused([*llm, "cluster=4x8", "actor_rollout_ref.rollout.tensor_model_parallel_size=12"], tmp_path)
     assert "does not divide the 32 GPU(s)" in line and line.endswith("tensor_model_parallel_size=8")
+    # no TP fits when data parallelism is what does not divide the GPUs: the fix names it, with a value that fits
+    (line,) = _refused([*llm, "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+                        "actor_rollout_ref.rollout.data_parallel_size=3"], tmp_path)
+    assert line.startswith("actor_rollout_ref.rollout.data_parallel_size=3: a rollout replica spans TP x DP x PP = "
+                           "1 x 3 x 1 = 3 GPUs") and line.endswith("e.g. actor_rollout_ref.rollout.data_parallel_size=2 "
+                                                                   "with TP 1")
     # RolloutConfig's own __post_init__ (verl): pipeline parallel rollout is not implemented for vLLM
     (line,) = _refused([*llm, "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
                         "actor_rollout_ref.rollout.pipeline_model_parallel_size=2"], tmp_path)
-    assert line.startswith("actor_rollout_ref.rollout.name=vllm: verl's RolloutConfig refuses the rollout settings: "
+    assert line.startswith("actor_rollout_ref.rollout.pipeline_model_parallel_size=2: verl's RolloutConfig refuses "
+                           "the rollout settings: "
                            "Current rollout self.name='vllm' not implemented pipeline_model_parallel_size > 1 yet.")
 
 
@@ -253,7 +260,6 @@ def test_the_scheduler_rule_is_vllms(tmp_path):
     """vLLM's own SchedulerConfig (vLLM's CPU build, the Makefile installs it) on the maze's engine settings, in a
     subprocess (importing vLLM here would leave it imported for later tests): it refuses fewer tokens per step than
     sequences, as the preflight does, and takes the recipe's 65,536 for 32,768 sequences."""
-    pytest.importorskip("vllm", reason="vLLM's CPU build is not installed (make venv installs it)")
     code = (
         "import sys\n"
         "from vllm.config import SchedulerConfig\n"
@@ -318,6 +324,12 @@ def test_runs_that_cannot_fit_the_gpus_are_refused(tmp_path):
     assert [line.split("=")[0] for line in lines] == ["actor_rollout_ref.rollout.gpu_memory_utilization",
                                                       "trainer.n_gpus_per_node"]
     assert "113.5 GiB FSDP states per GPU" in lines[1]
+    assert "lower it" not in lines[0] and lines[0].endswith("use more GPUs, or set "
+                                                             "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true")
+    # states that leave vLLM little room (8 GiB GPUs): one consistent advice per key, never "raise" after "lower"
+    lines = _refused([*seven_b, "cluster=2x8", "slurm.gpu_memory_gib=8"], tmp_path)
+    utilization = [line for line in lines if line.startswith("actor_rollout_ref.rollout.gpu_memory_utilization")]
+    assert utilization and not any("raise gpu_memory_utilization" in line for line in utilization), utilization
     # vLLM's share beside the states: 0.95 x 80 + 7.1 > 80
     (line,) = _refused([*seven_b, "cluster=2x8", "actor_rollout_ref.rollout.gpu_memory_utilization=0.95"], tmp_path)
     assert line.startswith("actor_rollout_ref.rollout.gpu_memory_utilization=0.95: vLLM claims 76.0 GiB next to the "
@@ -431,3 +443,43 @@ def test_doctor_runs_the_preflight_of_a_recipe(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "[FAIL] preflight (recipe maze, 2 runs): ValueError: recipe maze, run n4-g0p0: " \
            "actor_rollout_ref.rollout.tensor_model_parallel_size=2: " in out
+
+
+# ---------------------------------------------------------------- backend=cpu_vllm: what vLLM's CPU build refuses late
+
+CPU_VLLM = ["backend=cpu_vllm", "data.max_prompt_length=100", "data.max_response_length=100"]
+
+
+def test_cpu_vllm_refuses_a_head_size_vllms_cpu_attention_lacks(tmp_path):
+    _maze_model(tmp_path / "data" / "maze" / "sft_model", preset="tiny")  # head size 64 / 4 = 16
+    (line,) = _refused([*_maze(), *CPU_VLLM], tmp_path)
+    assert line.startswith("actor_rollout_ref.model.path=data/maze/sft_model: its attention head size 16 has no "
+                           "kernel in vLLM's CPU attention") and "32, 64, 80" in line and "backend=cpu)" in line
+    _run([*_maze(), *CPU_VLLM[1:]], tmp_path)  # the hf rollout serves it
+    _maze_model(tmp_path / "data" / "maze" / "sft_model")  # the paper's maze model: head size 64
+    _run([*_maze(), *CPU_VLLM], tmp_path)
+
+
+def test_cpu_vllm_names_the_weight_sync_bucket_a_larger_model_needs(tmp_path):
+    """Qwen2.5-0.5B's published shape: its fp32 embedding (151,936 x 896 x 4 B = 519.3 MiB) is over the backend's
+    64 MiB bucket, which verl's BucketedWeightSender refuses at the first sync."""
+    model = tmp_path / "qwen05"
+    model.mkdir()
+    model.joinpath("config.json").write_text(
+        '{"vocab_size": 151936, "hidden_size": 896, "num_hidden_layers": 24, "num_attention_heads": 14,'
+        ' "num_key_value_heads": 2, "max_position_embeddings": 32768, "intermediate_size": 4864}')
+    key = "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes"
+    (line,) = _refused([*_maze(), *CPU_VLLM, f"actor_rollout_ref.model.path={model}"], tmp_path)
+    assert line.startswith(f"{key}=64: the model's embedding (151936 x 896 fp32) does not fit") and line.endswith(
+        f"set {key}=520 or more")
+    _run([*_maze(), *CPU_VLLM, f"actor_rollout_ref.model.path={model}", f"{key}=520"], tmp_path)
+
+
+@pytest.mark.parametrize("raw", ["0", "ten", "inf"])
+def test_cpu_vllm_refuses_a_bad_weight_sync_timeout_before_the_job(tmp_path, monkeypatch, raw):
+    _maze_model(tmp_path / "data" / "maze" / "sft_model")
+    monkeypatch.setenv("FGRPO_VLLM_WEIGHT_SYNC_TIMEOUT_S", raw)
+    (line,) = _refused([*_maze(), *CPU_VLLM], tmp_path)
+    assert line.startswith("FGRPO_VLLM_WEIGHT_SYNC_TIMEOUT_S=(environment): FGRPO_VLLM_WEIGHT_SYNC_TIMEOUT_S must be a "
+                           f"positive number of seconds, got {raw!r}")
+    _run([*_maze(), *CPU_VLLM[1:]], tmp_path)  # only the vLLM backend reads it

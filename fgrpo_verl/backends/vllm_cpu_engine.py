@@ -40,6 +40,19 @@ DEFAULT_WEIGHT_SYNC_TIMEOUT_S = 600.0
 ENGINE_ARGS = {"dtype": "float32", "enforce_eager": True, "enable_chunked_prefill": False,
                "kv_cache_memory_bytes": KV_CACHE_BYTES}
 
+# vLLM's CPU attention kernels exist for these head sizes only (vLLM 0.27.1's CPU attention backend); any other
+# size is refused at the engine's first forward, after the job has started
+CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+# verl's weight sender (BucketedWeightSender) refuses a tensor larger than its shared-memory bucket; on CPU the
+# tensors are the fp32 actor's, and the largest is the embedding (or the untied LM head), vocab x hidden
+SYNC_BYTES_PER_PARAM = 4
+
+
+def bucket_megabytes_needed(vocab_size: int, hidden_size: int) -> int:
+    """The smallest ``update_weights_bucket_megabytes`` that holds the model's largest tensor (vocab x hidden)."""
+    return -(-vocab_size * hidden_size * SYNC_BYTES_PER_PARAM // 2**20)
+
+
 ENGINE_ENV = {
     "VLLM_CPU_OMP_THREADS_BIND": "nobind",
     "TORCHDYNAMO_DISABLE": "1",

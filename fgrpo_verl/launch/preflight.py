@@ -187,22 +187,32 @@ class _Checks:
             while exc.__cause__ is not None:  # Hydra's instantiate wraps it
                 exc = exc.__cause__
             message = " ".join(str(exc).split())
-            self.refuse("actor_rollout_ref.rollout.name", self.rollout.get("name"),
-                        f"verl's RolloutConfig refuses the rollout settings: {message}",
-                        "change the setting it names")
+            # the rollout setting verl's message names (the longest field name in it: "pipeline_model_parallel_size"
+            # before "name"), else the rollout block
+            named = sorted((field for field in self.rollout.keys() if field in message), key=len, reverse=True)
+            key = f"actor_rollout_ref.rollout.{named[0]}" if named else "actor_rollout_ref.rollout"
+            value = self.rollout.get(named[0]) if named else "(its settings)"
+            self.refuse(key, value, f"verl's RolloutConfig refuses the rollout settings: {message}",
+                        "change the setting verl's message names")
             return
         tp, dp, pp = _parallel(rollout)
         per_replica = tp * dp * pp
         key = "actor_rollout_ref.rollout.tensor_model_parallel_size"
         if self.world % per_replica:
             # the largest TP up to this one with which a replica divides the GPUs
-            fits = [t for t in range(1, tp + 1) if self.world % (t * dp * pp) == 0] or [1]
+            fits = [t for t in range(1, tp + 1) if self.world % (t * dp * pp) == 0]
+            if fits:
+                example = f"{key}={fits[-1]}"
+            else:  # no TP fits: data (or pipeline) parallelism is what does not divide the GPUs
+                key, tp = "actor_rollout_ref.rollout.data_parallel_size", dp
+                example = (f"{key}={_largest_divisor(self.world // pp, dp)} with TP 1" if self.world % pp == 0 else
+                           "actor_rollout_ref.rollout.pipeline_model_parallel_size=1 and data_parallel_size=1")
             self.refuse(
                 key, tp,
-                f"a rollout replica spans TP x DP x PP = {tp} x {dp} x {pp} = {per_replica} GPUs, which does not divide "
-                f"the {self.world} GPU(s) of trainer.nnodes x trainer.n_gpus_per_node (verl's "
+                f"a rollout replica spans TP x DP x PP = {_parallel(rollout)[0]} x {dp} x {pp} = {per_replica} GPUs, "
+                f"which does not divide the {self.world} GPU(s) of trainer.nnodes x trainer.n_gpus_per_node (verl's "
                 "ActorRolloutRefWorker.init_model asserts world_size % (TP*DP*PP) == 0)",
-                f"set TP x DP x PP to a divisor of {self.world}, e.g. {key}={fits[-1]}",
+                f"set TP x DP x PP to a divisor of {self.world}, e.g. {example}",
             )
             return
         try:
@@ -224,11 +234,39 @@ class _Checks:
             self.refuse(key, tp, f"the model's {self.arch.num_attention_heads} attention heads do not split over TP "
                         f"{tp} (vLLM's ModelConfig.verify_with_parallel_config)",
                         f"use a TP that divides {self.arch.num_attention_heads}")
+        if rollout.name == "vllm" and str(self.config.trainer.get("device")) == "cpu":
+            self.check_cpu_vllm()
         if rollout.name == "vllm" and int(rollout.max_num_batched_tokens) < int(rollout.max_num_seqs):
             self.refuse("actor_rollout_ref.rollout.max_num_batched_tokens", rollout.max_num_batched_tokens,
                         f"vLLM's scheduler needs at least max_num_seqs={rollout.max_num_seqs} tokens per step "
                         "(SchedulerConfig: max_num_batched_tokens >= max_num_seqs)",
                         f"raise it to {rollout.max_num_seqs} or more")
+
+    def check_cpu_vllm(self) -> None:
+        """backend=cpu_vllm: what vLLM's CPU build and verl's CPU weight sync refuse only after the job started."""
+        from fgrpo_verl.backends import vllm_cpu_engine as engine
+
+        try:
+            engine.weight_sync_timeout_s()
+        except ValueError as exc:
+            self.refuse(engine.WEIGHT_SYNC_TIMEOUT_ENV, "(environment)", str(exc), "unset it or give seconds > 0")
+        if self.arch is None:
+            return
+        model = "actor_rollout_ref.model.path"
+        if self.arch.head_dim not in engine.CPU_HEAD_SIZES:
+            self.refuse(model, self.config.actor_rollout_ref.model.path,
+                        f"its attention head size {self.arch.head_dim} has no kernel in vLLM's CPU attention, which "
+                        "refuses it at the engine's first forward",
+                        f"use a model whose head size is one of {', '.join(map(str, engine.CPU_HEAD_SIZES))}, or the "
+                        "hf rollout (backend=cpu)")
+        key = "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes"
+        bucket = int(self.rollout.checkpoint_engine.update_weights_bucket_megabytes)
+        needed = engine.bucket_megabytes_needed(self.arch.vocab_size, self.arch.hidden_size)
+        if bucket < needed:
+            self.refuse(key, bucket,
+                        f"the model's embedding ({self.arch.vocab_size} x {self.arch.hidden_size} fp32) does not fit one "
+                        "weight-sync bucket, and verl's weight sender refuses a tensor larger than its bucket",
+                        f"set {key}={needed} or more")
 
     # ------------------------------------------------------------------ batches
     def batch_layout(self) -> tuple[int, int, int]:
@@ -357,13 +395,13 @@ class _Checks:
         name = str(self.rollout.name)
         tag = f"{_gib(est.states)} GiB FSDP states per GPU"
         if name in VLLM_NAMES and est.states + est.vllm > capacity:
-            headroom = max(0.0, (capacity - est.states) / capacity)
+            headroom = math.floor(max(0.0, (capacity - est.states) / capacity) * 100) / 100
+            lower = f"lower it to {headroom:.2f} or less, " if headroom > 0 else ""
             self.refuse(
                 "actor_rollout_ref.rollout.gpu_memory_utilization", util,
                 f"vLLM claims {_gib(est.vllm)} GiB next to the {tag}: {_gib(est.states + est.vllm)} GiB > "
                 f"{gib} GiB (slurm.gpu_memory_gib); vLLM refuses to start without that much free memory",
-                f"lower it to {math.floor(headroom * 100) / 100:.2f} or less, use more GPUs, or set "
-                "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true",
+                f"{lower}use more GPUs, or set actor_rollout_ref.actor.fsdp_config.optimizer_offload=true",
             )
         training = est.states + est.activations + (est.vllm if not bool(self.rollout.free_cache_engine) else 0.0)
         if training > capacity:
@@ -386,8 +424,9 @@ class _Checks:
                     "actor_rollout_ref.rollout.gpu_memory_utilization", util,
                     f"vLLM's KV cache ({_gib(max(est.kv_cache, 0.0))} GiB after {_gib(est.vllm_weights)} GiB of weights) "
                     f"holds fewer than max_model_len={mml} tokens (vLLM refuses to start)",
-                    f"set actor_rollout_ref.rollout.max_model_len={self.length} (prompt + response), raise "
-                    f"gpu_memory_utilization, or raise TP above {tp}",
+                    f"set actor_rollout_ref.rollout.max_model_len={self.length} (prompt + response), "
+                    + ("" if est.states + est.vllm > capacity else "raise gpu_memory_utilization, ")
+                    + f"or raise TP above {tp}",
                 )
             at_once = int(max(est.kv_cache, 0.0) // (est.kv_per_token * self.length))
             self.notes.append(
