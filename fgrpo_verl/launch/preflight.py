@@ -157,18 +157,23 @@ class _Checks:
 
     # ------------------------------------------------------------------ rollout layout
     def check_rollout(self) -> None:
-        """:meth:`_check_rollout`, once per distinct rollout block and world size in this process: verl's
-        RolloutConfig and RolloutReplica constructions (Hydra's instantiate, ~0.5 CPU-s a run) read nothing else,
-        and a recipe's runs share a few rollout blocks (paper_main: 36 runs, one per model) but for the run's name,
-        which verl copies into ``rollout.trace.experiment_name`` (a label of traces, checked by nothing)."""
+        """:meth:`_check_rollout`, once per distinct input in this process: verl's RolloutConfig and RolloutReplica
+        constructions cost ~0.5 CPU-s a run (Hydra's instantiate), and a recipe's runs share a few rollout blocks
+        (paper_main: 36 runs, 3 blocks) but for the run's name, which verl copies into
+        ``rollout.trace.experiment_name`` (a label of traces, checked by nothing). The key is everything
+        :meth:`_check_rollout` reads: the rollout block, the world size, the model's architecture as found here,
+        ``trainer.device`` and the vLLM-on-CPU weight-sync timeout from the environment."""
         import json
+        import os
 
         from omegaconf import OmegaConf
 
         block = OmegaConf.to_container(self.rollout, resolve=True)
         if isinstance(block.get("trace"), dict):
             block["trace"].pop("experiment_name", None)
-        key = (json.dumps(block, sort_keys=True, default=str), self.world)
+        key = (json.dumps(block, sort_keys=True, default=str), self.world,
+               repr(self.arch), str(self.config.trainer.get("device")),
+               os.environ.get("FGRPO_VLLM_WEIGHT_SYNC_TIMEOUT_S"))
         found = _ROLLOUT_VERDICTS.get(key)
         if found is None:
             refusals, notes = len(self.refusals), len(self.notes)
@@ -563,8 +568,8 @@ def _parquet_rows(files, workdir: Path) -> int | None:
 _PROBE = None
 
 
-# check_rollout's verdicts (refusals, notes) by (rollout block as JSON, world size)
-_ROLLOUT_VERDICTS: dict[tuple[str, int], tuple[tuple, tuple]] = {}
+# check_rollout's verdicts (refusals, notes) by everything _check_rollout reads
+_ROLLOUT_VERDICTS: dict[tuple, tuple[tuple, tuple]] = {}
 
 
 def _replica_probe():
