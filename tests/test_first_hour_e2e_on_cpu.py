@@ -83,7 +83,7 @@ def test_ray_session_starts_again_after_ray_timed_out_and_ends_that_attempts_pro
     sys.path.insert(0, str(TESTS))
     import slow_ray_start
 
-    from fgrpo_verl import ray_start
+    from fgrpo_verl.job import ray_start
     from fgrpo_verl.backends.cpu.session import RaySession
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
@@ -103,7 +103,7 @@ def test_ray_session_starts_again_after_ray_timed_out_and_ends_that_attempts_pro
 
 
 def test_a_start_that_fails_otherwise_is_not_retried():
-    from fgrpo_verl import ray_start
+    from fgrpo_verl.job import ray_start
 
     calls = []
 

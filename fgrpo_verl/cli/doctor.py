@@ -55,7 +55,7 @@ def registry_in_ray_actor() -> str:
     """Start a local Ray (or use the running one) and ask a fresh actor process for the estimator."""
     import ray
 
-    from fgrpo_verl import ray_start
+    from fgrpo_verl.job import ray_start
 
     started = not ray.is_initialized()
     if started:

@@ -10,7 +10,7 @@ Order of work, all in the driver before Ray starts:
 4. validate: verl version, the ``algorithm.fgrpo`` block, verl's ``validate_config``, W&B usable when
    ``trainer.logger`` has wandb;
 5. run verl's ``main_ppo`` with the same overrides and flags; a local Ray cluster that starts slowly on a busy
-   machine is started again (``fgrpo_verl/ray_start.py``).
+   machine is started again (``fgrpo_verl/job/ray_start.py``).
 
 Output: on a terminal (or with ``--quiet``) verl's and Ray's output goes to ``<trainer.default_local_dir>/train.log``
 and the terminal shows one line per step and fgrpo-verl's warnings (``fgrpo_verl/cli/quiet.py``); piped, in a
@@ -31,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-from fgrpo_verl.suggest import did_you_mean
+from fgrpo_verl.config.suggest import did_you_mean
 
 HELP = (
     "Run verl's PPO trainer (main_ppo) with fgrpo-verl's config; every verl Hydra override is accepted, and Hydra's "
@@ -283,7 +283,7 @@ def log_path(config) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fgrpo_verl import ray_start
+    from fgrpo_verl.job import ray_start
 
     passed, quiet = split_output_flags(list(args.overrides))
     flags, overrides = split_hydra_args(passed)

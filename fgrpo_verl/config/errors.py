@@ -7,7 +7,7 @@
     '+' on a key that exists, '~' on one that does not, a syntax error: the same, one line each
 
 "Did you mean" is ``difflib`` over the keys at that level of the config (composed without the bad override) or the
-options of that group (``fgrpo_verl.suggest``). Hydra's own message would be 60 lines of traceback ending in "To
+options of that group (``fgrpo_verl.config.suggest``). Hydra's own message would be 60 lines of traceback ending in "To
 append to your config use +algorithm.fgrpo.gama=1": a new key nothing reads. Its exception stays chained for
 ``--debug``.
 """
@@ -18,7 +18,7 @@ import math
 import re
 from collections.abc import Callable, Sequence
 
-from fgrpo_verl.suggest import did_you_mean
+from fgrpo_verl.config.suggest import did_you_mean
 
 
 class ConfigError(ValueError):

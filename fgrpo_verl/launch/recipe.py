@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fgrpo_verl.config.paths import recipes_dir
-from fgrpo_verl.suggest import did_you_mean
+from fgrpo_verl.config.suggest import did_you_mean
 
 # Slurm job names and experiment names end up in paths, W&B and shell scripts: keep them plain.
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")

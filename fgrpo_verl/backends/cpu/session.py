@@ -68,10 +68,10 @@ class RaySession:
                 f"RaySession: RAY_ADDRESS={os.environ['RAY_ADDRESS']!r} is set, so ray.init would join that cluster "
                 "instead of starting one; unset it"
             )
-        from fgrpo_verl import ray_start
+        from fgrpo_verl.job import ray_start
 
         cpus, gpus = self._cpu_config_resources()
-        # a slow start on a busy machine is retried (fgrpo_verl/ray_start.py)
+        # a slow start on a busy machine is retried (fgrpo_verl/job/ray_start.py)
         ray_start.init(num_cpus=self.num_cpus or cpus, num_gpus=self.num_gpus or gpus, include_dashboard=False,
                        log_to_driver=False)
         self.address = ray.get_runtime_context().gcs_address
