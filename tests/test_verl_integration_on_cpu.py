@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import torch
 from conftest import algo_config, make_batch
-from hydra.errors import ConfigCompositionException
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,6 +19,7 @@ from verl.trainer.ppo.core_algos import get_adv_estimator_fn
 from verl.trainer.ppo.ray_trainer import compute_advantage
 
 from fgrpo_verl.config.compose import compose, validate
+from fgrpo_verl.config.errors import ConfigError
 
 
 def _verl(name, rewards, mask, index, norm=True):
@@ -106,7 +106,8 @@ def test_defaults_are_the_documented_ones():
 
 
 def test_misspelt_key_fails_at_composition():
-    with pytest.raises(ConfigCompositionException):
+    with pytest.raises(ConfigError, match=r"^algorithm.fgrpo.gama=1.0: no key 'gama' under 'algorithm.fgrpo'; "
+                                          r"did you mean 'gamma'\?"):
         compose(["algorithm.fgrpo.gama=1.0"])
 
 
@@ -151,7 +152,7 @@ def test_doctor_passes_including_ray_actor():
 def test_doctor_fails_loudly_on_bad_config():
     out = subprocess.run([sys.executable, "-m", "fgrpo_verl", "doctor", "--no-ray", "algorithm.fgrpo.base=ppo"],
                          env=_clean_env(), capture_output=True, text=True, timeout=600)
-    assert out.returncode == 1
+    assert out.returncode == 2  # a bad config given on the command line is a user error (exit 2, as argparse)
     assert "[FAIL] config composes + verl validate_config: ValueError: algorithm.fgrpo.base='ppo' is invalid" in out.stdout
 
 
