@@ -40,9 +40,14 @@ RAY = """#!/bin/bash
 { echo "RAY $*"; echo "RAYENV GLOO=${GLOO_SOCKET_IFNAME:-unset} NCCL=${NCCL_SOCKET_IFNAME:-unset} HF=${HF_HUB_OFFLINE:-unset}"; } >>"$FAKE_LOG"
 exec sleep 300
 """
-# the job's interpreter: the real one, except for the GCS poll (the node joined) and the trainer (recorded)
+# the job's interpreter: the real one, except for the GCS poll (the node has joined once the Ray stand-in has
+# started, as a real GCS answers only then: the head's start goes through node_net's Python start-up first) and the
+# trainer (recorded)
 PY = """#!/bin/bash
-if [[ $1 == -m && $2 == fgrpo_verl.launch.ray_nodes ]]; then echo 127.0.0.1; exit 0; fi
+if [[ $1 == -m && $2 == fgrpo_verl.launch.ray_nodes ]]; then
+    if grep -q '^RAY ' "$FAKE_LOG" 2>/dev/null; then echo 127.0.0.1; fi
+    exit 0
+fi
 if [[ $1 == -m && $2 == fgrpo_verl && $3 == train ]]; then
     { echo "TRAIN $*"; echo "TRAINENV GLOO=${GLOO_SOCKET_IFNAME:-unset} NCCL=${NCCL_SOCKET_IFNAME:-unset}"; } >>"$FAKE_LOG"
     exit 0
