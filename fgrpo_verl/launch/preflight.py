@@ -206,15 +206,16 @@ class _Checks:
         if self.world % per_replica:
             # the largest TP up to this one with which a replica divides the GPUs
             fits = [t for t in range(1, tp + 1) if self.world % (t * dp * pp) == 0]
+            named, value = key, tp
             if fits:
                 example = f"{key}={fits[-1]}"
             else:  # no TP fits: data (or pipeline) parallelism is what does not divide the GPUs
-                key, tp = "actor_rollout_ref.rollout.data_parallel_size", dp
-                example = (f"{key}={_largest_divisor(self.world // pp, dp)} with TP 1" if self.world % pp == 0 else
+                named, value = "actor_rollout_ref.rollout.data_parallel_size", dp
+                example = (f"{named}={_largest_divisor(self.world // pp, dp)} with TP 1" if self.world % pp == 0 else
                            "actor_rollout_ref.rollout.pipeline_model_parallel_size=1 and data_parallel_size=1")
             self.refuse(
-                key, tp,
-                f"a rollout replica spans TP x DP x PP = {_parallel(rollout)[0]} x {dp} x {pp} = {per_replica} GPUs, "
+                named, value,
+                f"a rollout replica spans TP x DP x PP = {tp} x {dp} x {pp} = {per_replica} GPUs, "
                 f"which does not divide the {self.world} GPU(s) of trainer.nnodes x trainer.n_gpus_per_node (verl's "
                 "ActorRolloutRefWorker.init_model asserts world_size % (TP*DP*PP) == 0)",
                 f"set TP x DP x PP to a divisor of {self.world}, e.g. {example}",
