@@ -129,6 +129,7 @@ def run(args: argparse.Namespace) -> int:
             wandb_run_id=os.environ.get("WANDB_RUN_ID") or None,
             require_data=submit,
             evaluation=not args.no_eval,
+            check=not args.status,  # a status submits nothing: verl's verdicts are the submit's and the dry run's
         )
     except ValueError as exc:
         print(f"fgrpo-verl launch: error: {exc}", file=sys.stderr)

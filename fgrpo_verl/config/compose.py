@@ -179,6 +179,9 @@ class SharedComposer:
     2. the run's value overrides (``a.b=1``, ``+a.b=1``, ``~a.b``) applied to a copy of it with Hydra's own
        override parser and applier, which is what Hydra itself does after merging the defaults list.
 
+    Step 1's configs are also kept on disk between commands (:class:`ComposeCache`): a second ``launch --status``
+    or ``--dry-run`` of a recipe, or ``train`` with the same config groups, skips Hydra.
+
     ``tests/test_first_hour_on_cpu.py`` checks that every run of every shipped recipe composes to the same config
     both ways. Measured on ``paper_main`` (36 runs, 9 distinct selection lists): docs/slurm.md.
     """
@@ -186,6 +189,7 @@ class SharedComposer:
     def __init__(self, config_name: str = CONFIG_NAME):
         self.config_name = config_name
         self._selected: dict[tuple[str, ...], object] = {}
+        self._disk = ComposeCache(config_name)
 
     def compose(self, overrides: Sequence[str]):
         overrides = list(overrides)
@@ -194,7 +198,11 @@ class SharedComposer:
         try:
             base = self._selected.get(selections)
             if base is None:
-                base = self._selected[selections] = _compose_raw(selections, self.config_name)
+                base = self._disk.load(selections)
+                if base is None:
+                    base = _compose_raw(selections, self.config_name)
+                    self._disk.store(selections, base)
+                self._selected[selections] = base
             config = copy.deepcopy(base)
             if values:
                 from hydra._internal.config_loader_impl import ConfigLoaderImpl
@@ -210,6 +218,98 @@ class SharedComposer:
             if error is None:
                 raise
             raise error from exc
+
+
+# --- composed selections kept between commands -------------------------------------------------------------------
+
+CACHE_ENV = "FGRPO_VERL_CACHE_DIR"
+_CACHE_FORMAT = 1
+
+
+def cache_root() -> Path:
+    """Where fgrpo-verl keeps what it can recompute: ``$FGRPO_VERL_CACHE_DIR``, else ``$XDG_CACHE_HOME/fgrpo-verl``,
+    else ``~/.cache/fgrpo-verl``."""
+    import os
+
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "fgrpo-verl"
+
+
+class ComposeCache:
+    """Hydra's composition of a selection list (step 1 of :class:`SharedComposer`), pickled on disk.
+
+    A composition depends only on the YAML files Hydra reads (fgrpo-verl's ``hydra_configs/`` and verl's
+    ``trainer/config/``), the selections, and the Hydra / OmegaConf / Python versions: nothing is resolved yet
+    (``${oc.env:...}`` is read later, when the config is resolved). The key hashes all of them, the files by
+    content, so an edited, added or removed YAML file, or another verl, is a new key; entries of other file sets
+    are removed when a new set is first stored. Anything that goes wrong with the cache (unwritable directory,
+    truncated file from a killed process, a pickle from another version) is a miss: Hydra composes, as without
+    it. Each entry is written to a temporary file and renamed, so a reader never sees half of one.
+    """
+
+    def __init__(self, config_name: str = CONFIG_NAME):
+        self.config_name = config_name
+        self._files: str | None = None
+
+    def _files_digest(self) -> str:
+        import hashlib
+
+        import hydra
+        import omegaconf
+
+        if self._files is None:
+            digest = hashlib.sha256(repr((_CACHE_FORMAT, hydra.__version__, omegaconf.__version__,
+                                          sys.version_info[:2], self.config_name)).encode())
+            for root in (config_dir(), verl_config_dir()):
+                digest.update(str(root).encode() + b"\0")
+                for path in sorted(root.rglob("*.yaml")):
+                    digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+            self._files = digest.hexdigest()[:20]
+        return self._files
+
+    def _path(self, selections: tuple[str, ...]) -> Path:
+        import hashlib
+
+        key = hashlib.sha256("\0".join(selections).encode()).hexdigest()[:24]
+        return cache_root() / "compose" / self._files_digest() / f"{key}.pkl"
+
+    def load(self, selections: tuple[str, ...]):
+        """The stored composition of ``selections``, or None."""
+        import pickle
+
+        try:
+            with open(self._path(selections), "rb") as f:
+                stored_selections, config = pickle.load(f)
+        except Exception:  # noqa: BLE001 (any unreadable entry is a miss)
+            return None
+        return config if stored_selections == selections else None
+
+    def store(self, selections: tuple[str, ...], config) -> None:
+        import os
+        import pickle
+        import shutil
+        import tempfile
+
+        try:
+            path = self._path(selections)
+            fresh = not path.parent.is_dir()
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if fresh:  # another file set (an edited YAML, another verl): its entries will not be read again
+                for other in path.parent.parent.iterdir():
+                    if other != path.parent:
+                        shutil.rmtree(other, ignore_errors=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        except OSError:
+            return  # no cache here (read-only home, full disk): compose every time
+        try:
+            with os.fdopen(fd, "wb") as f:
+                pickle.dump((selections, config), f, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(tmp, path)
+        except Exception:  # noqa: BLE001 (a cache that cannot be written is no cache, not an error)
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
 
 
 class BackgroundValidator:
