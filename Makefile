@@ -33,7 +33,7 @@ test-fast: venv
 	$(PY) -m pytest tests -m "not e2e and not slurm" $(PYTEST_ARGS)
 
 # The README's main job: GRPO vs F-GRPO through verl on CPU on the rare-mode task, exact rare-mass metrics over
-# seeds (<= 10 min on 2 quiet cores after install). DEMO_ARGS="--task maze" runs the maze demo, "--full" the long variant.
+# seeds (12 min on 2 idle cores after install, docs/raremode.md). DEMO_ARGS="--task maze" runs the maze demo, "--full" the long variant.
 DEMO_ARGS ?=
 demo: venv
 	$(VENV)/bin/fgrpo-verl demo $(DEMO_ARGS)

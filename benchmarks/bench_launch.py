@@ -73,6 +73,13 @@ def main() -> None:
     parser.add_argument("--json", default=None, help="also write the numbers here")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench_launch_"))
+    try:
+        _bench(args, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _bench(args, work: Path) -> None:
     (work / "bin").mkdir()
     squeue = work / "bin" / "squeue"
     squeue.write_text("#!/bin/sh\nexit 0\n")
@@ -102,7 +109,6 @@ def main() -> None:
         print(f"{name:50} {wall:8.2f} {wall / unit:7.2f} {me:15.2f} {kids:15.2f}")
     if args.json:
         Path(args.json).write_text(json.dumps({"load": loads, "results": table}, indent=1))
-    shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,8 @@ REPO = Path(__file__).resolve().parent.parent
 
 def _cli(*args, env=None, cwd=None, timeout=300) -> subprocess.CompletedProcess:
     """``python -m fgrpo_verl ARGS`` as a user runs it: what reaches the terminal, and the exit status."""
-    full = {k: v for k, v in os.environ.items() if not k.startswith(("FGRPO_", "WANDB_", "HYDRA_FULL_ERROR"))}
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("FGRPO_", "WANDB_", "HYDRA_FULL_ERROR"))
+           or k == "FGRPO_VERL_CACHE_DIR"}
     full.update(env or {})
     return subprocess.run([sys.executable, "-m", "fgrpo_verl", *map(str, args)], capture_output=True, text=True,
                           env=full, cwd=cwd, timeout=timeout)
@@ -377,68 +378,89 @@ def test_shared_composition_equals_hydra_for_every_selection_of_every_recipe():
     assert a.algorithm.fgrpo.gamma == 2 and b.algorithm.fgrpo.gamma == 0.5
 
 
-def _copy_of_the_configs(tmp_path, monkeypatch) -> Path:
-    """hydra_configs/ copied to tmp_path, and composition reading the copy (so a test can edit a YAML file)."""
+def _copies_of_the_configs(tmp_path, monkeypatch) -> tuple[Path, Path]:
+    """fgrpo-verl's hydra_configs/ and verl's trainer/config/ copied to tmp_path, composition reading the copies
+    (so that a test can edit, add or relink a YAML file)."""
     import shutil
 
     import fgrpo_verl.config.compose as compose
     from fgrpo_verl.config.paths import config_dir
 
-    copy = tmp_path / "hydra_configs"
-    shutil.copytree(config_dir(), copy)
-    monkeypatch.setattr(compose, "config_dir", lambda: copy)
-    return copy
+    ours, verls = tmp_path / "hydra_configs", tmp_path / "verl_config"
+    shutil.copytree(config_dir(), ours)
+    shutil.copytree(compose.verl_config_dir(), verls)
+    monkeypatch.setattr(compose, "config_dir", lambda: ours)
+    monkeypatch.setattr(compose, "verl_config_dir", lambda: verls)
+    return ours, verls
+
+
+def _refuse_hydra(monkeypatch):
+    import fgrpo_verl.config.compose as compose
+
+    def refuse(*a, **k):
+        raise AssertionError("Hydra composed a selection that is in the cache")
+
+    monkeypatch.setattr(compose, "_compose_raw", refuse)
 
 
 def test_composition_cache_answers_without_hydra_and_follows_every_yaml_file(tmp_path, monkeypatch):
     """A selection composed once is read back from disk by the next command (no Hydra), equal to Hydra's own
-    composition; an edited, added or removed YAML file (fgrpo-verl's or verl's) is another key, never a stale
-    config; entries of an old file set are removed."""
+    composition; an edited, added or relinked YAML file, fgrpo-verl's or verl's, is another key, never a stale
+    config."""
     from omegaconf import OmegaConf
 
     import fgrpo_verl.config.compose as compose
     from fgrpo_verl.config.paths import CONFIG_NAME
 
     monkeypatch.setenv(compose.CACHE_ENV, str(tmp_path / "cache"))
-    configs = _copy_of_the_configs(tmp_path, monkeypatch)
+    ours, verls = _copies_of_the_configs(tmp_path, monkeypatch)
     selection = ["algo=dapo", "backend=cpu"]
-    cold = compose.SharedComposer().compose(selection)
-    hydra = compose._compose_raw(selection, CONFIG_NAME)
+    hydra = OmegaConf.to_container(compose._compose_raw(selection, CONFIG_NAME))
+    assert OmegaConf.to_container(compose.SharedComposer().compose(selection)) == hydra  # stored
     real = compose._compose_raw
-
-    def refuse(*a, **k):
-        raise AssertionError("Hydra composed a selection that is in the cache")
-
-    monkeypatch.setattr(compose, "_compose_raw", refuse)
-    warm = compose.SharedComposer().compose([*selection, "algorithm.fgrpo.gamma=2"])  # a new process's composer
-    assert OmegaConf.to_container(cold) == OmegaConf.to_container(hydra)
+    with monkeypatch.context() as m:
+        _refuse_hydra(m)
+        warm = compose.SharedComposer().compose([*selection, "algorithm.fgrpo.gamma=2"])  # a new command's
     assert OmegaConf.is_struct(warm) and warm.algorithm.fgrpo.gamma == 2
-    warm.algorithm.fgrpo.gamma = cold.algorithm.fgrpo.gamma
-    assert OmegaConf.to_container(warm) == OmegaConf.to_container(hydra)
-    monkeypatch.setattr(compose, "_compose_raw", real)
-    entries = lambda: sorted(p.relative_to(tmp_path / "cache") for p in (tmp_path / "cache").rglob("*.pkl"))  # noqa: E731
-    first = entries()
-    assert len(first) == 1
-    # an edited YAML file: a new key, composed by Hydra (the edit shows), the old file set's entry removed
-    algo = configs / "algo" / "dapo.yaml"
-    algo.write_text(algo.read_text() + "\n# edited\n")
-    assert OmegaConf.to_container(compose.SharedComposer().compose(selection)) == OmegaConf.to_container(hydra)
-    second = entries()
-    assert len(second) == 1 and second != first
-    text = algo.read_text()
-    assert "clip_ratio_high: 0.28" in text, "the test's edit below needs DAPO's clip_ratio_high"
-    algo.write_text(text.replace("clip_ratio_high: 0.28", "clip_ratio_high: 0.31"))
-    assert compose.SharedComposer().compose(selection).actor_rollout_ref.actor.clip_ratio_high == 0.31
-    # a YAML file added anywhere in the tree (a new option) is a new key too
-    (configs / "algo" / "mine.yaml").write_text("# @package _global_\n")
-    third = compose.ComposeCache()._path(tuple(selection))
-    assert third.parent.name not in {p.parts[1] for p in entries()}
+    with pytest.raises(Exception, match="fgrpo_gama"):  # struct mode came back: a misspelt key is refused
+        warm.algorithm.fgrpo_gama = 1
+    warm.algorithm.fgrpo.gamma = hydra["algorithm"]["fgrpo"]["gamma"]
+    assert OmegaConf.to_container(warm) == hydra
+    assert compose._compose_raw is real
+
+    def value_after(edit) -> float:
+        edit()
+        return compose.SharedComposer().compose(selection).actor_rollout_ref.actor.clip_ratio_high
+
+    dapo = ours / "algo" / "dapo.yaml"
+    text = dapo.read_text()
+    assert "clip_ratio_high: 0.28" in text, "the edits below need DAPO's clip_ratio_high"
+    assert value_after(lambda: dapo.write_text(text.replace("clip_ratio_high: 0.28", "clip_ratio_high: 0.31"))) == 0.31
+    # verl's files are part of the key too
+    trainer = verls / "ppo_trainer.yaml"
+    trainer.write_text(trainer.read_text() + "\nfgrpo_cache_probe: 7\n")
+    assert compose.SharedComposer().compose(selection).fgrpo_cache_probe == 7
+    # the group's directory replaced by a symlink to another copy (Hydra follows links), then that copy edited
+    other = tmp_path / "algo_elsewhere"
+    (ours / "algo").rename(other)
+    (ours / "algo").symlink_to(other, target_is_directory=True)
+    assert value_after(lambda: None) == 0.31
+    linked = other / "dapo.yaml"
+    assert value_after(lambda: linked.write_text(linked.read_text().replace("0.31", "0.33"))) == 0.33
+    # a new option file: a new key (its directory listing is part of the key), the others still composed right
+    (other / "mine.yaml").write_text("# @package _global_\n")
+    with monkeypatch.context() as m:
+        _refuse_hydra(m)
+        with pytest.raises(AssertionError, match="Hydra composed"):
+            compose.SharedComposer().compose(selection)
 
 
-def test_composition_cache_that_is_broken_or_unwritable_is_a_miss(tmp_path, monkeypatch):
-    """A truncated entry (a process killed while writing is impossible: entries are renamed into place, but a full
-    disk or another tool can leave one), an entry of other selections, or a cache directory that cannot be
-    created: the config is composed by Hydra, correctly, and nothing is raised."""
+def test_composition_cache_that_is_broken_foreign_or_unwritable_is_a_miss(tmp_path, monkeypatch):
+    """A truncated entry, an entry of other selections, an entry from a config that JSON cannot hold, a cache
+    directory someone else could write (group-writable or a symlink), one that cannot be created, no home
+    directory at all: the config is composed by Hydra, correctly, nothing is raised, and nothing is left."""
+    import os
+
     from omegaconf import OmegaConf
 
     import fgrpo_verl.config.compose as compose
@@ -447,19 +469,45 @@ def test_composition_cache_that_is_broken_or_unwritable_is_a_miss(tmp_path, monk
     monkeypatch.setenv(compose.CACHE_ENV, str(tmp_path / "cache"))
     selection = ("algo=cispo",)
     hydra = OmegaConf.to_container(compose._compose_raw(selection, CONFIG_NAME))
+    composed = lambda: OmegaConf.to_container(compose.SharedComposer().compose(list(selection)))  # noqa: E731
+    assert composed() == hydra
     cache = compose.ComposeCache()
-    path = cache._path(selection)
-    path.parent.mkdir(parents=True)
-    path.write_bytes(b"\x80\x05garbage")
-    assert OmegaConf.to_container(compose.SharedComposer().compose(list(selection))) == hydra
-    assert cache.load(selection) is not None  # rewritten whole
-    cache.store(("algo=grpo",), cache.load(selection))  # an entry whose selections differ from its name's
-    path.write_bytes(cache._path(("algo=grpo",)).read_bytes())
-    assert cache.load(selection) is None
-    monkeypatch.setenv(compose.CACHE_ENV, str(tmp_path / "a-file"))
+    entry = cache._dir() / cache._name(selection)
+    assert entry.is_file() and cache.load(selection) is not None
+    entry.write_text(entry.read_text()[:100])  # truncated
+    assert cache.load(selection) is None and composed() == hydra and cache.load(selection) is not None  # rewritten
+    cache.store(("algo=grpo",), compose._compose_raw(("algo=grpo",), CONFIG_NAME))
+    entry.write_text((cache._dir() / cache._name(("algo=grpo",))).read_text())  # another selection's entry
+    assert cache.load(selection) is None and composed() == hydra
+    # a value JSON cannot hold as it is (an integer key): not stored, composed each time
+    odd = OmegaConf.create({1: "one"})
+    cache.store(("odd=1",), odd)
+    assert not (cache._dir() / cache._name(("odd=1",))).exists()
+    # the cache directory open to others (group-writable): not used, neither read nor written
+    compose_dir = tmp_path / "cache" / "compose"
+    os.chmod(compose_dir, 0o770)
+    with monkeypatch.context() as m:
+        _refuse_hydra(m)
+        with pytest.raises(AssertionError, match="Hydra composed"):
+            compose.SharedComposer().compose(list(selection))
+    os.chmod(compose_dir, 0o700)
+    # a symlink where the cache's directory should be: not followed
+    monkeypatch.setenv(compose.CACHE_ENV, str(tmp_path / "cache2"))
+    (tmp_path / "cache2").mkdir()
+    (tmp_path / "cache2" / "compose").symlink_to(compose_dir, target_is_directory=True)
+    with monkeypatch.context() as m:
+        _refuse_hydra(m)
+        with pytest.raises(AssertionError, match="Hydra composed"):
+            compose.SharedComposer().compose(list(selection))
+    # a file where the cache directory should be; no home directory to put one in
     (tmp_path / "a-file").write_text("not a directory")
-    assert OmegaConf.to_container(compose.SharedComposer().compose(list(selection))) == hydra
-    assert not list(tmp_path.glob("*.tmp")) and (tmp_path / "a-file").read_text() == "not a directory"
+    monkeypatch.setenv(compose.CACHE_ENV, str(tmp_path / "a-file"))
+    assert composed() == hydra and (tmp_path / "a-file").read_text() == "not a directory"
+    monkeypatch.delenv(compose.CACHE_ENV)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setattr(Path, "home", classmethod(lambda cls: (_ for _ in ()).throw(RuntimeError("no home"))))
+    assert compose.cache_root() is None and composed() == hydra
+    assert not list((tmp_path / "cache").rglob("*.tmp"))
 
 
 # --- conveniences -----------------------------------------------------------------------------------------------

@@ -165,7 +165,8 @@ def _flags(command: str) -> list[str]:
 
 
 def _shell(command: str, cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("FGRPO_", "WANDB_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FGRPO_", "WANDB_"))
+           or k == "FGRPO_VERL_CACHE_DIR"}
     env["PATH"] = f"{BIN}{os.pathsep}{env['PATH']}"
     env["PYTHONPATH"] = str(REPO)
     env["HF_HUB_OFFLINE"] = "1"  # nothing here may reach the Hub (hf's CLI checks for its own updates otherwise)

@@ -22,7 +22,8 @@ def _add_arguments(parser: argparse.ArgumentParser, overrides_nargs) -> None:
     )
     parser.add_argument("--dry-run", action="store_true", help="submit nothing; print every job's sbatch script")
     parser.add_argument(
-        "--status", action="store_true", help="submit nothing; print each run's state: queued, running, done, failed"
+        "--status", action="store_true", help="submit nothing; print each run's state: queued, running, done, failed, not started (checks no config "
+        "with verl: --dry-run does)"
     )
     parser.add_argument(
         "--fresh", action="store_true", help="new runs of these configs (new checkpoint dirs and W&B runs), not resumes"

@@ -223,30 +223,64 @@ class SharedComposer:
 # --- composed selections kept between commands -------------------------------------------------------------------
 
 CACHE_ENV = "FGRPO_VERL_CACHE_DIR"
-_CACHE_FORMAT = 1
+_CACHE_FORMAT = 2
+# a file set's entries unused this long are removed (another install's, an old verl's); a temporary file this old
+# is a writer that died
+_UNUSED_S = 30 * 86400
+_STALE_TMP_S = 3600
 
 
-def cache_root() -> Path:
+def cache_root() -> Path | None:
     """Where fgrpo-verl keeps what it can recompute: ``$FGRPO_VERL_CACHE_DIR``, else ``$XDG_CACHE_HOME/fgrpo-verl``,
-    else ``~/.cache/fgrpo-verl``."""
+    else ``~/.cache/fgrpo-verl``; None where none can be named (no home directory: a container's nameless uid)."""
     import os
 
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV])
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    try:
+        if os.environ.get(CACHE_ENV):
+            return Path(os.environ[CACHE_ENV])
+        base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    except (RuntimeError, KeyError, OSError):
+        return None
     return Path(base) / "fgrpo-verl"
 
 
+def _tree_digest(digest, root: Path) -> None:
+    """Add every directory (Hydra takes any directory for a config group) and every ``*.yaml`` file under
+    ``root`` to ``digest``, by relative path and content, following symlinks as Hydra does (each real directory
+    once: a link cycle ends)."""
+    import os
+
+    seen = set()
+    for here, dirs, files in os.walk(root, followlinks=True):
+        real = os.path.realpath(here)
+        if real in seen:
+            dirs[:] = []
+            continue
+        seen.add(real)
+        dirs.sort()
+        rel = os.path.relpath(here, root)
+        digest.update(b"d\0" + rel.encode() + b"\0")
+        for name in sorted(files):
+            if name.endswith(".yaml"):
+                with open(os.path.join(here, name), "rb") as f:
+                    digest.update(b"f\0" + os.path.join(rel, name).encode() + b"\0" + f.read() + b"\0")
+
+
 class ComposeCache:
-    """Hydra's composition of a selection list (step 1 of :class:`SharedComposer`), pickled on disk.
+    """Hydra's composition of a selection list (step 1 of :class:`SharedComposer`) kept on disk, as JSON.
 
     A composition depends only on the YAML files Hydra reads (fgrpo-verl's ``hydra_configs/`` and verl's
-    ``trainer/config/``), the selections, and the Hydra / OmegaConf / Python versions: nothing is resolved yet
-    (``${oc.env:...}`` is read later, when the config is resolved). The key hashes all of them, the files by
-    content, so an edited, added or removed YAML file, or another verl, is a new key; entries of other file sets
-    are removed when a new set is first stored. Anything that goes wrong with the cache (unwritable directory,
-    truncated file from a killed process, a pickle from another version) is a miss: Hydra composes, as without
-    it. Each entry is written to a temporary file and renamed, so a reader never sees half of one.
+    ``trainer/config/``), the selections, how this module calls Hydra, and the Hydra / OmegaConf versions: nothing
+    is resolved yet (``${oc.env:...}`` is read later, when a run's config is resolved). The key hashes all of
+    them: every directory and YAML file by relative path and content (symlinks followed, as Hydra follows them),
+    this module's source and fgrpo-verl's version; so an edited, added, removed or relinked file, another verl, or
+    another fgrpo-verl is another key, never a stale config. Two checkouts with the same files share entries.
+
+    Stored as JSON (the config's plain values, interpolations unresolved, and its struct flag), never pickled: a
+    cache file cannot run code. Used only inside a directory this user owns that no one else can write
+    (``fgrpo_verl.launch.private_dir``). Anything that goes wrong (no home directory, unwritable or foreign cache
+    directory, a truncated entry, another format) is a miss: Hydra composes, as without the cache. Entries are
+    written to a temporary file and renamed; file sets unused for 30 days are removed.
     """
 
     def __init__(self, config_name: str = CONFIG_NAME):
@@ -259,57 +293,96 @@ class ComposeCache:
         import hydra
         import omegaconf
 
+        import fgrpo_verl
+
         if self._files is None:
             digest = hashlib.sha256(repr((_CACHE_FORMAT, hydra.__version__, omegaconf.__version__,
-                                          sys.version_info[:2], self.config_name)).encode())
-            for root in (config_dir(), verl_config_dir()):
-                digest.update(str(root).encode() + b"\0")
-                for path in sorted(root.rglob("*.yaml")):
-                    digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+                                          fgrpo_verl.__version__, self.config_name)).encode())
+            digest.update(Path(__file__).read_bytes())
+            for role, root in (("fgrpo", config_dir()), ("verl", verl_config_dir())):
+                digest.update(role.encode() + b"\0")
+                _tree_digest(digest, root)
             self._files = digest.hexdigest()[:20]
         return self._files
 
-    def _path(self, selections: tuple[str, ...]) -> Path:
+    def _dir(self) -> Path | None:
+        """This file set's directory, private to this user (created if missing), or None: no cache here."""
+        from fgrpo_verl.launch.private_dir import ensure_private_dir
+
+        root = cache_root()
+        if root is None:
+            return None
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            return ensure_private_dir(ensure_private_dir(root / "compose") / self._files_digest())
+        except (OSError, ValueError):
+            return None
+
+    @staticmethod
+    def _name(selections: tuple[str, ...]) -> str:
         import hashlib
 
-        key = hashlib.sha256("\0".join(selections).encode()).hexdigest()[:24]
-        return cache_root() / "compose" / self._files_digest() / f"{key}.pkl"
+        return hashlib.sha256("\0".join(selections).encode()).hexdigest()[:24] + ".json"
 
     def load(self, selections: tuple[str, ...]):
         """The stored composition of ``selections``, or None."""
-        import pickle
+        import json
+        import os
 
+        from omegaconf import OmegaConf
+
+        where = self._dir()
+        if where is None:
+            return None
         try:
-            with open(self._path(selections), "rb") as f:
-                stored_selections, config = pickle.load(f)
+            with open(where / self._name(selections), encoding="utf-8") as f:
+                entry = json.load(f)
+            if entry["selections"] != list(selections):
+                return None
+            config = OmegaConf.create(entry["config"])
+            OmegaConf.set_struct(config, bool(entry["struct"]))
+            os.utime(where)  # in use: not pruned
         except Exception:  # noqa: BLE001 (any unreadable entry is a miss)
             return None
-        return config if stored_selections == selections else None
+        return config
 
     def store(self, selections: tuple[str, ...], config) -> None:
+        import json
         import os
-        import pickle
         import shutil
         import tempfile
+        import time
 
+        from omegaconf import OmegaConf
+
+        where = self._dir()
+        if where is None:
+            return
+        tmp = None
         try:
-            path = self._path(selections)
-            fresh = not path.parent.is_dir()
-            path.parent.mkdir(parents=True, exist_ok=True)
-            if fresh:  # another file set (an edited YAML, another verl): its entries will not be read again
-                for other in path.parent.parent.iterdir():
-                    if other != path.parent:
-                        shutil.rmtree(other, ignore_errors=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        except OSError:
-            return  # no cache here (read-only home, full disk): compose every time
-        try:
-            with os.fdopen(fd, "wb") as f:
-                pickle.dump((selections, config), f, protocol=pickle.HIGHEST_PROTOCOL)
-            os.replace(tmp, path)
+            now = time.time()
+            for other in where.parent.iterdir():  # file sets unused for a month; writers that died
+                if other != where and other.is_dir() and now - other.stat().st_mtime > _UNUSED_S:
+                    shutil.rmtree(other, ignore_errors=True)
+            for leftover in where.glob("*.tmp"):
+                if now - leftover.stat().st_mtime > _STALE_TMP_S:
+                    leftover.unlink(missing_ok=True)
+            entry = {"selections": list(selections), "struct": bool(OmegaConf.is_struct(config)),
+                     "config": OmegaConf.to_container(config, resolve=False)}
+            text = json.dumps(entry)
+            if json.loads(text) != entry:  # not plain JSON (an int key, a NaN): compose it each time instead
+                return
+            fd, tmp = tempfile.mkstemp(dir=where, suffix=".tmp")
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(tmp, where / self._name(selections))
+            tmp = None
         except Exception:  # noqa: BLE001 (a cache that cannot be written is no cache, not an error)
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+            pass
+        finally:
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
 
 
 class BackgroundValidator:
