@@ -93,14 +93,42 @@ def test_ray_session_starts_again_after_ray_timed_out_and_ends_that_attempts_pro
     monkeypatch.setattr(ray_start, "_end_new_children", lambda before: ended.extend(real_end(before)) or ended)
     monkeypatch.setattr(slow_ray_start, "STATE", {"timeouts": 0})
     slow_ray_start.arm()
+    monkeypatch.delenv("RAY_worker_niceness", raising=False)
+    niceness = ray.remote(lambda: os.getpriority(os.PRIO_PROCESS, 0))
     with RaySession(num_cpus=2, num_gpus=1) as session:
         assert ray.is_initialized() and session.address
         assert ray.get(ray.remote(lambda: 41 + 1).remote(), timeout=120) == 42
+        # the CPU backend's workers run at the priority of the program that started them (backend/cpu.yaml)
+        assert ray.get(niceness.remote(), timeout=120) == os.getpriority(os.PRIO_PROCESS, 0)
+    assert "RAY_worker_niceness" not in os.environ  # set for Ray's start only
     assert slow_ray_start.STATE["timeouts"] == 1
     assert len(ended) >= 2 and not [pid for pid in ended if psutil.pid_exists(pid)
                                     and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
     err = capfd.readouterr().err
     assert err.count("Ray's local node did not start within Ray's 30 s") == 1
+
+
+@pytest.mark.ray
+def test_rays_own_default_niceness_is_what_the_cpu_backend_changes(monkeypatch):
+    """The A/B of the check above: a plain local Ray (no backend=cpu settings) starts its workers at nice 15, below
+    every normal program (a busy loop beside a run then takes the CPU from verl's actors); train exports the
+    backend's setting before verl starts Ray."""
+    import ray
+
+    from fgrpo_verl.config.compose import compose
+    from fgrpo_verl.job import ray_start
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.delenv("RAY_worker_niceness", raising=False)
+    ray_start.init(num_cpus=1, num_gpus=0, include_dashboard=False, log_to_driver=False)
+    try:
+        worker = ray.get(ray.remote(lambda: os.getpriority(os.PRIO_PROCESS, 0)).remote(), timeout=120)
+    finally:
+        ray.shutdown()
+    assert worker == min(19, os.getpriority(os.PRIO_PROCESS, 0) + 15)
+    # what train exports into its own environment before verl's ray.init (export_ray_env_vars: every env_var)
+    env_vars = compose(["backend=cpu"]).ray_kwargs.ray_init.runtime_env.env_vars
+    assert env_vars.RAY_worker_niceness == "0"
 
 
 def test_a_start_that_fails_otherwise_is_not_retried():

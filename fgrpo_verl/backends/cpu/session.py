@@ -52,11 +52,14 @@ class RaySession:
         self.address: str | None = None
 
     @staticmethod
-    def _cpu_config_resources() -> tuple[int, int]:
+    def _cpu_config() -> tuple[int, int, dict[str, str]]:
+        """The ``backend=cpu`` config's logical CPUs and GPUs, and its Ray settings read from the environment
+        (``RAY_*`` of its ``env_vars``: the raylet this session starts reads them)."""
         from fgrpo_verl.config.compose import compose
 
         ray_init = compose(["backend=cpu"]).ray_kwargs.ray_init
-        return int(ray_init.num_cpus), int(ray_init.num_gpus)
+        ray_settings = {k: str(v) for k, v in ray_init.runtime_env.env_vars.items() if k.startswith("RAY_")}
+        return int(ray_init.num_cpus), int(ray_init.num_gpus), ray_settings
 
     def __enter__(self) -> "RaySession":
         import ray
@@ -70,10 +73,19 @@ class RaySession:
             )
         from fgrpo_verl.job import ray_start
 
-        cpus, gpus = self._cpu_config_resources()
-        # a slow start on a busy machine is retried (fgrpo_verl/job/ray_start.py)
-        ray_start.init(num_cpus=self.num_cpus or cpus, num_gpus=self.num_gpus or gpus, include_dashboard=False,
-                       log_to_driver=False)
+        cpus, gpus, ray_settings = self._cpu_config()
+        saved = {k: os.environ.get(k) for k in ray_settings}
+        os.environ.update(ray_settings)  # for the raylet started now (worker niceness); this process's as before
+        try:
+            # a slow start on a busy machine is retried (fgrpo_verl/job/ray_start.py)
+            ray_start.init(num_cpus=self.num_cpus or cpus, num_gpus=self.num_gpus or gpus, include_dashboard=False,
+                           log_to_driver=False)
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
         self.address = ray.get_runtime_context().gcs_address
         return self
 
