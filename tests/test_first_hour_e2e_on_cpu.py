@@ -49,8 +49,15 @@ def test_two_step_run_is_quiet_survives_a_slow_ray_start_and_ends_without_a_wand
            or k == "FGRPO_VERL_CACHE_DIR"}
     env.update(WANDB_MODE="offline", WANDB_DIR=str(tmp_path), PYTHONPATH=str(REPO))
     code = TRAIN.format(tests=str(TESTS))
-    done = subprocess.run([sys.executable, "-c", code, "train", "--quiet", *overrides], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=900, start_new_session=True)
+    proc = subprocess.Popen([sys.executable, "-c", code, "train", "--quiet", *overrides], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    workers = _watch_ray_workers(proc.pid)
+    try:
+        stdout, stderr = proc.communicate(timeout=900)
+    finally:
+        workers.stop.set()
+        workers.join()
+    done = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
     log = ckpt / "train.log"
     full = log.read_text(errors="replace") if log.exists() else ""
     assert done.returncode == 0, done.stdout + done.stderr + full[-5000:]
@@ -73,6 +80,40 @@ def test_two_step_run_is_quiet_survives_a_slow_ray_start_and_ends_without_a_wand
     assert "Exception ignored in atexit callback" not in full and "Connection lost" not in full, full[-5000:]
     assert "target_num_threads" not in full
     assert list(tmp_path.glob("wandb/offline-run-*/run-*.wandb")), "no offline W&B run written"
+    # verl's actors ran at this test's priority, not Ray's nice 15 (backend=cpu's RAY_worker_niceness)
+    assert "ray::WorkerDict" in workers.niceness and "ray::TaskRunnerV1" in workers.niceness, workers.niceness
+    assert set(workers.niceness.values()) == {os.getpriority(os.PRIO_PROCESS, 0)}, workers.niceness
+
+
+def _watch_ray_workers(pid: int):
+    """A thread that records the niceness of every ``ray::<actor>`` process below ``pid`` until ``.stop`` is set
+    (``.niceness``: actor name -> niceness)."""
+    import threading
+
+    import psutil
+
+    class Watcher(threading.Thread):
+        def __init__(self):
+            super().__init__(daemon=True)
+            self.stop, self.niceness = threading.Event(), {}
+
+        def run(self):
+            while not self.stop.wait(0.5):
+                try:
+                    children = psutil.Process(pid).children(recursive=True)
+                except psutil.Error:
+                    continue
+                for child in children:
+                    try:
+                        name = (child.cmdline() or [""])[0].split()[0] if child.cmdline() else ""
+                        if name.startswith("ray::") and name != "ray::IDLE":
+                            self.niceness[name.split(".")[0]] = child.nice()
+                    except (psutil.Error, IndexError):
+                        pass
+
+    watcher = Watcher()
+    watcher.start()
+    return watcher
 
 
 @pytest.mark.ray

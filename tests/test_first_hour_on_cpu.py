@@ -413,6 +413,8 @@ def test_composition_cache_answers_without_hydra_and_follows_every_yaml_file(tmp
     from fgrpo_verl.config.paths import CONFIG_NAME
 
     monkeypatch.setenv(compose.CACHE_ENV, str(tmp_path / "cache"))
+    import shutil
+
     ours, verls = _copies_of_the_configs(tmp_path, monkeypatch)
     selection = ["algo=dapo", "backend=cpu"]
     hydra = OmegaConf.to_container(compose._compose_raw(selection, CONFIG_NAME))
@@ -447,8 +449,16 @@ def test_composition_cache_answers_without_hydra_and_follows_every_yaml_file(tmp
     assert value_after(lambda: None) == 0.31
     linked = other / "dapo.yaml"
     assert value_after(lambda: linked.write_text(linked.read_text().replace("0.31", "0.33"))) == 0.33
+    # the link pointed at a third copy whose files are also reachable by another path of the tree (Hydra reads
+    # them through the link)
+    third = ours / "zz_copy_of_algo"
+    shutil.copytree(other, third)
+    (third / "dapo.yaml").write_text((third / "dapo.yaml").read_text().replace("0.33", "0.35"))
+    (ours / "algo").unlink()
+    (ours / "algo").symlink_to(third, target_is_directory=True)
+    assert value_after(lambda: None) == 0.35
     # a new option file: a new key (its directory listing is part of the key), the others still composed right
-    (other / "mine.yaml").write_text("# @package _global_\n")
+    (third / "mine.yaml").write_text("# @package _global_\n")
     with monkeypatch.context() as m:
         _refuse_hydra(m)
         with pytest.raises(AssertionError, match="Hydra composed"):
@@ -491,6 +501,12 @@ def test_composition_cache_that_is_broken_foreign_or_unwritable_is_a_miss(tmp_pa
         with pytest.raises(AssertionError, match="Hydra composed"):
             compose.SharedComposer().compose(list(selection))
     os.chmod(compose_dir, 0o700)
+    # this user's own directory left open by fgrpo-verl 41860da (0755): made private, then used
+    os.chmod(compose_dir, 0o755)
+    with monkeypatch.context() as m:
+        _refuse_hydra(m)
+        assert OmegaConf.to_container(compose.SharedComposer().compose(list(selection))) == hydra
+    assert compose_dir.stat().st_mode & 0o777 == 0o700
     # a symlink where the cache's directory should be: not followed
     monkeypatch.setenv(compose.CACHE_ENV, str(tmp_path / "cache2"))
     (tmp_path / "cache2").mkdir()

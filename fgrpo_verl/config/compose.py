@@ -238,10 +238,25 @@ def cache_root() -> Path | None:
     try:
         if os.environ.get(CACHE_ENV):
             return Path(os.environ[CACHE_ENV])
-        base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+        xdg = os.environ.get("XDG_CACHE_HOME", "")
+        base = xdg if os.path.isabs(xdg) else str(Path.home() / ".cache")  # a relative one is ignored (XDG spec)
     except (RuntimeError, KeyError, OSError):
         return None
     return Path(base) / "fgrpo-verl"
+
+
+def _tighten(path: Path) -> None:
+    """A directory this user owns (not a symlink) that others may read but not write (0755 from fgrpo-verl
+    41860da's cache) is made 0700, so that the private-directory check below accepts it; one others could write
+    (its entries could be theirs) and anything else is left for that check to refuse."""
+    import os
+    import stat
+
+    with contextlib.suppress(OSError):
+        info = os.lstat(path)
+        if (stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid() and info.st_mode & 0o077
+                and not info.st_mode & 0o022):
+            os.chmod(path, 0o700)
 
 
 def _tree_digest(digest, root: Path) -> None:
@@ -253,13 +268,14 @@ def _tree_digest(digest, root: Path) -> None:
     seen = set()
     for here, dirs, files in os.walk(root, followlinks=True):
         real = os.path.realpath(here)
+        rel = os.path.relpath(here, root)
+        # a directory's name and where it really is (a relinked directory is another key), then its files once
+        digest.update(b"d\0" + rel.encode() + b"\0" + real.encode() + b"\0")
         if real in seen:
             dirs[:] = []
             continue
         seen.add(real)
         dirs.sort()
-        rel = os.path.relpath(here, root)
-        digest.update(b"d\0" + rel.encode() + b"\0")
         for name in sorted(files):
             if name.endswith(".yaml"):
                 with open(os.path.join(here, name), "rb") as f:
@@ -314,6 +330,7 @@ class ComposeCache:
             return None
         try:
             root.mkdir(parents=True, exist_ok=True)
+            _tighten(root / "compose")
             return ensure_private_dir(ensure_private_dir(root / "compose") / self._files_digest())
         except (OSError, ValueError):
             return None
@@ -341,9 +358,10 @@ class ComposeCache:
                 return None
             config = OmegaConf.create(entry["config"])
             OmegaConf.set_struct(config, bool(entry["struct"]))
-            os.utime(where)  # in use: not pruned
         except Exception:  # noqa: BLE001 (any unreadable entry is a miss)
             return None
+        with contextlib.suppress(OSError):  # in use: not pruned (a read-only cache is still read)
+            os.utime(where)
         return config
 
     def store(self, selections: tuple[str, ...], config) -> None:
