@@ -73,19 +73,14 @@ class RaySession:
             )
         from fgrpo_verl.job import ray_start
 
+        from fgrpo_verl.launch import recipe_environment
+
         cpus, gpus, ray_settings = self._cpu_config()
-        saved = {k: os.environ.get(k) for k in ray_settings}
-        os.environ.update(ray_settings)  # for the raylet started now (worker niceness); this process's as before
-        try:
+        # for the raylet started now (worker niceness); this process's environment as before afterwards
+        with recipe_environment(ray_settings):
             # a slow start on a busy machine is retried (fgrpo_verl/job/ray_start.py)
             ray_start.init(num_cpus=self.num_cpus or cpus, num_gpus=self.num_gpus or gpus, include_dashboard=False,
                            log_to_driver=False)
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
         self.address = ray.get_runtime_context().gcs_address
         return self
 
