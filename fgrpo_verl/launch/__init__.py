@@ -50,7 +50,7 @@ def plan_jobs(
     them (the name hashes the composed config, not a verdict)."""
     from omegaconf import OmegaConf, open_dict
 
-    from fgrpo_verl.config.compose import SharedComposer, start_validator
+    from fgrpo_verl.config.compose import InProcessValidator, SharedComposer, start_validator
     from fgrpo_verl.launch.identity import (
         check_record,
         check_user_overrides,
@@ -78,7 +78,8 @@ def plan_jobs(
     # verl checks each config (validate_config, then the preflight of launch/preflight.py), in a second process
     # while this one composes the next (importing verl costs as much as composing them all) unless verl is
     # imported here already; a composition error is reported at once
-    validator = start_validator(len(runs), "fgrpo_verl.launch.preflight:check_run") if check else _NoChecks()
+    validator = (start_validator(len(runs), "fgrpo_verl.launch.preflight:check_run") if check
+                 else InProcessValidator("fgrpo_verl.launch:_not_checked"))
     wheres = []
     for run in runs:
         run_overrides = recipe.run_overrides(run, overrides)
@@ -171,20 +172,9 @@ def plan_jobs(
     return recipe, jobs
 
 
-class _NoChecks:
-    """The validator's interface for a plan that checks nothing (``check=False``): every run is ``ok``."""
-
-    def __init__(self):
-        self._runs = 0
-
-    def submit(self, *args) -> None:
-        self._runs += 1
-
-    def results(self) -> list:
-        return [("ok", "")] * self._runs
-
-    def close(self) -> None:
-        pass
+def _not_checked(*args) -> tuple[str, str]:
+    """The verdict of a plan that checks nothing (``check=False``): ``ok``, with no preflight summary."""
+    return "ok", ""
 
 
 def _raise_refused(where: str, verdict: tuple[str, str], validator) -> None:
