@@ -6,8 +6,10 @@ them all. This rule scores about half the responses of a random policy 1: a resp
 g = (1 - μ̂)^γ takes values strictly between 0 and 1 and γ visibly changes the advantages.
 
 A Slurm test holds a run at a known point with it: while the file named by ``$FGRPO_TEST_HOLD_FILE`` exists and
-the path it holds exists too, scoring waits (at most 10 minutes). Test (c) of tests/test_slurm_launch_e2e_on_cpu.py
-names step 2's checkpoint folder: the run stops in step 2's validation, after the checkpoint, before the log.
+a path it lists exists too, scoring waits (at most 10 minutes). Each line is a gate: ``PATH`` holds every scorer,
+``JOBID PATH`` only the scorers of Slurm job JOBID (``$SLURM_JOB_ID``), so two jobs can each be held at their own
+point whatever order they get there in. Test (c) of tests/test_slurm_launch_e2e_on_cpu.py names step 2's checkpoint
+folder: the run stops in step 2's validation, after the checkpoint, before the log.
 """
 
 import os
@@ -17,15 +19,28 @@ from pathlib import Path
 HOLD_LIMIT_S = 600
 
 
+def _gates(hold: str) -> list[Path]:
+    """The gates of the hold file that apply to this process (FileNotFoundError once the file is gone)."""
+    job = os.environ.get("SLURM_JOB_ID")
+    gates = []
+    for line in Path(hold).read_text().splitlines():
+        scope, sep, rest = line.strip().partition(" ")
+        if sep and scope.isdigit():
+            if scope == job:
+                gates.append(Path(rest))
+        elif line.strip():
+            gates.append(Path(line.strip()))
+    return gates
+
+
 def _hold() -> None:
     hold = os.environ.get("FGRPO_TEST_HOLD_FILE")
     deadline = time.monotonic() + HOLD_LIMIT_S
     while hold and time.monotonic() < deadline:
         try:
-            gate = Path(Path(hold).read_text().strip())
+            if not any(gate.exists() for gate in _gates(hold)):
+                return
         except FileNotFoundError:
-            return
-        if not gate.exists():
             return
         time.sleep(0.2)
 

@@ -152,13 +152,16 @@ def test_launch_evaluates_every_checkpoint_resumes_a_killed_evaluation_and_repor
     _, planned = plan_jobs(str(workdir / "cpu_eval.yaml"), None, [], workdir / "slurm_logs", workdir)
     base, focal = planned
     assert focal.baseline_job is not None and focal.baseline_job.job_name == base.job_name
-    label = {phase: __import__("fgrpo_verl.evaluation.checkpoint_eval", fromlist=["x"]).pass_label(
-        base.evaluation.jobs[0].plan, phase) for phase in ("selection", "final")}
-    # the baseline's selection job holds scoring once checkpoint 4's first completions are on disk
-    gate = base.checkpoint_dir / "global_step_4" / ck.EVAL_DIR / label["selection"] / "shard-0-of-1" / "generations.jsonl"
-    hold = workdir / "hold"
-    hold.write_text(str(gate))
+    from fgrpo_verl.evaluation.checkpoint_eval import pass_label
 
+    label = {phase: pass_label(base.evaluation.jobs[0].plan, phase) for phase in ("selection", "final")}
+
+    def gate(job) -> Path:
+        """Where a run's selection pass holds its scoring: once checkpoint 4's first completions are on disk."""
+        return (job.checkpoint_dir / "global_step_4" / ck.EVAL_DIR / pass_label(job.evaluation.jobs[0].plan, "selection")
+                / "shard-0-of-1" / "generations.jsonl")
+
+    hold = workdir / "hold"
     out = _launch(slurm, workdir)
     train = dict(re.findall(r"submitted (grpo|fgrpo-g1): job (\d+) ", out.stdout))
     evals = {(run, phase): job for phase, run, job in
@@ -171,12 +174,19 @@ def test_launch_evaluates_every_checkpoint_resumes_a_killed_evaluation_and_repor
     assert f"afterany:{evals[('grpo', 'selection')]}" in final_dep
 
     deadline = time.monotonic() + JOB_TIMEOUT_S
-    killed = evals[("grpo", "selection")]
+    killed, stopped = evals[("grpo", "selection")], evals[("fgrpo-g1", "selection")]
+    # each selection job is held at its own gate, whichever gets there first (a gate for every job would also
+    # hold the other run's training and selection, and under load the order of the runs is anybody's)
+    held = {killed: (base, gate(base)), stopped: (focal, gate(focal))}
+    scratch = workdir / "hold.tmp"
+    scratch.write_text("".join(f"{job} {path}\n" for job, (_, path) in held.items()))
+    scratch.replace(hold)  # the scorers read it while it is written otherwise
     try:
-        # wait for the hold: checkpoint 2 evaluated, checkpoint 4's first problem sampled and being scored
-        while not gate.is_file():
-            assert _state(slurm, killed) in {"PENDING", "RUNNING"}, _log(workdir, base.job_name, killed)[-6000:]
-            assert time.monotonic() < deadline, "the selection pass never reached checkpoint 4"
+        # wait for both holds: checkpoint 2 evaluated, checkpoint 4's first problem sampled and being scored
+        while not all(path.is_file() for _, path in held.values()):
+            for job, (run, _) in held.items():
+                assert _state(slurm, job) in {"PENDING", "RUNNING"}, _log(workdir, run.job_name, job)[-6000:]
+            assert time.monotonic() < deadline, "a selection pass never reached checkpoint 4"
             time.sleep(0.5)
         time.sleep(3)
         assert ck.current_result(base.checkpoint_dir, 2, label["selection"]) is not None
@@ -185,10 +195,9 @@ def test_launch_evaluates_every_checkpoint_resumes_a_killed_evaluation_and_repor
         merged_at = merge_marker.stat().st_mtime_ns
         subprocess.run(["scontrol", "requeue", killed], env=slurm.env, check=True)
         slurm.wait_state(killed, {"PENDING"}, 120)
-        # the focal run's selection job is held by the same gate: what `#SBATCH --signal=B:USR1@120` sends before
+        # the focal run's selection job, held at its own gate: what `#SBATCH --signal=B:USR1@120` sends before
         # its time limit stops it, and it requeues itself
-        stopped = evals[("fgrpo-g1", "selection")]
-        slurm.wait_state(stopped, {"RUNNING"}, 300)
+        assert _state(slurm, stopped) == "RUNNING", _log(workdir, focal.job_name, stopped)[-6000:]
         subprocess.run(["scancel", "--signal=USR1", "--batch", stopped], env=slurm.env, check=True)
         slurm.wait_state(stopped, {"PENDING"}, 120)
     finally:
