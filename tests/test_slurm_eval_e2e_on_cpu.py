@@ -157,9 +157,14 @@ def test_launch_evaluates_every_checkpoint_resumes_a_killed_evaluation_and_repor
     label = {phase: pass_label(base.evaluation.jobs[0].plan, phase) for phase in ("selection", "final")}
 
     def gate(job) -> Path:
-        """Where a run's selection pass holds its scoring: once checkpoint 4's first completions are on disk."""
+        """Where a run's selection pass holds its scoring: checkpoint 4's completions file. The evaluation creates it
+        empty before it loads the model; the first problem's completions are in it (written and synced) just before
+        they are scored, which is where the scorer holds (:func:`reached`)."""
         return (job.checkpoint_dir / "global_step_4" / ck.EVAL_DIR / pass_label(job.evaluation.jobs[0].plan, "selection")
                 / "shard-0-of-1" / "generations.jsonl")
+
+    def reached(path: Path) -> bool:
+        return path.is_file() and path.stat().st_size > 0
 
     hold = workdir / "hold"
     out = _launch(slurm, workdir)
@@ -180,10 +185,10 @@ def test_launch_evaluates_every_checkpoint_resumes_a_killed_evaluation_and_repor
     held = {killed: (base, gate(base)), stopped: (focal, gate(focal))}
     scratch = workdir / "hold.tmp"
     scratch.write_text("".join(f"{job} {path}\n" for job, (_, path) in held.items()))
-    scratch.replace(hold)  # the scorers read it while it is written otherwise
+    scratch.replace(hold)  # written aside and renamed: a scorer may read it at any moment
     try:
         # wait for both holds: checkpoint 2 evaluated, checkpoint 4's first problem sampled and being scored
-        while not all(path.is_file() for _, path in held.values()):
+        while not all(reached(path) for _, path in held.values()):
             for job, (run, _) in held.items():
                 assert _state(slurm, job) in {"PENDING", "RUNNING"}, _log(workdir, run.job_name, job)[-6000:]
             assert time.monotonic() < deadline, "a selection pass never reached checkpoint 4"
