@@ -13,8 +13,9 @@ exact per-step Q_pos / M_ret / ΔNLL_rare over seeds (``fgrpo_verl/tasks/raremod
 4. a table: train reward at the start and end of each run, held-out pass@1 / pass@k (unbiased estimator over
    ``val_n`` samples per maze), plus where the W&B runs, logs and the plot are.
 
-The defaults are sized so that the whole job takes <= 10 minutes on 2 cores and < 8 GB RAM (docs/maze.md has
-the measured numbers). W&B logs offline unless W&B is configured (WANDB_API_KEY / ``wandb login`` / WANDB_MODE).
+The maze defaults are sized so that the whole job takes <= 10 minutes on 2 cores and < 8 GB RAM (docs/maze.md has
+the measured numbers); the rare-mode default takes 12 minutes on 2 quiet cores, over that budget (docs/raremode.md,
+"Where a run's time goes"). W&B logs offline unless W&B is configured (WANDB_API_KEY / ``wandb login`` / WANDB_MODE).
 """
 
 from __future__ import annotations
