@@ -302,6 +302,10 @@ class ComposeCache:
     def __init__(self, config_name: str = CONFIG_NAME):
         self.config_name = config_name
         self._files: str | None = None
+        # the directory is checked once per cache (a command's composer), not at every load and store
+        self._where: Path | None = None
+        self._checked = False
+        self._pruned = False
 
     def _files_digest(self) -> str:
         import hashlib
@@ -323,6 +327,12 @@ class ComposeCache:
 
     def _dir(self) -> Path | None:
         """This file set's directory, private to this user (created if missing), or None: no cache here."""
+        if not self._checked:
+            self._checked = True
+            self._where = self._private_dir()
+        return self._where
+
+    def _private_dir(self) -> Path | None:
         from fgrpo_verl.launch.private_dir import ensure_private_dir
 
         root = cache_root()
@@ -334,6 +344,22 @@ class ComposeCache:
             return ensure_private_dir(ensure_private_dir(root / "compose") / self._files_digest())
         except (OSError, ValueError):
             return None
+
+    def _prune(self, where: Path) -> None:
+        """Once per cache: remove file sets unused for a month and temporary files of writers that died."""
+        import shutil
+        import time
+
+        if self._pruned:
+            return
+        self._pruned = True
+        now = time.time()
+        for other in where.parent.iterdir():
+            if other != where and other.is_dir() and now - other.stat().st_mtime > _UNUSED_S:
+                shutil.rmtree(other, ignore_errors=True)
+        for leftover in where.glob("*.tmp"):
+            if now - leftover.stat().st_mtime > _STALE_TMP_S:
+                leftover.unlink(missing_ok=True)
 
     @staticmethod
     def _name(selections: tuple[str, ...]) -> str:
@@ -367,9 +393,7 @@ class ComposeCache:
     def store(self, selections: tuple[str, ...], config) -> None:
         import json
         import os
-        import shutil
         import tempfile
-        import time
 
         from omegaconf import OmegaConf
 
@@ -378,13 +402,7 @@ class ComposeCache:
             return
         tmp = None
         try:
-            now = time.time()
-            for other in where.parent.iterdir():  # file sets unused for a month; writers that died
-                if other != where and other.is_dir() and now - other.stat().st_mtime > _UNUSED_S:
-                    shutil.rmtree(other, ignore_errors=True)
-            for leftover in where.glob("*.tmp"):
-                if now - leftover.stat().st_mtime > _STALE_TMP_S:
-                    leftover.unlink(missing_ok=True)
+            self._prune(where)
             entry = {"selections": list(selections), "struct": bool(OmegaConf.is_struct(config)),
                      "config": OmegaConf.to_container(config, resolve=False)}
             text = json.dumps(entry)
