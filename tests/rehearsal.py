@@ -111,14 +111,14 @@ def rehearsal(recipe_name: str, run_name: str, workdir: Path, model_path: str | 
     ``env`` points the recipe's data (and the maze's model) at the stand-ins built in ``workdir``; ``model_path``
     replaces a Hub model (None: the recipe's path, resolved through ``env``)."""
     from fgrpo_verl.config.compose import compose
-    from fgrpo_verl.launch import recipe_environment
+    from fgrpo_verl.environment import environment_with
     from fgrpo_verl.launch.preflight import storage_load
     from fgrpo_verl.launch.recipe import load_recipe
 
     recipe = load_recipe(recipe_name)
     (run,) = recipe.select([run_name])
     base = recipe.run_overrides(run)
-    with recipe_environment(env):
+    with environment_with(env):
         cluster = compose(base)
         world = int(cluster.trainer.nnodes) * int(cluster.trainer.n_gpus_per_node)
         gpus = min(world, MAX_GPUS)

@@ -16,7 +16,8 @@ from omegaconf import OmegaConf
 
 from fgrpo_verl.cli import main as cli_main
 from fgrpo_verl.config.compose import compose, validate
-from fgrpo_verl.launch import plan_jobs, preflight, recipe_environment
+from fgrpo_verl.environment import environment_with
+from fgrpo_verl.launch import plan_jobs, preflight
 from fgrpo_verl.launch.recipe import load_recipe
 from fgrpo_verl.config.paths import recipes_dir
 
@@ -138,7 +139,7 @@ def test_the_tp_rule_is_verls_init_model_assert(tmp_path):
     results = {}
     for tp in (2, 1):
         overrides = ["backend=cpu", *_maze("n4-g0p0"), f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp}"]
-        with recipe_environment(env):
+        with environment_with(env):
             config = compose(overrides)
             OmegaConf.resolve(config)
         path = tmp_path / f"tp{tp}.yaml"

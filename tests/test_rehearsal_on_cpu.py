@@ -25,7 +25,7 @@ import json
 from pathlib import Path
 
 import pytest
-from fgrpo_verl.launch import recipe_environment
+from fgrpo_verl.environment import environment_with
 from rehearsal import BACKEND, rehearsal, standin_llm, standin_maze
 from verl_runs import metrics as _metrics
 from verl_runs import run_train
@@ -52,7 +52,7 @@ def _check_preflight(reh, workdir: Path) -> str:
     from fgrpo_verl.config.compose import compose
     from fgrpo_verl.launch import preflight
 
-    with recipe_environment(reh.env):
+    with environment_with(reh.env):
         return preflight.run(compose(reh.overrides), workdir, require_model=True).summary()
 
 
@@ -100,7 +100,7 @@ def test_one_slot_per_storage_unit_below_the_bound_fails_in_verl_and_in_the_pref
     # per-unit capacity ceil(total / units) one below ceil(live / units)
     total = units * (-(-live // units) - 1)
     overrides = [*reh.overrides, f"{key}.total_storage_size={total}"]
-    with recipe_environment(reh.env), pytest.raises(preflight.PreflightError) as err:
+    with environment_with(reh.env), pytest.raises(preflight.PreflightError) as err:
         preflight.run(compose(overrides), root)
     assert str(err.value) == (f"{key}.total_storage_size={total}: a step holds {live} samples in TransferQueue "
                               f"({units} unit(s) of {total // units}), more than it stores ('Storage capacity "

@@ -9,14 +9,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import os
 import re
 import subprocess
 from pathlib import Path
 
 from fgrpo_verl.config.compose import batch_session
+from fgrpo_verl.environment import environment_with
 from fgrpo_verl.launch.recipe import Recipe, load_recipe
 from fgrpo_verl.launch.render import JobScript, render_job
 
@@ -86,7 +85,7 @@ def plan_jobs(
         where = f"recipe {recipe.name}, run {run.name}"
         try:
             check_user_overrides([*recipe.common, *run.overrides])
-            with recipe_environment(recipe.env):
+            with environment_with(recipe.env):
                 config = composer.compose(run_overrides)
                 rows = train_rows(config, workdir)
                 plan = None
@@ -187,21 +186,6 @@ def _raise_refused(where: str, verdict: tuple[str, str], validator) -> None:
     if kind == "refused":
         raise ValueError("\n".join(f"{where}: {line}" for line in text.splitlines()))
     raise ValueError(f"{where}: invalid config: {text}")
-
-
-@contextlib.contextmanager
-def recipe_environment(env: dict[str, str]):
-    """``os.environ`` plus the recipe's ``env:`` (exported by every job) for the duration; restored after."""
-    saved = {name: os.environ.get(name) for name in env}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 def run_states(jobs: list[JobScript]) -> list:

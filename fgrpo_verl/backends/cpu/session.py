@@ -71,13 +71,12 @@ class RaySession:
                 f"RaySession: RAY_ADDRESS={os.environ['RAY_ADDRESS']!r} is set, so ray.init would join that cluster "
                 "instead of starting one; unset it"
             )
+        from fgrpo_verl.environment import environment_with
         from fgrpo_verl.job import ray_start
-
-        from fgrpo_verl.launch import recipe_environment
 
         cpus, gpus, ray_settings = self._cpu_config()
         # for the raylet started now (worker niceness); this process's environment as before afterwards
-        with recipe_environment(ray_settings):
+        with environment_with(ray_settings):
             # a slow start on a busy machine is retried (fgrpo_verl/job/ray_start.py)
             ray_start.init(num_cpus=self.num_cpus or cpus, num_gpus=self.num_gpus or gpus, include_dashboard=False,
                            log_to_driver=False)
