@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from user_env import user_environment
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
@@ -45,8 +46,7 @@ def test_two_step_run_is_quiet_survives_a_slow_ray_start_and_ends_without_a_wand
         "trainer.total_training_steps=2", "trainer.val_before_train=False", "trainer.test_freq=-1",
         "trainer.save_freq=-1", "trainer.logger=[console,wandb]", f"trainer.default_local_dir={ckpt}",
     ]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("FGRPO_", "WANDB_", "RAY_ADDRESS"))
-           or k == "FGRPO_VERL_CACHE_DIR"}
+    env = user_environment("RAY_ADDRESS")
     env.update(WANDB_MODE="offline", WANDB_DIR=str(tmp_path), PYTHONPATH=str(REPO))
     code = TRAIN.format(tests=str(TESTS))
     proc = subprocess.Popen([sys.executable, "-c", code, "train", "--quiet", *overrides], cwd=tmp_path, env=env,

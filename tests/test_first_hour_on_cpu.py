@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from user_env import user_environment
 
 from fgrpo_verl.cli import main
 
@@ -27,8 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 def _cli(*args, env=None, cwd=None, timeout=300) -> subprocess.CompletedProcess:
     """``python -m fgrpo_verl ARGS`` as a user runs it: what reaches the terminal, and the exit status."""
-    full = {k: v for k, v in os.environ.items() if not k.startswith(("FGRPO_", "WANDB_", "HYDRA_FULL_ERROR"))
-           or k == "FGRPO_VERL_CACHE_DIR"}
+    full = user_environment("HYDRA_FULL_ERROR")
     full.update(env or {})
     return subprocess.run([sys.executable, "-m", "fgrpo_verl", *map(str, args)], capture_output=True, text=True,
                           env=full, cwd=cwd, timeout=timeout)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from user_env import user_environment
 
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
@@ -165,8 +166,7 @@ def _flags(command: str) -> list[str]:
 
 
 def _shell(command: str, cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("FGRPO_", "WANDB_"))
-           or k == "FGRPO_VERL_CACHE_DIR"}
+    env = user_environment()
     env["PATH"] = f"{BIN}{os.pathsep}{env['PATH']}"
     env["PYTHONPATH"] = str(REPO)
     env["HF_HUB_OFFLINE"] = "1"  # nothing here may reach the Hub (hf's CLI checks for its own updates otherwise)
