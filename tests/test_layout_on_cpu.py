@@ -1,9 +1,8 @@
-"""The package layout (issue 19): old module names still import, and the trainer side never loads the launcher.
+"""The package layout: the installed entry point, Hydra ``_target_`` strings and ``pkg://`` paths name modules
+that exist, and the trainer side never loads the launcher.
 
-* Every old dotted name in ``fgrpo_verl.MOVED`` imports to the *same module object* as its new name, which keeps
-  its own ``__name__`` and ``__spec__`` (pickles and Ray refer to the new name); an older install's entry point
-  (``fgrpo = fgrpo_verl.plugin``), an old Hydra ``_target_`` and old ``pkg://`` paths still load; a name that
-  never existed still raises ``ModuleNotFoundError``.
+* The ``verl.plugins`` entry point, the loss config's ``_target_`` and the ``pkg://`` paths resolve to the package's
+  modules; a module name that does not exist raises ``ModuleNotFoundError`` (there are no aliases of old names).
 * Nothing the trainer side (``integration/``, ``job/``, ``monitoring/``: code inside Ray workers on GPU nodes)
   imports pulls in ``fgrpo_verl.launch`` (the login-node launcher): checked in a fresh process after importing and
   registering everything, and statically over every import statement they can reach (lazy ones included).
@@ -43,8 +42,8 @@ def _module_file(name: str) -> Path | None:
 @pytest.fixture(scope="module")
 def fresh_process() -> dict:
     """One fresh process (importing verl's trainer stack costs ~20 s): first everything the trainer side imports
-    and registers, with the fgrpo_verl modules that loaded; then every old name, an old entry point, an old Hydra
-    ``_target_`` and old ``pkg://`` paths."""
+    and registers, with the fgrpo_verl modules that loaded; then the entry point, the Hydra ``_target_`` and the
+    ``pkg://`` paths."""
     return _run(f"""
         import importlib, json, pkgutil, sys
         import fgrpo_verl
@@ -57,16 +56,6 @@ def fresh_process() -> dict:
         register_all(strict=False)
         loaded = sorted(m for m in sys.modules if m.startswith("fgrpo_verl"))
 
-        moved = {{}}
-        for old, new in fgrpo_verl.MOVED.items():
-            module = importlib.import_module(old)
-            parent, _, leaf = old.rpartition(".")
-            moved[old] = {{
-                "same": module is importlib.import_module(new) and sys.modules[old] is module,
-                "attr": getattr(sys.modules[parent], leaf) is module,
-                "name": module.__name__, "spec": module.__spec__.name, "loader": type(module.__loader__).__name__,
-            }}
-
         from importlib.metadata import EntryPoint, entry_points
         from hydra.utils import get_class
         from verl.utils.import_utils import load_module  # how verl resolves pkg:// (custom_reward_function.path)
@@ -74,35 +63,29 @@ def fresh_process() -> dict:
         from fgrpo_verl.integration.loss import FocalPolicyLossConfig
         print(json.dumps({{
             "loaded": loaded,
-            "moved": moved,
-            "entry_point": EntryPoint(name="fgrpo", value="fgrpo_verl.plugin", group="verl.plugins").load() is plugin,
-            "target": get_class("fgrpo_verl.loss.FocalPolicyLossConfig") is FocalPolicyLossConfig,
-            "pkg": [load_module("pkg://fgrpo_verl/launch/preempt") is preempt,
-                    load_module("pkg://fgrpo_verl.plugin") is plugin,
+            "entry_point": EntryPoint(name="fgrpo", value="fgrpo_verl.integration.plugin",
+                                      group="verl.plugins").load() is plugin,
+            "target": get_class("fgrpo_verl.integration.loss.FocalPolicyLossConfig") is FocalPolicyLossConfig,
+            "pkg": [load_module("pkg://fgrpo_verl/job/preempt") is preempt,
+                    load_module("pkg://fgrpo_verl.integration.plugin") is plugin,
                     load_module("pkg://fgrpo_verl.rewards") is rewards and callable(rewards.math_verify_score)],
             "installed": [ep.value for ep in entry_points(group="verl.plugins") if ep.name == "fgrpo"],
         }}))
     """)
 
 
-def test_every_old_name_is_the_new_module_on_cpu(fresh_process):
-    moved = fresh_process["moved"]
-    assert set(moved) == set(fgrpo_verl.MOVED)
-    for old, new in fgrpo_verl.MOVED.items():
-        assert moved[old] == {"same": True, "attr": True, "name": new, "spec": new, "loader": "SourceFileLoader"}, old
-
-
-def test_old_entry_point_hydra_target_and_pkg_paths_load_the_new_objects_on_cpu(fresh_process):
+def test_entry_point_hydra_target_and_pkg_paths_load_the_package_objects_on_cpu(fresh_process):
     assert fresh_process["entry_point"] and fresh_process["target"] and fresh_process["pkg"] == [True, True, True]
-    # this checkout's install: the new entry point, or an install made before the move (the alias then loads it)
-    assert fresh_process["installed"] in (["fgrpo_verl.integration.plugin"], ["fgrpo_verl.plugin"])
+    assert fresh_process["installed"] == ["fgrpo_verl.integration.plugin"]
 
 
 @pytest.mark.parametrize("name", [
     "fgrpo_verl.no_such_module", "fgrpo_verl.launch.no_such_module", "fgrpo_verl.integration.plugins",
     "fgrpo_verl.job.recipe",
+    # names of an unreleased layout: no aliases (an old editable install is fixed by reinstalling)
+    "fgrpo_verl.plugin", "fgrpo_verl.estimator", "fgrpo_verl.launch.preempt", "fgrpo_verl.compose",
 ])
-def test_unknown_names_still_raise_module_not_found_on_cpu(name):
+def test_unknown_names_raise_module_not_found_on_cpu(name):
     import importlib
 
     with pytest.raises(ModuleNotFoundError) as err:
@@ -118,7 +101,7 @@ def test_trainer_side_imports_no_launcher_at_run_time_on_cpu(fresh_process):
 
 def _imports(path: Path) -> set[str]:
     """Every fgrpo_verl module an import statement in ``path`` can load (function-level ones included), with the
-    packages whose ``__init__`` it runs; old names mapped to their new ones."""
+    packages whose ``__init__`` it runs."""
     names = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
@@ -132,7 +115,7 @@ def _imports(path: Path) -> set[str]:
             continue
         parts = name.split(".")
         for i in range(1, len(parts) + 1):
-            prefix = fgrpo_verl.MOVED.get(".".join(parts[:i]), ".".join(parts[:i]))
+            prefix = ".".join(parts[:i])
             if _module_file(prefix) is not None:
                 out.add(prefix)
     return out
