@@ -326,3 +326,30 @@ def test_a_fresh_run_is_evaluated_in_its_own_directory_and_w_and_b_run(tmp_path)
         assert plan["run_dir"] == str(job.checkpoint_dir) and plan["wandb"]["run_id"] == job.wandb_run_id
         assert plan["experiment"] == job.job_name and f'#SBATCH --job-name="{job.job_name}"' in job.evaluation.jobs[0].text
     assert fresh.checkpoint_dir != plain.checkpoint_dir and fresh.wandb_run_id != plain.wandb_run_id
+
+
+def _job(name, gamma, lr=1e-6):
+    from omegaconf import OmegaConf
+
+    config = OmegaConf.create({"algorithm": {"fgrpo": {"gamma": gamma}}, "trainer": {"experiment_name": name},
+                               "actor_rollout_ref": {"actor": {"optim": {"lr": lr}}}})
+    return SimpleNamespace(job_name=name, config=config, run=SimpleNamespace(name=name))
+
+
+def test_a_baseline_written_as_an_integer_gamma_is_still_the_focal_runs_twin():
+    """A recipe may write algorithm.fgrpo.gamma=0 (an int): values are compared, not their spelling."""
+    focal, base_int, other = _job("exp-focal", 0.5), _job("exp-base", 0), _job("exp-other", 0, lr=2e-6)
+    assert ej.find_baseline(focal, [focal, other, base_int]) is base_int
+    assert ej.find_baseline(_job("exp-focal-1", 1), [base_int]) is base_int  # an int γ on the focal side too
+    assert ej.find_baseline(focal, [focal, other]) is None  # a different lr is another experiment
+
+
+def test_the_dry_run_says_when_a_focal_run_has_no_baseline():
+    focal = _job("exp-focal", 0.5)
+    focal.evaluation = SimpleNamespace(baseline=None, jobs=(), cost_lines=(), setting_line="setting")
+    lines = ej.dry_run_lines(focal)
+    assert any(line.startswith("### no γ = 0 baseline for exp-focal in the recipe") and "no compute limit" in line
+               for line in lines), lines
+    control = _job("exp-control", 0.0)
+    control.evaluation = focal.evaluation
+    assert not any("baseline" in line for line in ej.dry_run_lines(control))

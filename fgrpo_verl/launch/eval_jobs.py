@@ -177,14 +177,26 @@ VALIDATION_KEYS = ("trainer.test_freq", "trainer.val_before_train", "trainer.val
                    "data.val_batch_size", "actor_rollout_ref.rollout.val_kwargs")
 
 
+def _as_value(node):
+    """Numbers as the values they are: a recipe may write ``0`` where another writes ``0.0`` (bools stay bools)."""
+    if isinstance(node, dict):
+        return {k: _as_value(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_as_value(v) for v in node]
+    if isinstance(node, int) and not isinstance(node, bool):
+        return float(node)
+    return node
+
+
 def _config_text(job, gamma: float | None = None) -> str:
-    """The job's resolved config as text with its own name taken out (values interpolate it), without validation
-    settings and, when given, with γ replaced: two runs with equal texts train the same but for γ."""
+    """The job's resolved config as text with its own name taken out (values interpolate it), numbers compared as
+    values, without validation settings and, when given, with γ replaced: two runs with equal texts train the same
+    but for γ."""
     from omegaconf import OmegaConf
 
-    tree = OmegaConf.to_container(job.config, resolve=True)
+    tree = _as_value(OmegaConf.to_container(job.config, resolve=True))
     if gamma is not None:
-        tree["algorithm"]["fgrpo"]["gamma"] = gamma
+        tree["algorithm"]["fgrpo"]["gamma"] = float(gamma)
     for dotted in VALIDATION_KEYS:
         *parents, last = dotted.split(".")
         node = tree
@@ -495,6 +507,9 @@ def dry_run_lines(job) -> list[str]:
     lines = [f"### evaluation of {job.job_name} (run {job.run.name}): {ev.setting_line}"]
     if ev.baseline:
         lines.append(f"### checkpoint selection against the γ = 0 baseline run {ev.baseline} (equal or less compute)")
+    elif float(job.config.algorithm.fgrpo.gamma) > 0:
+        lines.append(f"### no γ = 0 baseline for {job.run.name} in the recipe (no run with the same config but γ = 0):"
+                     f" its checkpoint is selected on its own scores, with no compute limit")
     for e in ev.jobs:
         p = e.plan["passes"][e.phase] if e.phase in e.plan["passes"] else None
         what = (f"n={p['n']} on every epoch checkpoint" if e.phase == "selection"
