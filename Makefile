@@ -26,8 +26,9 @@ $(VENV)/.installed: setup.py Makefile
 
 venv: $(VENV)/.installed
 
+# Ends with the 15 slowest tests, so drift in the suite's time shows in every run (CI's included).
 test: venv slurm-deps
-	$(PY) -m pytest tests $(PYTEST_ARGS)
+	$(PY) -m pytest tests --durations=15 $(PYTEST_ARGS)
 
 test-fast: venv
 	$(PY) -m pytest tests -m "not e2e and not slurm" $(PYTEST_ARGS)
