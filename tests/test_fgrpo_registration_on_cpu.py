@@ -15,7 +15,8 @@ from conftest import algo_config, make_batch
 import verl  # noqa: F401  (loads the plugin)
 from verl.trainer.ppo import core_algos
 
-from fgrpo_verl.integration import estimator, import_hooks, plugin, registration
+from fgrpo_verl import import_hooks
+from fgrpo_verl.integration import estimator, plugin, registration
 
 
 def _load_copy(module, name):
@@ -219,6 +220,42 @@ def test_a_module_loaded_by_a_legacy_loader_still_runs_its_callbacks(monkeypatch
     finally:
         import_hooks.discard(name)
         sys.modules.pop(name, None)
+
+
+def test_two_patches_on_one_module_both_run_once_and_a_raising_patch_fails_the_import(tmp_path, monkeypatch):
+    """The backends' patches share the plugin's hook: two on one module run in order, once each (a second finder per
+    patch used to make the finders ask each other forever: RecursionError); a repeated registration adds nothing; a
+    patch registered with errors="raise" that fails is the import's error, not a WARNING."""
+    name, bad = "fgrpo_hook_two_patches", "fgrpo_hook_raising_patch"
+    (tmp_path / f"{name}.py").write_text("VALUE = 5\n")
+    (tmp_path / f"{bad}.py").write_text("VALUE = 6\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    seen = []
+
+    def first(module):
+        seen.append(("first", module.VALUE))
+
+    def second(module):
+        seen.append(("second", module.VALUE))
+
+    def failing(_module):
+        raise RuntimeError("patch target changed")
+
+    try:
+        for patch in (first, second, first):
+            import_hooks.when_imported(name, patch, errors="raise")
+        assert import_hooks.pending()[name] == 2
+        assert importlib.import_module(name).VALUE == 5
+        assert seen == [("first", 5), ("second", 5)]
+        import_hooks.when_imported(bad, failing, errors="raise")
+        with pytest.raises(RuntimeError, match="patch target changed"):
+            importlib.import_module(bad)
+        with pytest.raises(ValueError, match=r"errors must be one of \('log', 'raise'\), got 'ignore'"):
+            import_hooks.when_imported(name, first, errors="ignore")
+    finally:
+        for module in (name, bad):
+            import_hooks.discard(module)
+            sys.modules.pop(module, None)
 
 
 def test_a_namespace_package_is_not_hooked_and_says_so(tmp_path, monkeypatch, caplog):

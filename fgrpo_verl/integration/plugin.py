@@ -7,7 +7,7 @@ changes no environment variable. What it does, in order:
 1. If the installed verl is not the supported release, log a WARNING naming it; the steps marked "0.9.1 only"
    below are then skipped (they extend verl internals), the others still run.
 2. Schedule each registration step for the moment verl imports the module that holds its registry
-   (``fgrpo_verl.integration.import_hooks``): a process that never imports that module never runs the step and never imports
+   (``fgrpo_verl.import_hooks``): a process that never imports that module never runs the step and never imports
    our code for it. Steps whose module is already imported run at once.
 
    ==========================================  ==============================  ============
@@ -31,7 +31,8 @@ import functools
 import logging
 import sys
 
-from fgrpo_verl.integration import import_hooks, registration
+from fgrpo_verl import import_hooks
+from fgrpo_verl.integration import registration
 
 logger = logging.getLogger("fgrpo_verl")
 

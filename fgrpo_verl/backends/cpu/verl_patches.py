@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import sys
 
-from fgrpo_verl.backends.import_hooks import when_imported
+from fgrpo_verl.import_hooks import when_imported
 
 _ORIGINALS: dict[str, object] = {}
 # seconds between the replay buffer's TransferQueue polls on the cpu platform (verl: 2.0)
@@ -87,9 +87,9 @@ def install() -> None:
     Modules that already bound an original with ``from ... import`` are patched too, so the result does not
     depend on import order.
     """
-    when_imported("verl.utils.distributed", _patch_distributed)
-    when_imported("verl.utils.fsdp_utils", _patch_fsdp_utils)
-    when_imported("verl.trainer.ppo.v1.replay_buffer", _patch_replay_buffer)
+    when_imported("verl.utils.distributed", _patch_distributed, errors="raise")
+    when_imported("verl.utils.fsdp_utils", _patch_fsdp_utils, errors="raise")
+    when_imported("verl.trainer.ppo.v1.replay_buffer", _patch_replay_buffer, errors="raise")
 
 
 def _patch_distributed(module) -> None:

@@ -37,7 +37,7 @@ import functools
 import logging
 import os
 
-from fgrpo_verl.backends.import_hooks import when_imported
+from fgrpo_verl.import_hooks import when_imported
 from fgrpo_verl.backends.vllm_cpu_engine import WEIGHT_SYNC_TIMEOUT_ENV, weight_sync_timeout_s
 
 VERL_VLLM_UTILS = "verl.workers.rollout.vllm_rollout.utils"
@@ -190,6 +190,6 @@ def _quiet_layerwise(module) -> None:
 def install() -> None:
     """Wrap verl's worker-side weight update and its bucket sender when (or now, if) their modules are imported
     (idempotent)."""
-    when_imported(VERL_VLLM_UTILS, _patch)
-    when_imported(VERL_BUCKETS, _patch_sender)
-    when_imported(VLLM_LAYERWISE, _quiet_layerwise)
+    when_imported(VERL_VLLM_UTILS, _patch, errors="raise")
+    when_imported(VERL_BUCKETS, _patch_sender, errors="raise")
+    when_imported(VLLM_LAYERWISE, _quiet_layerwise, errors="raise")

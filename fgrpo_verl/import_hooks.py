@@ -1,17 +1,22 @@
 """Run a callback right after a named module has been imported, without importing it ourselves.
 
-The plugin must not import verl's heavy modules (``verl.trainer.ppo.core_algos``, the v1 trainer stack) just to
-put names in their registries: any process that imports them imports the registries with them, so registering at
-that moment is as good as registering up front, and a process that never imports them pays nothing.
+Two users, one mechanism. The plugin must not import verl's heavy modules (``verl.trainer.ppo.core_algos``, the v1
+trainer stack) just to put names in their registries: any process that imports them imports the registries with
+them, so registering at that moment is as good as registering up front, and a process that never imports them
+pays nothing. The backends change verl modules (a registry entry, a wrapped function) the same way, for the same
+reason, and because importing them early could resolve verl's platform before the backend selected it.
 
-:func:`when_imported` therefore runs ``callback(module)`` at once when the module is already in ``sys.modules``,
-and otherwise puts one small finder at the front of ``sys.meta_path``. That finder answers only for the watched
+:func:`when_imported` runs ``callback(module)`` at once when the module is already in ``sys.modules``, and
+otherwise puts one small finder at the front of ``sys.meta_path``. That finder answers only for the watched
 names: it asks the remaining finders for the real spec and wraps the spec's loader so that ``exec_module``
 runs the module, restores the original loader on it (``module.__loader__``, ``__spec__.loader``), then runs the
-callbacks (a legacy loader with only ``load_module`` is wrapped the same way; every other loader attribute is the
-real loader's). A callback that raises is logged at WARNING and never breaks the import of verl's module. A
-namespace package has no loader to wrap: its callbacks cannot run, which is logged at WARNING. The lookup is
-guarded per thread, so another finder that delegates the same way cannot make the two recurse.
+callbacks before any other module can bind the module's names (a legacy loader with only ``load_module`` is
+wrapped the same way; every other loader attribute is the real loader's). A callback registered with
+``errors="log"`` that raises is logged at WARNING and never breaks the import of verl's module (the plugin's
+registrations: what is missing is said); with ``errors="raise"`` its exception is the import's (a backend's patch:
+running on an unpatched verl would fail later and less clearly). A namespace package has no loader to wrap: its
+callbacks cannot run, which is logged at WARNING. The lookup is guarded per thread, so another finder that
+delegates the same way cannot make the two recurse, and many callbacks on one module share one hook.
 """
 
 from __future__ import annotations
@@ -25,15 +30,21 @@ from collections.abc import Callable
 
 logger = logging.getLogger("fgrpo_verl")
 
+ERRORS = ("log", "raise")
+
 _lock = threading.RLock()
-_pending: dict[str, list[Callable]] = {}
+# module name -> [(callback, errors)] waiting for it
+_pending: dict[str, list[tuple[Callable, str]]] = {}
 
 
-def _run(callbacks: list[Callable], module) -> None:
-    for callback in callbacks:
+def _run(callbacks: list[tuple[Callable, str]], module) -> None:
+    for callback, errors in callbacks:
         try:
             callback(module)
-        except Exception as exc:  # the import of verl's module must go on; say what is missing
+        except Exception as exc:
+            if errors == "raise":
+                raise
+            # the import of verl's module must go on; say what is missing
             logger.warning("fgrpo-verl: %s after importing %s failed: %s: %s",
                            getattr(callback, "__qualname__", callback), module.__name__, type(exc).__name__, exc)
 
@@ -120,14 +131,22 @@ class _Finder(importlib.abc.MetaPathFinder):
 _finder = _Finder()
 
 
-def when_imported(name: str, callback: Callable) -> None:
-    """Call ``callback(module)`` once module ``name`` has been executed: now if it already has been."""
+def when_imported(name: str, callback: Callable, errors: str = "log") -> None:
+    """Call ``callback(module)`` once module ``name`` has been executed: now if it already has been.
+
+    ``errors``: ``"log"`` (a WARNING, the import goes on) or ``"raise"`` (the callback's exception is the import's).
+    Registering the same ``(name, callback)`` again while it waits adds nothing: give module-level functions where
+    a second registration must be a no-op (a new lambda per call is a new callback)."""
+    if errors not in ERRORS:
+        raise ValueError(f"errors must be one of {ERRORS}, got {errors!r}")
     module = sys.modules.get(name)
     if module is not None:
-        _run([callback], module)
+        _run([(callback, errors)], module)
         return
     with _lock:
-        _pending.setdefault(name, []).append(callback)
+        waiting = _pending.setdefault(name, [])
+        if all(cb is not callback for cb, _ in waiting):
+            waiting.append((callback, errors))
         if _finder not in sys.meta_path:
             sys.meta_path.insert(0, _finder)
 
