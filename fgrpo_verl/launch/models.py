@@ -49,6 +49,16 @@ _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 _WEIGHTS = ("*.safetensors", "pytorch_model*.bin")
 
 
+def _weight_files(directory: Path) -> list[Path]:
+    """The weight files a load reads: the safetensors ones when a repository ships both formats (transformers and
+    vLLM load those and ignore the .bin copies, which must not be counted twice), else the .bin ones."""
+    for pattern in _WEIGHTS:
+        files = sorted(directory.glob(pattern))
+        if files:
+            return files
+    return []
+
+
 def _is_hub_id(path: str) -> bool:
     """``org/name``, the form of a Hub id (one slash, no leading ./ or /); :func:`model_dir` tries a local
     directory of that name first, as ``from_pretrained`` does."""
@@ -86,7 +96,7 @@ def _incomplete(directory: Path) -> str | None:
         if absent:
             return f"lacks {len(absent)} of the {len(shards)} weight shards its {index[0].name} lists ({absent[0]}, ...)"
         return None
-    if not any(any(directory.glob(pattern)) for pattern in _WEIGHTS):
+    if not _weight_files(directory):
         return "has no weight files (*.safetensors, pytorch_model*.bin)"
     return None
 
@@ -127,7 +137,7 @@ def _from_config(directory: Path) -> Architecture | None:
         )
     except (KeyError, TypeError, ValueError):
         return None
-    weights = [w for pattern in _WEIGHTS for w in directory.glob(pattern)]
+    weights = _weight_files(directory)
     if weights:
         dtype = config.get("torch_dtype") or config.get("dtype") or "float32"
         params = sum(w.stat().st_size for w in weights) / _DTYPE_BYTES.get(str(dtype), 4)
