@@ -1,4 +1,4 @@
-"""`fgrpo-verl report RECIPE` (fgrpo_verl/evaluation/recipe_report.py): on an empty results tree it lists every run
+"""`fgrpo-verl report RECIPE` (fgrpo_verl/launch/recipe_report.py): on an empty results tree it lists every run
 as missing and exits 0; on constructed run directories whose answer is known it makes the protocol's choices, puts
 our numbers beside the paper's, marks the paired significance and lists exactly what is missing."""
 
@@ -117,7 +117,7 @@ def tiny(tmp_path):
 
 
 def test_report_makes_the_protocols_choices_and_marks_significance(tiny):
-    from fgrpo_verl.evaluation.recipe_report import build_report
+    from fgrpo_verl.launch.recipe_report import build_report
 
     root, path, runs = tiny
     text = build_report(str(path), root, root / "r", (500, "paper", 0))
@@ -142,7 +142,7 @@ def test_report_makes_the_protocols_choices_and_marks_significance(tiny):
 
 
 def test_report_lists_what_is_missing_instead_of_dropping_it(tiny):
-    from fgrpo_verl.evaluation.recipe_report import build_report
+    from fgrpo_verl.launch.recipe_report import build_report
 
     root, path, runs = tiny
     run, label = runs[0.5]
@@ -164,7 +164,7 @@ def test_report_lists_what_is_missing_instead_of_dropping_it(tiny):
                   "GRPO-KL (1e-3)": "37.2/72.0", "F-GRPO (γ=0.5)": "38.6/70.3"}),
 ])
 def test_tables_2_and_3_label_each_run_as_the_papers_row_it_reproduces(tmp_path, recipe_name, rows):
-    from fgrpo_verl.evaluation.recipe_report import build_report
+    from fgrpo_verl.launch.recipe_report import build_report
 
     text = build_report(recipe_name, tmp_path, tmp_path / "r", None)
     lines = text.splitlines()

@@ -1,4 +1,4 @@
-"""``fgrpo-verl report RECIPE``: the paper's tables from a recipe's runs (fgrpo_verl/evaluation/recipe_report.py).
+"""``fgrpo-verl report RECIPE``: the paper's tables from a recipe's runs (fgrpo_verl/launch/recipe_report.py).
 
 Reads the run directories under the launch directory (the current one); needs no GPU, model or Slurm."""
 
@@ -23,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fgrpo_verl.evaluation.recipe_report import build_report
+    from fgrpo_verl.launch.recipe_report import build_report
     from fgrpo_verl.launch.recipe import load_recipe
 
     try:

@@ -1,6 +1,6 @@
 """The selection protocol (selection.py) applied to run directories: read each checkpoint's selection-pass score,
 check that the run is finished and fully scored, and choose. Used by the final evaluation job
-(checkpoint_eval.py) and by ``fgrpo-verl report`` (recipe_report.py), so both make the same choice.
+(checkpoint_eval.py) and by ``fgrpo-verl report`` (launch/recipe_report.py), so both make the same choice.
 """
 
 from __future__ import annotations
