@@ -73,10 +73,27 @@ def make_plan(root: Path, run: Path, bench: Path, **extra) -> dict:
     return plan
 
 
-def copy_run(built, name: str) -> Path:
+@pytest.fixture(scope="module")
+def merged_template(built):
+    """The template run with its epoch checkpoints already merged by verl's model merger (ce.ensure_merged, the
+    job's own step). A copy keeps the checkpoint signatures (same mtimes), so its evaluation reuses these merges:
+    the tests that are not about merging start from here. Merging inside a pass stays covered: a rewritten
+    checkpoint is merged again (the selection test), and the two workers of the final-pass test merge under their
+    lock on a copy of the unmerged template."""
     root, template, _ = built
+    run = root / "template_merged"
+    shutil.copytree(template, run, copy_function=shutil.copy2)
+    for step in (2, 4):
+        ckpt = run / f"global_step_{step}"
+        ce.ensure_merged(ckpt, ck.signature(ckpt / "actor"))
+    return run
+
+
+def copy_run(built, name: str, template: Path | None = None) -> Path:
+    root = built[0]
     run = root / name
-    shutil.copytree(template, run, copy_function=shutil.copy2)  # same mtimes: same signatures as the template
+    # same mtimes: same signatures as the template
+    shutil.copytree(template or built[1], run, copy_function=shutil.copy2)
     return run
 
 
@@ -98,9 +115,10 @@ def wandb_dir(built, monkeypatch):
 
 @pytest.mark.e2e
 @pytest.mark.timeout(600)
-def test_selection_pass_evaluates_each_epoch_checkpoint_once_and_logs_it_to_wandb(built, wandb_dir, capsys):
+def test_selection_pass_evaluates_each_epoch_checkpoint_once_and_logs_it_to_wandb(built, merged_template, wandb_dir,
+                                                                                   capsys):
     root, _, bench = built
-    run = copy_run(built, "sel")
+    run = copy_run(built, "sel", merged_template)
     plan = make_plan(root, run, bench)
     label = ce.pass_label(plan, "selection")
     assert ce.run_phase(plan, "selection") == 0
@@ -149,9 +167,10 @@ def test_selection_pass_evaluates_each_epoch_checkpoint_once_and_logs_it_to_wand
 
 @pytest.mark.e2e
 @pytest.mark.timeout(600)
-def test_an_unfinished_run_is_evaluated_but_not_logged_and_its_final_pass_waits(built, wandb_dir, capsys):
+def test_an_unfinished_run_is_evaluated_but_not_logged_and_its_final_pass_waits(built, merged_template, wandb_dir,
+                                                                                 capsys):
     root, _, bench = built
-    run = copy_run(built, "unfinished")
+    run = copy_run(built, "unfinished", merged_template)
     ck.write_steps(run, 2, 2, 6, 8, 4)  # 6 steps in all; the run stopped after 4
     plan = make_plan(root, run, bench)
     assert ce.run_phase(plan, "selection") == 0
@@ -166,14 +185,15 @@ def test_an_unfinished_run_is_evaluated_but_not_logged_and_its_final_pass_waits(
 
 @pytest.mark.e2e
 @pytest.mark.timeout(900)
-def test_final_pass_selects_by_the_protocol_and_workers_give_the_numbers_of_one_process(built, wandb_dir, capsys,
+def test_final_pass_selects_by_the_protocol_and_workers_give_the_numbers_of_one_process(built, merged_template,
+                                                                                          wandb_dir, capsys,
                                                                                           monkeypatch):
     root, _, bench = built
     # worker processes import the scorer (a module of tests/) themselves
     tests = str(Path(__file__).parent)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (tests, os.environ.get("PYTHONPATH")) if p))
-    base = copy_run(built, "base")
-    focal = copy_run(built, "focal")
+    base = copy_run(built, "base", merged_template)
+    focal = copy_run(built, "focal")  # unmerged: the workers merge each checkpoint, one merger at a time
     base_plan = make_plan(root, base, bench)
     assert ce.run_phase(base_plan, "selection") == 0
     label = ce.pass_label(base_plan, "selection")

