@@ -421,3 +421,12 @@ def test_cli_refuses_owned_and_secret_overrides_and_takes_repeated_only(tmp_path
     assert cli_main(["launch", "controls", "--dry-run", "--only", "grpo-kl", "--only", "grpo-entropy"]) == 0
     names = re.findall(r"^### job \S+ \(run (\S+)\)", capsys.readouterr().out, re.M)
     assert names == ["grpo-entropy", "grpo-kl"]
+
+
+def test_an_unknown_run_in_a_sweep_says_how_to_list_its_runs_in_one_short_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert cli_main(["launch", "paper_main", "--dry-run", "--only", "qwen25_7b-grpo-g0p55"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and len(err) < 300, err
+    assert "no run named ['qwen25_7b-grpo-g0p55']" in err and "did you mean" in err.lower()
+    assert "36 runs: `fgrpo-verl recipes paper_main` lists them" in err

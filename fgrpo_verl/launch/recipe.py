@@ -103,6 +103,10 @@ class Run:
     variant: str | None = None
 
 
+# an unknown --only name lists the recipe's runs up to this many, else says how to list them
+LISTED_RUNS = 8
+
+
 @dataclass(frozen=True)
 class Recipe:
     name: str
@@ -133,7 +137,10 @@ class Recipe:
         unknown = [n for n in names if n not in known]
         if unknown:
             hint = "".join(did_you_mean(n, known) for n in unknown)
-            raise ValueError(f"--only: no run named {unknown} in recipe {self.name!r}{hint} (runs: {known})")
+            # a short recipe's names fit on the line; a sweep's (paper_main: 36) are one command away
+            runs = (f"runs: {known}" if len(known) <= LISTED_RUNS else
+                    f"{len(known)} runs: `fgrpo-verl recipes {self.name}` lists them")
+            raise ValueError(f"--only: no run named {unknown} in recipe {self.name!r}{hint} ({runs})")
         return [r for r in self.runs if r.name in names]
 
 
