@@ -66,6 +66,8 @@ VALIDATED_INSPECT = {"--cfg", "-c", "--package", "-p", "--resolve"}
 # fgrpo-verl's own output flags (not Hydra's): where verl's and Ray's output goes (fgrpo_verl/cli/quiet.py)
 OUTPUT_FLAGS = {"--quiet": True, "--verbose": False}
 INFO_TOPICS = ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")
+# the values Hydra's --cfg / --package take (Hydra answers anything else with its whole usage text)
+CFG_VALUES = ("job", "hydra", "all")
 RAY_ENV_KEY = "ray_kwargs.ray_init.runtime_env.env_vars"
 
 
@@ -112,6 +114,9 @@ def split_hydra_args(args: list[str]) -> tuple[list[str], list[str]]:
             if takes is True:
                 if nxt is None:
                     raise ValueError(f"Hydra flag {arg} needs a value (e.g. {arg} job)")
+                if arg in ("--cfg", "-c") and nxt not in CFG_VALUES:
+                    raise ValueError(f"Hydra flag {arg} takes one of {', '.join(CFG_VALUES)}, got {nxt!r}"
+                                     f"{did_you_mean(nxt, CFG_VALUES)}")
                 flags.append(nxt)
                 i += 1
             elif takes is None and nxt in INFO_TOPICS:
