@@ -122,6 +122,24 @@ def _clean_env():
     return env
 
 
+def test_validate_checks_the_fgrpo_block_once_with_or_without_the_plugins_wrapper(caplog, monkeypatch):
+    """validate() runs verl's validate_config, which the plugin wraps with the fgrpo check: its warnings (here
+    rollout.n=1) are said once, and without the wrapper (an unsupported verl) the check still runs."""
+    import logging
+
+    from verl.utils import config as verl_config
+
+    config = compose(["actor_rollout_ref.rollout.n=1"])
+    with caplog.at_level(logging.WARNING, logger="fgrpo_verl"):
+        validate(config)
+    assert caplog.text.count("actor_rollout_ref.rollout.n=1: every prompt group") == 1
+    caplog.clear()
+    monkeypatch.setattr(verl_config, "validate_config", verl_config.validate_config.__wrapped__)
+    with caplog.at_level(logging.WARNING, logger="fgrpo_verl"):
+        validate(config)
+    assert caplog.text.count("actor_rollout_ref.rollout.n=1: every prompt group") == 1
+
+
 def test_plain_import_verl_registers_fgrpo_in_a_fresh_process():
     code = ("import verl\nfrom verl.trainer.ppo.core_algos import get_adv_estimator_fn\n"
             "print(get_adv_estimator_fn('fgrpo').__module__)")

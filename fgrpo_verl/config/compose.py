@@ -581,11 +581,12 @@ def validate(config) -> None:
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
 
-    from fgrpo_verl.integration.registration import require_supported_verl
-    from fgrpo_verl.integration.validation import check_fgrpo
+    from fgrpo_verl.integration.registration import ident_of, require_supported_verl
+    from fgrpo_verl.integration.validation import WRAPPER_ID, check_fgrpo
 
     require_supported_verl()
-    check_fgrpo(config)
+    if ident_of(validate_config) != WRAPPER_ID:  # the plugin's wrapper checks it already (its warnings once)
+        check_fgrpo(config)
     printed = io.StringIO()
     try:
         with warnings.catch_warnings(), contextlib.redirect_stdout(printed):
