@@ -8,8 +8,9 @@ g = (1 - μ̂)^γ takes values strictly between 0 and 1 and γ visibly changes t
 A Slurm test holds a run at a known point with it: while the file named by ``$FGRPO_TEST_HOLD_FILE`` exists and
 a path it lists exists too, scoring waits (at most 10 minutes a call). Each line is a gate: ``PATH`` holds every scorer,
 ``JOBID PATH`` only the scorers of Slurm job JOBID (``$SLURM_JOB_ID``), so two jobs can each be held at their own
-point whatever order they get there in. Test (c) of tests/test_slurm_launch_e2e_on_cpu.py names step 2's checkpoint
-folder: the run stops in step 2's validation, after the checkpoint, before the log.
+point whatever order they get there in. tests/test_slurm_launch_e2e_on_cpu.py names step 1's rollout dump (step 2
+waits until the USR1 stop request is on disk), then step 4's checkpoint folder: the run stops in step 4's validation,
+after the checkpoint, before the log.
 """
 
 import os

@@ -1,4 +1,5 @@
-"""Shared helpers of the Slurm tests: a real two-node Slurm cluster (scripts/slurm_cluster.sh) per session.
+"""Shared helpers of the Slurm tests: a real two-node Slurm cluster (scripts/slurm_cluster.sh) per session
+(the ``slurm_cluster`` fixture of tests/conftest.py), handed to each module by :func:`module_cluster`.
 
 The cluster needs root and Debian's slurmctld/slurmd/slurm-client/munge packages (`make slurm-deps` installs
 them as root). Elsewhere every Slurm test is skipped with the reason spelled out.
@@ -79,6 +80,16 @@ class SlurmCluster:
         assert out.returncode == 0, f"sbatch failed: {out.stderr}"
         return out.stdout.strip().split(";")[0]
 
+    def cancel_all(self, timeout: float = 90) -> None:
+        """Cancel every job of this user and wait until the queue is empty."""
+        subprocess.run(["scancel", "--full", f"--user={os.geteuid()}"], env=self.env, check=False, capture_output=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            queue = subprocess.run(["squeue", "-h", "-o", "%i"], env=self.env, capture_output=True, text=True)
+            if queue.returncode == 0 and not queue.stdout.strip():
+                return
+            time.sleep(0.5)
+
     def job_field(self, job_id: str, field: str) -> str | None:
         out = subprocess.run(["scontrol", "-o", "show", "job", job_id], env=self.env, capture_output=True, text=True)
         match = re.search(rf"\b{field}=(\S+)", out.stdout)
@@ -135,7 +146,7 @@ def wait_no_processes(text: str, timeout: float = 30.0) -> list[str]:
 
 
 def cluster_or_skip():
-    """Generator for a module-scoped fixture: a fresh two-node cluster, torn down after the module."""
+    """Generator for the session's cluster fixture: a fresh two-node cluster, torn down at the end."""
     reason = skip_reason()
     if reason:
         pytest.skip(reason)
@@ -148,3 +159,12 @@ def cluster_or_skip():
         yield cluster
     finally:
         cluster.down()
+
+
+def module_cluster(cluster: SlurmCluster):
+    """Generator for a module-scoped fixture over the session's cluster: the jobs a module leaves (a failed test's
+    among them) are cancelled and gone before the next module runs, so each module starts on an idle cluster."""
+    try:
+        yield cluster
+    finally:
+        cluster.cancel_all()

@@ -19,16 +19,18 @@ What one launch does, checked from what a user sees (job logs, run directories, 
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import os
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import yaml
-from slurm_testing import REPO, cluster_or_skip, steps_per_start
+from slurm_testing import REPO, module_cluster, steps_per_start
 from test_slurm_launch_e2e_on_cpu import _release_requeued
 
 from fgrpo_verl.job import tracking
@@ -42,8 +44,8 @@ JOB_TIMEOUT_S = 900
 
 
 @pytest.fixture(scope="module")
-def slurm():
-    yield from cluster_or_skip()
+def slurm(slurm_cluster):
+    yield from module_cluster(slurm_cluster)
 
 
 def _overlong(train_file: Path, out: Path, keep: int, extra: int) -> None:
@@ -111,11 +113,31 @@ def _env(slurm) -> dict:
     return env
 
 
-def _launch(slurm, workdir: Path, *extra: str) -> subprocess.CompletedProcess:
-    out = subprocess.run([sys.executable, "-m", "fgrpo_verl", "launch", str(workdir / "cpu_eval.yaml"), *extra],
-                         env=_env(slurm), cwd=workdir, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-4000:]
+def _cli(slurm, workdir: Path, *argv: str) -> subprocess.CompletedProcess:
+    """``fgrpo-verl ARGV`` run in this process (the module already imports the launcher and verl to plan the jobs;
+    the real entry point's subprocess is tests/test_slurm_launch_e2e_on_cpu.py's) with the cluster's client
+    environment, in ``workdir``; fails unless it returns 0."""
+    from fgrpo_verl.cli import main as cli_main
+
+    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    stdout, stderr = io.StringIO(), io.StringIO()
+    try:
+        os.environ.clear()
+        os.environ.update(_env(slurm))
+        os.chdir(workdir)
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            rc = cli_main(list(argv))
+    finally:
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+    out = subprocess.CompletedProcess(["fgrpo-verl", *argv], rc, stdout.getvalue(), stderr.getvalue())
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-4000:]
     return out
+
+
+def _launch(slurm, workdir: Path, *extra: str) -> subprocess.CompletedProcess:
+    return _cli(slurm, workdir, "launch", str(workdir / "cpu_eval.yaml"), *extra)
 
 
 def _log(workdir: Path, name: str, job: str) -> str:
@@ -272,10 +294,7 @@ def test_launch_evaluates_every_checkpoint_resumes_a_killed_evaluation_and_repor
     assert focal_sel["step"] <= base_sel["step"], (focal_sel, base_sel)  # equal or less compute
 
     # the table, from files alone; nothing missing
-    report = subprocess.run([sys.executable, "-m", "fgrpo_verl", "report", str(workdir / "cpu_eval.yaml"),
-                             "--significance-iterations", "300"], env=_env(slurm), cwd=workdir, capture_output=True,
-                            text=True, timeout=600)
-    assert report.returncode == 0, report.stderr[-4000:]
+    report = _cli(slurm, workdir, "report", str(workdir / "cpu_eval.yaml"), "--significance-iterations", "300")
     print(report.stdout)
     assert "### Table 1" in report.stdout and "nothing: every run is finished and evaluated" in report.stdout
     table = (workdir / "reports" / "cpu_eval" / "table1.csv").read_text()

@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from slurm_testing import REPO, cluster_or_skip, steps_per_start
+from slurm_testing import REPO, module_cluster, steps_per_start
 from test_wandb_offline_on_cpu import read_history
 
 from fgrpo_verl.job import tracking
@@ -38,8 +38,8 @@ NASTY = "a b 'c' \"d\" $(touch PWNED) `touch PWNED2` #e \\f"
 
 
 @pytest.fixture(scope="module")
-def slurm():
-    yield from cluster_or_skip()
+def slurm(slurm_cluster):
+    yield from module_cluster(slurm_cluster)
 
 
 def _launch(slurm, cwd: Path, *args: str, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from slurm_testing import REPO, cluster_or_skip, skip_reason, wait_no_processes
+from slurm_testing import REPO, module_cluster, skip_reason, wait_no_processes
 
 pytestmark = [pytest.mark.slurm, pytest.mark.ray]
 
@@ -22,8 +22,8 @@ if _SKIP:
 
 
 @pytest.fixture(scope="module")
-def slurm():
-    yield from cluster_or_skip()
+def slurm(slurm_cluster):
+    yield from module_cluster(slurm_cluster)
 
 
 def _job_script(path: Path, body: str, nodes: int) -> Path:
@@ -134,8 +134,8 @@ echo "UNREACHABLE: the driver started"
     assert re.search(expected, text), text[-4000:]
     assert "UNREACHABLE" not in text
     assert slurm.job_field(job, "ExitCode") != "0:0"
-    # bounded: the 25 s join timeout plus Ray start-up and teardown, far from the 600 s hang
-    assert wall < 150, f"job took {wall:.0f} s"
+    # bounded, not timed: the job ended (wait_done's limit is a third of the broken node's 600 s hang) because the
+    # join check gave up (the message above) or saw the step exit, and the hung step did not outlive the job
     assert wait_no_processes(f"fgrpo-ray-{job}") == []
     assert wait_no_processes(str(wrapper)) == []
     # the failed job's Ray logs were saved from the node-local session dir before it was removed
