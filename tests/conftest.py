@@ -80,3 +80,21 @@ def _no_wandb_service_left_behind():
             os.environ.pop("WANDB_SERVICE", None)
         else:
             os.environ["WANDB_SERVICE"] = before
+
+
+@pytest.fixture(scope="session")
+def maze_fgrpo_run(tmp_path_factory):
+    """The F-GRPO maze run of verl's real trainer that several e2e modules assert on (tests/verl_runs.py,
+    ``shared_maze_run``): started once, when the first test that needs it runs."""
+    from verl_runs import shared_maze_run
+
+    return shared_maze_run(tmp_path_factory.mktemp("maze_fgrpo_run"))
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """One real two-node Slurm cluster (tests/slurm_testing.py) for every Slurm test module of the session; each
+    module's ``slurm`` fixture takes it through ``slurm_testing.module_cluster``, which cancels what it left."""
+    from slurm_testing import cluster_or_skip
+
+    yield from cluster_or_skip()

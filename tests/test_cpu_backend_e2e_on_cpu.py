@@ -1,10 +1,13 @@
 """End to end: verl 0.9.1's real PPO trainer (``main_ppo`` via ``fgrpo-verl train backend=cpu``) on the CPU backend.
 
-One module-scoped pair of runs serves every assertion (each run costs a Ray start-up, ~30-40 s on 2 cores):
+Two runs serve every assertion (each run costs a Ray start-up, ~30-40 s on 2 cores):
 
-- run 1: F-GRPO (γ = 1) with DAPO group filtering, 1 step, checkpoint saved at step 1;
-- run 2: the same command with ``trainer.total_training_steps=2 trainer.resume_mode=auto``: it must load the
-  step-1 checkpoint and run step 2 only (with validation, n = 2 samples per held-out maze).
+- the suite's shared maze run (conftest ``maze_fgrpo_run``, tests/verl_runs.py): F-GRPO (γ = 0.5) with DAPO group
+  filtering, 2 steps, a checkpoint saved at every step;
+- a resume: a copy of that run's checkpoints (the last one is the only one with optimizer states: fgrpo-verl
+  prunes the earlier ones, fgrpo_verl/job/resume_point.py) and the same command with
+  ``trainer.total_training_steps=3 trainer.resume_mode=auto``: it must load the step-2 checkpoint and run step 3
+  only (with validation, n = 2 samples per held-out maze).
 
 The data is the maze task (7x7 mazes, tiny Qwen2) with a parity reward (``cpu_backend_parity_reward.py``) so
 that groups mix successes and failures. Metrics come from verl's ``file`` logger (one JSON line per step);
@@ -15,17 +18,19 @@ run's whole process tree: driver, Ray, workers) of each run are printed (``pytes
 from __future__ import annotations
 
 import json
+import shutil
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
 import torch
+from verl_runs import SHARED_GAMMA, SHARED_GROUP_N, SHARED_STEPS, maze_common_overrides
 from verl_runs import metrics as _metrics
 from verl_runs import run_train as _run_train
 
-REWARD_FILE = Path(__file__).resolve().parent / "cpu_backend_parity_reward.py"
-GAMMA = 1.0
-GROUP_N = 4
+GAMMA = SHARED_GAMMA
+GROUP_N = SHARED_GROUP_N
+RESUMED_STEP = SHARED_STEPS + 1
 
 pytestmark = pytest.mark.e2e
 
@@ -47,39 +52,23 @@ def _expected_advantage_range(rollouts: list[dict], gamma: float) -> tuple[float
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    from fgrpo_verl.tasks.maze import build
-
-    root = tmp_path_factory.mktemp("cpu_backend_e2e")
-    maze = build(root / "maze", size=7, n_train=64, n_val=4, model_preset="tiny", seed=0)
+def runs(maze_fgrpo_run, tmp_path_factory):
+    shared = maze_fgrpo_run
+    _assert_ok(shared)
+    root = tmp_path_factory.mktemp("cpu_backend_e2e_resume")
+    # a copy: the resumed run writes and prunes checkpoints in its own directory, never in the shared run's
     ckpt = root / "checkpoints"
-    common = [
-        "backend=cpu",
-        f"data.train_files={maze.train_file}", f"data.val_files={maze.val_file}",
-        "data.train_batch_size=4", f"data.max_prompt_length={maze.prompt_length}",
-        f"data.max_response_length={maze.max_response_length}", "data.seed=0",
-        f"actor_rollout_ref.model.path={maze.model_dir}",
-        f"actor_rollout_ref.rollout.n={GROUP_N}",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
-        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16",
-        "actor_rollout_ref.actor.optim.lr=1e-3", "actor_rollout_ref.actor.use_kl_loss=False",
-        "actor_rollout_ref.rollout.val_kwargs.n=2", "actor_rollout_ref.rollout.val_kwargs.do_sample=True",
-        "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
-        "algorithm.adv_estimator=fgrpo", f"algorithm.fgrpo.gamma={GAMMA}", "algorithm.use_kl_in_reward=False",
-        "algorithm.filter_groups.enable=True",
-        f"reward.custom_reward_function.path={REWARD_FILE}", "reward.custom_reward_function.name=compute_score",
-        "trainer.logger=[console,file]", "trainer.project_name=cpu_backend_e2e",
-        "trainer.save_freq=1", "trainer.test_freq=2", "trainer.val_before_train=False",
-        f"trainer.default_local_dir={ckpt}", f"trainer.rollout_data_dir={root / 'rollouts'}",
-    ]
-    first = _run_train([*common, "trainer.total_training_steps=1", "trainer.experiment_name=first"], root / "first")
-    second = _run_train(
-        [*common, "trainer.total_training_steps=2", "trainer.resume_mode=auto", "trainer.experiment_name=second"],
-        root / "second",
+    shutil.copytree(shared["ckpt"], ckpt)
+    resumed = _run_train(
+        [*maze_common_overrides(shared["maze"]), "actor_rollout_ref.rollout.val_kwargs.n=2",
+         "trainer.logger=[console,file]", "trainer.project_name=cpu_backend_e2e", "trainer.experiment_name=resumed",
+         "trainer.save_freq=1", f"trainer.test_freq={RESUMED_STEP}", "trainer.val_before_train=False",
+         f"trainer.default_local_dir={ckpt}", f"trainer.rollout_data_dir={root / 'rollouts'}",
+         f"trainer.total_training_steps={RESUMED_STEP}", "trainer.resume_mode=auto"],
+        root / "resumed",
     )
-    return {"root": root, "ckpt": ckpt, "first": first, "second": second,
-            "first_metrics": _metrics(root / "first") if first["rc"] == 0 else {},
-            "second_metrics": _metrics(root / "second") if second["rc"] == 0 else {}}
+    return {"shared": shared, "ckpt": ckpt, "resumed": resumed, "resumed_rollouts": root / "rollouts",
+            "resumed_metrics": _metrics(root / "resumed") if resumed["rc"] == 0 else {}}
 
 
 def _assert_ok(run: dict) -> None:
@@ -87,16 +76,19 @@ def _assert_ok(run: dict) -> None:
 
 
 def test_fgrpo_with_dapo_filtering_runs_and_rollout_logprobs_match_actor(runs):
-    _assert_ok(runs["first"])
-    _assert_ok(runs["second"])
-    steps = {1: runs["first_metrics"][1], 2: runs["second_metrics"][2]}
-    for step, m in steps.items():
+    _assert_ok(runs["shared"])
+    _assert_ok(runs["resumed"])
+    # both steps of the fresh run, and the step the resumed run took from the loaded checkpoint
+    checked = [("shared", 1, runs["shared"]["steps"][1], runs["shared"]["rollouts"]),
+               ("shared", 2, runs["shared"]["steps"][2], runs["shared"]["rollouts"]),
+               ("resumed", RESUMED_STEP, runs["resumed_metrics"][RESUMED_STEP], runs["resumed_rollouts"])]
+    for run, step, m, rollout_dir in checked:
         assert m["training/global_step"] == step
         # the rollout server's sampled-token log-probs vs the actor's recomputation (verl's own metric)
         assert m["training/rollout_probs_diff_valid"] == 1.0
-        assert m["training/rollout_probs_diff_max"] < 1e-3, (step, m["training/rollout_probs_diff_max"])
+        assert m["training/rollout_probs_diff_max"] < 1e-3, (run, step, m["training/rollout_probs_diff_max"])
         # the focal estimator ran: the logged advantage range is F-GRPO's for the dumped scores, not GRPO's
-        rollouts = _rollouts(runs["root"] / "rollouts", step)
+        rollouts = _rollouts(rollout_dir, step)
         assert len(rollouts) == 4 * GROUP_N
         hi, lo = _expected_advantage_range(rollouts, GAMMA)
         hi0, lo0 = _expected_advantage_range(rollouts, 0.0)
@@ -108,19 +100,22 @@ def test_fgrpo_with_dapo_filtering_runs_and_rollout_logprobs_match_actor(runs):
         by_group = defaultdict(set)
         for r in rollouts:
             by_group[r["uid"].rsplit("_", 2)[0]].add(float(r["score"]) > 0)
-        assert all(outcomes == {True, False} for outcomes in by_group.values()), by_group
-    # validation with n samples ran at the last step
-    val_keys = [k for k in steps[2] if k.startswith("val-core/") and "mean@2" in k]
-    assert val_keys, sorted(k for k in steps[2] if k.startswith("val"))
+        assert all(outcomes == {True, False} for outcomes in by_group.values()), (run, step, by_group)
+    # validation with n samples ran at the resumed run's last step
+    val_keys = [k for k in runs["resumed_metrics"][RESUMED_STEP] if k.startswith("val-core/") and "mean@2" in k]
+    assert val_keys, sorted(k for k in runs["resumed_metrics"][RESUMED_STEP] if k.startswith("val"))
 
 
-def test_resume_auto_continues_at_step_2(runs):
-    _assert_ok(runs["first"])
-    _assert_ok(runs["second"])
-    assert sorted(runs["first_metrics"]) == [1]
-    assert (runs["ckpt"] / "global_step_1").is_dir()
-    assert f"Resuming from {runs['ckpt'] / 'global_step_1'}" in runs["second"]["log"]
-    # the resumed run logs step 2 only: nothing repeated, nothing skipped
-    assert sorted(runs["second_metrics"]) == [2]
-    assert (runs["ckpt"] / "global_step_2").is_dir()
-    assert (runs["ckpt"] / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
+def test_resume_auto_continues_at_step_3(runs):
+    _assert_ok(runs["shared"])
+    _assert_ok(runs["resumed"])
+    # the checkpoint the resume starts from is the fresh run's last; that run logged exactly its own steps
+    # (0: validation before training)
+    assert sorted(runs["shared"]["steps"]) == [0, 1, 2]
+    assert (runs["shared"]["ckpt"] / "global_step_1").is_dir() and (runs["shared"]["ckpt"] / "global_step_2").is_dir()
+    assert (runs["shared"]["ckpt"] / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
+    assert f"Resuming from {runs['ckpt'] / 'global_step_2'}" in runs["resumed"]["log"]
+    # the resumed run logs step 3 only: nothing repeated, nothing skipped
+    assert sorted(runs["resumed_metrics"]) == [RESUMED_STEP]
+    assert (runs["ckpt"] / f"global_step_{RESUMED_STEP}").is_dir()
+    assert (runs["ckpt"] / "latest_checkpointed_iteration.txt").read_text().strip() == str(RESUMED_STEP)

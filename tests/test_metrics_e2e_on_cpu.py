@@ -1,10 +1,11 @@
 """End to end: a short F-GRPO run of verl's real trainer on the CPU backend logs all three metric families.
 
-One run (module fixture): maze data and tiny Qwen2 (``fgrpo_verl.tasks.maze``), the parity reward of the CPU
-backend tests (about half of a random policy's responses score 1, so groups are mixed), γ = 0.5, N = 4,
-2 steps, validation before training and at step 2 with n = 4 samples per held-out maze. Loggers: console,
-verl's JSONL ``file`` logger, and W&B in offline mode, named and identified by ``fgrpo_verl.job.tracking`` and handed
-to verl's TaskRunner through Ray's runtime_env overrides. Checked:
+The suite's shared maze run (conftest ``maze_fgrpo_run``, tests/verl_runs.py): maze data and tiny Qwen2
+(``fgrpo_verl.tasks.maze``), the parity reward of the CPU backend tests (about half of a random policy's responses
+score 1, so groups are mixed; DAPO group filtering keeps the mixed ones), γ = 0.5, N = 4, 2 steps, validation
+before training and at step 2 with n = 4 samples per held-out maze. Loggers: console, verl's JSONL ``file``
+logger, and W&B in offline mode, named and identified by ``fgrpo_verl.job.tracking`` and handed to verl's
+TaskRunner through Ray's runtime_env overrides. Checked:
 
 - console (``step:N - key:value`` lines), JSONL and the offline W&B run (its ``.wandb`` transaction log) hold
   ``fgrpo/*``, ``actor/fgrpo/*`` and ``val-core/maze/pass@{1,2,4}``, and W&B holds the μ̂ histogram;
@@ -15,24 +16,18 @@ to verl's TaskRunner through Ray's runtime_env overrides. Checked:
 from __future__ import annotations
 
 import json
-import os
 import re
 import struct
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from verl_runs import SHARED_GAMMA, SHARED_GROUP_N, SHARED_STEPS, SHARED_VAL_N
 
-from fgrpo_verl.job import tracking
 from fgrpo_verl.theory import mean_shrink
 
 pytestmark = pytest.mark.e2e
 
-REPO = Path(__file__).resolve().parent.parent
-REWARD_FILE = Path(__file__).resolve().parent / "cpu_backend_parity_reward.py"
-GAMMA, GROUP_N, VAL_N, STEPS = 0.5, 4, 4, 2
-RUN_TIMEOUT_S = 600
+GAMMA, GROUP_N, VAL_N, STEPS = SHARED_GAMMA, SHARED_GROUP_N, SHARED_VAL_N, SHARED_STEPS
 
 
 def read_wandb_history(path: Path) -> list[dict]:
@@ -62,55 +57,9 @@ def read_wandb_history(path: Path) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    from fgrpo_verl.tasks.maze import build
-
-    root = tmp_path_factory.mktemp("metrics_e2e")
-    maze = build(root / "maze", size=7, n_train=64, n_val=4, model_preset="tiny", seed=0)
-    project = "fgrpo-metrics-e2e"
-    name = tracking.run_name("fgrpo", GAMMA, GROUP_N, maze.model_dir, 0)
-    wandb_vars = tracking.wandb_env(project, name, group="e2e", tags=tracking.run_tags("fgrpo", GAMMA, GROUP_N), mode="offline")
-    overrides = [
-        "backend=cpu",
-        f"data.train_files={maze.train_file}", f"data.val_files={maze.val_file}",
-        "data.train_batch_size=4", "data.val_batch_size=4", f"data.max_prompt_length={maze.prompt_length}",
-        f"data.max_response_length={maze.max_response_length}", "data.seed=0",
-        f"actor_rollout_ref.model.path={maze.model_dir}",
-        f"actor_rollout_ref.rollout.n={GROUP_N}",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
-        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16",
-        "actor_rollout_ref.actor.optim.lr=1e-3", "actor_rollout_ref.actor.use_kl_loss=False",
-        f"actor_rollout_ref.rollout.val_kwargs.n={VAL_N}", "actor_rollout_ref.rollout.val_kwargs.do_sample=True",
-        "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
-        "algorithm.adv_estimator=fgrpo", f"algorithm.fgrpo.gamma={GAMMA}", "algorithm.use_kl_in_reward=False",
-        f"reward.custom_reward_function.path={REWARD_FILE}", "reward.custom_reward_function.name=compute_score",
-        "trainer.logger=[console,file,wandb]",
-        f"trainer.total_training_steps={STEPS}", f"trainer.test_freq={STEPS}", "trainer.val_before_train=True",
-        "trainer.save_freq=-1", f"trainer.default_local_dir={root / 'ckpt'}",
-        *tracking.experiment_overrides(project, name),
-        *tracking.ray_env_overrides(wandb_vars),
-    ]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    env.update(PYTHONPATH=os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-               VERL_FILE_LOGGER_PATH=str(root / "metrics.jsonl"), WANDB_DIR=str(root), WANDB_SILENT="true",
-               RAY_DEDUP_LOGS="0")
-    log_path = root / "train.log"
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "fgrpo_verl", "train", *overrides], stdout=log,
-                                stderr=subprocess.STDOUT, env=env, cwd=root, start_new_session=True)
-        try:
-            proc.wait(timeout=RUN_TIMEOUT_S)
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, 9)  # the session we started: driver, its Ray cluster and workers
-                proc.wait()
-    text = log_path.read_text()
-    assert proc.returncode == 0, "training run failed; end of its log:\n" + text[-6000:]
-    steps: dict[int, dict] = {}
-    for line in (root / "metrics.jsonl").read_text().splitlines():
-        record = json.loads(line)
-        steps.setdefault(int(record["step"]), {}).update(record["data"])
-    return {"root": root, "log": text, "steps": steps, "wandb": wandb_vars}
+def run(maze_fgrpo_run):
+    assert maze_fgrpo_run["rc"] == 0, "training run failed; end of its log:\n" + maze_fgrpo_run["log"][-6000:]
+    return maze_fgrpo_run
 
 
 def test_file_logger_has_all_three_families_with_consistent_values(run):

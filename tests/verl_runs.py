@@ -4,6 +4,10 @@ Shared by the e2e tests (not collected: the name does not start with ``test_``).
 own session, with verl's file logger on; its wall time and peak memory (PSS summed over the whole process tree:
 driver, Ray, workers, engines) are measured and printed (``pytest -s``), and a run past its time limit is killed
 with everything it started and reported as such.
+
+:func:`shared_maze_run` is the one F-GRPO maze run that several e2e modules assert on (conftest's session fixture
+``maze_fgrpo_run``): each verl start costs a Ray cluster and eight actors, so one run carries the union of what
+they check.
 """
 
 from __future__ import annotations
@@ -37,13 +41,14 @@ def tree_memory(proc) -> int:
 
 
 def run_train(overrides: list[str], run_dir: Path, timeout_s: float = RUN_TIMEOUT_S, env: dict | None = None,
-              label: str = "e2e") -> dict:
+              label: str = "e2e", drop_env: tuple[str, ...] = ()) -> dict:
     """``python -m fgrpo_verl train <overrides>`` in its own session; returns rc, wall time, peak PSS, log and
-    whether it was killed at ``timeout_s``."""
+    whether it was killed at ``timeout_s``. ``drop_env``: prefixes of this process's variables the run must not
+    inherit (``env`` is applied after)."""
     import psutil
 
     run_dir.mkdir(parents=True, exist_ok=True)
-    full_env = dict(os.environ)
+    full_env = {k: v for k, v in os.environ.items() if not (drop_env and k.startswith(drop_env))}
     full_env["PYTHONPATH"] = os.pathsep.join([str(REPO), full_env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     full_env["VERL_FILE_LOGGER_PATH"] = str(run_dir / "metrics.jsonl")
     full_env["RAY_DEDUP_LOGS"] = "0"
@@ -82,3 +87,63 @@ def metrics(run_dir: Path) -> dict[int, dict]:
         record = json.loads(line)
         out.setdefault(int(record["step"]), {}).update(record["data"])
     return out
+
+
+# ---------------------------------------------------------------------------------------------- the shared run
+REWARD_FILE = Path(__file__).resolve().parent / "cpu_backend_parity_reward.py"
+# F-GRPO's focal strength and group size of the shared run and of the runs that continue from its checkpoints
+SHARED_GAMMA, SHARED_GROUP_N, SHARED_VAL_N, SHARED_STEPS = 0.5, 4, 4, 2
+SHARED_WANDB_PROJECT = "fgrpo-metrics-e2e"
+
+
+def maze_common_overrides(maze, gamma: float = SHARED_GAMMA, group_n: int = SHARED_GROUP_N) -> list[str]:
+    """F-GRPO with DAPO group filtering on the maze task (7x7, tiny Qwen2) and the parity reward (about half of a
+    random policy's responses score 1, so groups are mixed), on the CPU backend: what the shared run and a run
+    resumed from its checkpoint have in common."""
+    return [
+        "backend=cpu",
+        f"data.train_files={maze.train_file}", f"data.val_files={maze.val_file}",
+        "data.train_batch_size=4", "data.val_batch_size=4", f"data.max_prompt_length={maze.prompt_length}",
+        f"data.max_response_length={maze.max_response_length}", "data.seed=0",
+        f"actor_rollout_ref.model.path={maze.model_dir}",
+        f"actor_rollout_ref.rollout.n={group_n}",
+        # 16 rollouts per mini-batch in micro-batches of 8: the update accumulates gradients
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16",
+        "actor_rollout_ref.actor.optim.lr=1e-3", "actor_rollout_ref.actor.use_kl_loss=False",
+        "actor_rollout_ref.rollout.val_kwargs.do_sample=True", "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
+        "algorithm.adv_estimator=fgrpo", f"algorithm.fgrpo.gamma={gamma}", "algorithm.use_kl_in_reward=False",
+        "algorithm.filter_groups.enable=True",
+        f"reward.custom_reward_function.path={REWARD_FILE}", "reward.custom_reward_function.name=compute_score",
+    ]
+
+
+def shared_maze_run(root: Path) -> dict:
+    """One 2-step run that logs everything the e2e modules check: validation before training and at step 2
+    (``SHARED_VAL_N`` samples per held-out maze), a checkpoint at every step, the rollouts of every step, and
+    the console, JSONL ``file`` and offline W&B loggers (W&B named and identified by ``fgrpo_verl.job.tracking``,
+    handed to verl's TaskRunner through Ray's runtime_env overrides, nothing inherited from this process).
+
+    Returns the :func:`run_train` result plus ``root``, ``maze``, ``ckpt``, ``rollouts``, ``wandb`` (the W&B
+    variables) and ``steps`` (:func:`metrics`, empty when the run failed)."""
+    from fgrpo_verl.job import tracking
+    from fgrpo_verl.tasks.maze import build
+
+    maze = build(root / "maze", size=7, n_train=64, n_val=4, model_preset="tiny", seed=0)
+    name = tracking.run_name("fgrpo", SHARED_GAMMA, SHARED_GROUP_N, maze.model_dir, 0)
+    wandb_vars = tracking.wandb_env(SHARED_WANDB_PROJECT, name, group="e2e",
+                                    tags=tracking.run_tags("fgrpo", SHARED_GAMMA, SHARED_GROUP_N), mode="offline")
+    overrides = [
+        *maze_common_overrides(maze),
+        f"actor_rollout_ref.rollout.val_kwargs.n={SHARED_VAL_N}",
+        "trainer.logger=[console,file,wandb]",
+        f"trainer.total_training_steps={SHARED_STEPS}", f"trainer.test_freq={SHARED_STEPS}",
+        "trainer.val_before_train=True", "trainer.save_freq=1",
+        f"trainer.default_local_dir={root / 'checkpoints'}", f"trainer.rollout_data_dir={root / 'rollouts'}",
+        *tracking.experiment_overrides(SHARED_WANDB_PROJECT, name),
+        *tracking.ray_env_overrides(wandb_vars),
+    ]
+    run = run_train(overrides, root / "run", env={"WANDB_DIR": str(root), "WANDB_SILENT": "true"},
+                    label="shared maze run", drop_env=("WANDB_",))
+    return {**run, "root": root, "maze": maze, "ckpt": root / "checkpoints", "rollouts": root / "rollouts",
+            "wandb": wandb_vars, "steps": metrics(root / "run") if run["rc"] == 0 else {}}
