@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from fgrpo_verl.evaluation import checkpoint_eval as ce
-from fgrpo_verl.evaluation import checkpoints as ck
+from fgrpo_verl.job import checkpoints as ck
 
 sys.path.insert(0, str(Path(__file__).parent))
 

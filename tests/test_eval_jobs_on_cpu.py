@@ -241,7 +241,7 @@ def test_a_finished_and_evaluated_run_gets_no_evaluation_job(tmp_path):
     from test_eval_selection_on_cpu import make_run
 
     from fgrpo_verl.evaluation import checkpoint_eval as ce
-    from fgrpo_verl.evaluation import checkpoints as ck
+    from fgrpo_verl.job import checkpoints as ck
 
     job = _fake("b", 0, tmp_path / "b")
     plan = job.evaluation.jobs[0].plan

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from fgrpo_verl.evaluation import checkpoints as ck
+from fgrpo_verl.job import checkpoints as ck
 from fgrpo_verl.evaluation.protocol import RunSteps, choose, run_scores
 from fgrpo_verl.evaluation.selection import (
     CheckpointScore, RunSelection, best_checkpoint, compute_of, select_baseline, select_focal, select_gamma,

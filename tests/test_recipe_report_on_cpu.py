@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import yaml
 
-from fgrpo_verl.evaluation import checkpoints as ck
+from fgrpo_verl.job import checkpoints as ck
 from fgrpo_verl.evaluation.pass_at_k import ks_up_to, pass_at_k_curve
 
 REPO = Path(__file__).resolve().parent.parent

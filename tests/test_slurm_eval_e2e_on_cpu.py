@@ -167,7 +167,7 @@ def _wait_all(slurm, jobs: dict[str, str], deadline: float) -> None:
 def test_launch_evaluates_every_checkpoint_resumes_a_killed_evaluation_and_reports_the_table(slurm, workdir):
     from test_wandb_offline_on_cpu import read_history
 
-    from fgrpo_verl.evaluation import checkpoints as ck
+    from fgrpo_verl.job import checkpoints as ck
     from fgrpo_verl.launch import plan_jobs
 
     start = time.monotonic()

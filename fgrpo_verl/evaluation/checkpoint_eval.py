@@ -16,7 +16,7 @@ the engine and the W&B run. Phases:
 - ``final``: refuses until this run and its γ = 0 baseline are finished and fully scored; then chooses the
   checkpoint (protocol.py, selection.py), records the choice in ``fgrpo_eval/selected.json`` and evaluates it.
 
-Per checkpoint (checkpoints.py has the layout): an unchanged checkpoint with a current result is skipped; a merge
+Per checkpoint (job/checkpoints.py has the layout): an unchanged checkpoint with a current result is skipped; a merge
 is reused while its source is unchanged (merges go to a temporary folder renamed into place, so a kill never
 leaves half a model); a killed evaluation continues with ``eval --resume``; results of a changed checkpoint or an
 edited benchmark file are removed and redone. With several GPUs and ``tensor_parallel_size`` t, the job runs
@@ -45,7 +45,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fgrpo_verl.evaluation import checkpoints as ck
+from fgrpo_verl.job import checkpoints as ck
 from fgrpo_verl.evaluation.protocol import RunSteps, choose, run_scores
 
 PHASES = ("selection", "final")

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fgrpo_verl.evaluation import checkpoints as ck
+from fgrpo_verl.job import checkpoints as ck
 from fgrpo_verl.evaluation.selection import CheckpointScore, RunSelection, compute_of, select_baseline, select_focal
 
 

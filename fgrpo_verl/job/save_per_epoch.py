@@ -15,7 +15,7 @@ wait for steps that never come). So the fgrpo trainers, once verl has built its 
     <checkpoint dir>/fgrpo_steps.json <- steps per epoch, save_freq, total steps, rows kept
 
 The record is what the launcher's ``--status`` and the evaluation jobs read for the run's real step plan
-(fgrpo_verl/evaluation/checkpoints.py).
+(fgrpo_verl/job/checkpoints.py).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def apply(trainer) -> dict | None:
     Returns the record (None when the option is off)."""
     from omegaconf import open_dict
 
-    from fgrpo_verl.evaluation.checkpoints import write_steps
+    from fgrpo_verl.job.checkpoints import write_steps
 
     config = trainer.config
     if not bool(config.trainer.get("save_per_epoch", False)):

@@ -193,7 +193,7 @@ def run_states(jobs: list[JobScript]) -> list:
     from fgrpo_verl.launch.identity import read_record
     from fgrpo_verl.launch.queue import active_jobs, run_status
 
-    from fgrpo_verl.evaluation.checkpoints import read_steps
+    from fgrpo_verl.job.checkpoints import read_steps
     from fgrpo_verl.launch.eval_jobs import split_queue
 
     queue = active_jobs([job.job_name for job in jobs])

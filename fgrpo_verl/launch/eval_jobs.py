@@ -233,7 +233,7 @@ def describe_cost(spec: EvalSpec, plan: dict, params: float | None,
     """The dry run's cost lines of one run and ``{"select": GPU-hours, "full": GPU-hours}`` (empty: unknown)."""
     if params is None:
         return ["eval cost: unknown (parameter count of the base model not known here)"], {}
-    from fgrpo_verl.evaluation.checkpoints import epoch_steps
+    from fgrpo_verl.job.checkpoints import epoch_steps
 
     save_freq, total = plan["steps"]["save_freq"], plan["steps"]["total"]
     if total and save_freq > 0:
@@ -323,7 +323,7 @@ def submission_problems(spec: EvalSpec, workdir: Path) -> list[str]:
 def pass_complete(plan: dict, phase: str) -> bool:
     """Whether ``phase`` has nothing left to do for this run (a finished run, every candidate evaluated)."""
     from fgrpo_verl.evaluation import checkpoint_eval as ce
-    from fgrpo_verl.evaluation import checkpoints as ck
+    from fgrpo_verl.job import checkpoints as ck
 
     run_dir = Path(plan["run_dir"])
     if not ck.training_done(run_dir, plan["steps"].get("total")):
@@ -340,7 +340,7 @@ def pass_complete(plan: dict, phase: str) -> bool:
 def progress_line(plan: dict) -> str:
     """``eval: selection 4/10 checkpoints; final: step 459 evaluated`` for ``--status``."""
     from fgrpo_verl.evaluation import checkpoint_eval as ce
-    from fgrpo_verl.evaluation import checkpoints as ck
+    from fgrpo_verl.job import checkpoints as ck
 
     run_dir = Path(plan["run_dir"])
     save_freq, total = ck.step_plan(run_dir, plan["steps"].get("save_freq"), plan["steps"].get("total"))

@@ -29,7 +29,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fgrpo_verl.evaluation import checkpoints as ck
+from fgrpo_verl.job import checkpoints as ck
 from fgrpo_verl.evaluation import paper_numbers
 from fgrpo_verl.evaluation.protocol import choose, run_scores
 from fgrpo_verl.evaluation.selection import RunSelection, select_gamma
