@@ -261,10 +261,10 @@ def test_launch_evaluates_every_checkpoint_resumes_a_killed_evaluation_and_repor
     # ... and it got what an uninterrupted evaluation gets (seeded per request: bit-identical on CPU)
     resumed = ck.read_json(ck.result_path(base.checkpoint_dir, 4, label["selection"]))
     reference = workdir / "reference"
-    from fgrpo_verl.evaluation.checkpoint_eval import _run_eval, eval_argv
+    from fgrpo_verl.evaluation.checkpoint_eval import _run_eval, pass_options
 
     plan = base.evaluation.jobs[0].plan
-    _run_eval(eval_argv(plan, "selection", "step4", base.checkpoint_dir / "global_step_4" / ck.EVAL_DIR / "merged_hf",
+    _run_eval(pass_options(plan, "selection", "step4", base.checkpoint_dir / "global_step_4" / ck.EVAL_DIR / "merged_hf",
                         reference, resume=False))
     ref_lines = [json.loads(x) for x in (reference / "generations.jsonl").read_text().splitlines()]
     got_lines = [json.loads(x) for x in Path(resumed["generations"][0]).read_text().splitlines()]

@@ -30,18 +30,6 @@ def strip_debug_flag(argv: list[str]) -> tuple[list[str], bool]:
     return [a for a in argv if a != DEBUG_FLAG], debug
 
 
-def require_files(flag: str, paths) -> None:
-    """Each of ``paths`` (given with ``flag``; ``NAME=FILE`` values count by their FILE) is a readable file, or a
-    ``ValueError`` naming the flag and the path, before any work starts."""
-    from pathlib import Path
-
-    for value in paths or []:
-        path = Path(str(value).partition("=")[2] if "=" in str(value) else str(value))
-        if not path.is_file():
-            why = "is a directory" if path.is_dir() else "no such file"
-            raise ValueError(f"{flag} {value}: {why}")
-
-
 def with_flag_names(message: str, flags: dict[str, str]) -> str:
     """``message`` of a library function (which names its arguments: ``num_actions=0 is invalid``) with each name
     replaced by the command-line flag that sets it (``--actions 0 is invalid``)."""

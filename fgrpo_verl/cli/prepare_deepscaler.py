@@ -22,7 +22,7 @@ def run(args: argparse.Namespace) -> int:
 
     from fgrpo_verl.data.deepscaler import prepare_files
 
-    from fgrpo_verl.cli.errors import require_files
+    from fgrpo_verl.config.errors import require_files
 
     try:
         require_files("--input", args.input)

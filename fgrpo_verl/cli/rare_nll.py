@@ -47,7 +47,7 @@ def _run(args) -> int:
         build_rare_set, delta_nll, load_model, read_rare_set, write_rare_set,
     )
 
-    from fgrpo_verl.cli.errors import require_files
+    from fgrpo_verl.config.errors import require_files
 
     require_files("--rare-set", [args.rare_set] if args.rare_set else [])
     require_files("--rollouts", args.rollouts)

@@ -189,3 +189,15 @@ def check_value_types(base, config, values: Sequence[str]) -> None:
                 raise ConfigError(f"{override}: expected a number, got NaN (the default is {old!r})")
             continue
         raise ConfigError(f"{override}: expected {_EXPECTED[want]} (the default is {old!r}), got {new!r}")
+
+
+def require_files(flag: str, paths) -> None:
+    """Each of ``paths`` (given with ``flag``; ``NAME=FILE`` values count by their FILE) is a readable file, or a
+    ``ValueError`` naming the flag and the path, before any work starts."""
+    from pathlib import Path
+
+    for value in paths or []:
+        path = Path(str(value).partition("=")[2] if "=" in str(value) else str(value))
+        if not path.is_file():
+            why = "is a directory" if path.is_dir() else "no such file"
+            raise ValueError(f"{flag} {value}: {why}")

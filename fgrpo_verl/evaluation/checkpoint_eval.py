@@ -120,26 +120,27 @@ def ensure_merged(ckpt: Path, sig: str) -> Path:
 
 
 # ---------------------------------------------------------------------------------------------------- evaluate
-def eval_argv(plan: dict, phase: str, run_name: str, model: Path, out: Path, resume: bool) -> list[str]:
-    """``fgrpo-verl eval`` arguments of one checkpoint's pass."""
+def pass_options(plan: dict, phase: str, run_name: str, model: Path, out: Path, resume: bool):
+    """The evaluation options (fgrpo_verl/evaluation/options.py) of one checkpoint's pass."""
+    from fgrpo_verl.evaluation.options import eval_options, from_text
+
     settings, engine = plan["sampling"], plan["engine"]
-    argv = ["--model", f"{run_name}={model}", "--out", str(out), "--no-plots", "--n", str(plan["passes"][phase]["n"]),
-            "--backend", settings["backend"], "--temperature", repr(settings["temperature"]),
-            "--top-p", repr(settings["top_p"]), "--seed", str(settings["seed"]),
-            "--prompt-preset", settings["prompt_preset"], "--max-new-tokens", str(settings["max_new_tokens"]),
-            "--threshold", repr(settings["threshold"])]
-    for name in plan["passes"][phase]["benchmarks"]:
-        bench = plan["benchmarks"][name]
-        argv += ["--bench", f"{name}={bench['file']}", "--bench-scorer", f"{name}={bench['scorer']}",
-                 "--bench-group", f"{name}={bench['group']}"]
-    for avg, members in pass_averages(plan, phase).items():
-        argv += ["--average", f"{avg}={','.join(members)}"]
-    for key, value in engine.items():
-        if value is not None:
-            argv += [f"--{key.replace('_', '-')}", value if isinstance(value, str) else json.dumps(value)]
-    if resume:
-        argv.append("--resume")
-    return argv
+    names = plan["passes"][phase]["benchmarks"]
+    benches = [plan["benchmarks"][name] for name in names]
+    return eval_options(
+        model=[f"{run_name}={model}"], out=str(out), no_plots=True, n=int(plan["passes"][phase]["n"]),
+        backend=settings["backend"], temperature=float(settings["temperature"]), top_p=float(settings["top_p"]),
+        seed=int(settings["seed"]), prompt_preset=settings["prompt_preset"],
+        max_new_tokens=int(settings["max_new_tokens"]), threshold=float(settings["threshold"]),
+        bench=[f"{n}={b['file']}" for n, b in zip(names, benches)],
+        bench_scorer=[f"{n}={b['scorer']}" for n, b in zip(names, benches)],
+        bench_group=[f"{n}={b['group']}" for n, b in zip(names, benches)],
+        average=[f"{avg}={','.join(members)}" for avg, members in pass_averages(plan, phase).items()] or None,
+        resume=resume,
+        # the recipe's engine: block, read as the command line reads its text (a mapping as JSON)
+        **{key: from_text(key, value if isinstance(value, str) else json.dumps(value))
+           for key, value in engine.items() if value is not None},
+    )
 
 
 def _read_long_csv(path: Path) -> tuple[dict, dict]:
@@ -156,16 +157,11 @@ def _shard_dir(out: Path, shard: int, shards: int) -> Path:
     return out / f"shard-{shard}-of-{shards}"
 
 
-def _run_eval(argv: list[str]) -> None:
-    from fgrpo_verl.cli.eval import _validate, add_arguments
+def _run_eval(options) -> None:
     from fgrpo_verl.evaluation.pipeline import run_eval
 
-    parser = argparse.ArgumentParser(prog="fgrpo-verl eval")
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    _validate(args)
     # the job log keeps eval's progress lines; the tables are in the folder (and in result.json)
-    run_eval(args, log=lambda m: print(m, flush=True) if m.startswith("[eval]") else None)
+    run_eval(options, log=lambda m: print(m, flush=True) if m.startswith("[eval]") else None)
 
 
 def _now() -> str:
@@ -229,7 +225,7 @@ def run_shard(plan: dict, phase: str, step: int, shard: int, shards: int) -> Non
     shard_plan = {**plan, "benchmarks": {n: {**plan["benchmarks"][n], "file": f} for n, f in files.items()}}
     resume = (here / GENERATIONS).is_file() or (here / MANIFEST).is_file()
     log(f"step {step}: {phase} pass shard {shard + 1}/{shards} ({'resuming' if resume else 'starting'}) -> {here}")
-    _run_eval(eval_argv(shard_plan, phase, f"step{step}", model, here, resume))
+    _run_eval(pass_options(shard_plan, phase, f"step{step}", model, here, resume))
     ck.write_json(here / "done.json", {"finished_at": _now()})
 
 
@@ -243,12 +239,11 @@ def combine(plan: dict, phase: str, step: int, shards: int) -> dict:
     unfinished = [p.name for p in parts if not (p / "done.json").is_file()]
     if unfinished:
         raise RuntimeError(f"shards {unfinished} of {out} are not finished")
-    argv = ["--out", str(out), "--no-plots", "--runs", f"step{step}"]
-    for part in parts:
-        argv += ["--from-generations", str(part / GENERATIONS)]
-    for avg, members in pass_averages(plan, phase).items():
-        argv += ["--average", f"{avg}={','.join(members)}"]
-    _run_eval(argv)
+    from fgrpo_verl.evaluation.options import eval_options
+
+    _run_eval(eval_options(
+        out=str(out), no_plots=True, runs=f"step{step}", from_generations=[str(p / GENERATIONS) for p in parts],
+        average=[f"{avg}={','.join(members)}" for avg, members in pass_averages(plan, phase).items()] or None))
     values, problems = _read_long_csv(out / "pass_at_k_long.csv")
     stamp = ck.read_json(out / "checkpoint.json")
     result = {"step": step, "phase": phase, "label": out.name, "settings": pass_settings(plan, phase),

@@ -15,7 +15,7 @@ from fgrpo_verl.launch.recipe import Resources
 PROTOCOLS = ("select", "full")
 TABLES = ("table1", "table2", "table3", "table6", "curves")
 BACKENDS = ("vllm", "transformers")
-# fgrpo-verl eval options an `engine:` block may set (their meaning: fgrpo_verl/cli/eval.py)
+# fgrpo-verl eval options an `engine:` block may set (their meaning: fgrpo_verl/evaluation/options.py)
 ENGINE_KEYS = ("tensor_parallel_size", "gpu_memory_utilization", "max_model_len", "vllm_engine_args", "device",
                "dtype", "batch_size", "problems_per_call", "samples_per_request", "score_workers")
 # Sampling of the paper's evaluation (§5.3): T = 1.0, top-p 1.0, no top-k; a completion is correct at score >= 1
