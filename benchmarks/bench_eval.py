@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from fgrpo_verl.evaluation import ks_up_to, pass_at_k
+from fgrpo_verl.pass_at_k import ks_up_to, pass_at_k
 from fgrpo_verl.evaluation.significance import paired_subsampling_test
 
 

@@ -1,6 +1,6 @@
 """pass@k at paper scale, three implementations side by side in one run (same inputs, same process, one core).
 
-    table   fgrpo_verl.evaluation.pass_at_k_curve: per distinct n a (k x c) table times the histogram of c, or
+    table   fgrpo_verl.pass_at_k_curve: per distinct n a (k x c) table times the histogram of c, or
             (many k, e.g. every k) the k recurrence over the distinct c, whichever is cheaper
     legacy  the previous implementation (-expm1 of a sum of log1p terms over a problems x c work array), kept
             here verbatim as the reference point
@@ -26,7 +26,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-from fgrpo_verl.evaluation.pass_at_k import pass_at_k_curve  # noqa: E402
+from fgrpo_verl.pass_at_k import pass_at_k_curve  # noqa: E402
 
 
 def legacy_pass_at_k(n, c, k):

@@ -5,12 +5,11 @@ that exist, and the trainer side never loads the launcher.
   modules; a module name that does not exist raises ``ModuleNotFoundError`` (there are no aliases of old names).
 * Nothing the trainer side (``integration/``, ``job/``, ``monitoring/``: code inside Ray workers on GPU nodes)
   imports pulls in ``fgrpo_verl.launch`` (the login-node launcher): checked in a fresh process after importing and
-  registering everything, and statically over every import statement they can reach (lazy ones included).
+  registering everything, and statically by the layers contract of ``.importlinter`` (import-linter).
 """
 
 from __future__ import annotations
 
-import ast
 import json
 import subprocess
 import sys
@@ -29,14 +28,6 @@ def _run(code: str) -> dict:
     out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def _module_file(name: str) -> Path | None:
-    parts = name.split(".")[1:]
-    for candidate in (PACKAGE.joinpath(*parts).with_suffix(".py"), PACKAGE.joinpath(*parts, "__init__.py")):
-        if parts and candidate.is_file():
-            return candidate
-    return PACKAGE / "__init__.py" if not parts else None
 
 
 @pytest.fixture(scope="module")
@@ -99,40 +90,17 @@ def test_trainer_side_imports_no_launcher_at_run_time_on_cpu(fresh_process):
     assert [m for m in loaded if m == "fgrpo_verl.launch" or m.startswith("fgrpo_verl.launch.")] == []
 
 
-def _imports(path: Path) -> set[str]:
-    """Every fgrpo_verl module an import statement in ``path`` can load (function-level ones included), with the
-    packages whose ``__init__`` it runs."""
-    names = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
-            names.update(f"{node.module}.{alias.name}" for alias in node.names)
-    out = set()
-    for name in names:
-        if not name.startswith("fgrpo_verl"):
-            continue
-        parts = name.split(".")
-        for i in range(1, len(parts) + 1):
-            prefix = ".".join(parts[:i])
-            if _module_file(prefix) is not None:
-                out.add(prefix)
-    return out
+def test_imports_obey_the_layers_written_in_importlinter_on_cpu():
+    """The layers and the no-cycles rule of ``.importlinter`` (every import statement, function-level ones
+    included), checked by import-linter: a lower layer never imports a higher one, so the trainer side
+    (integration, backends, monitoring, job) never reaches the launcher."""
+    from importlinter.cli import lint_imports
 
-
-def test_trainer_side_has_no_import_statement_reaching_the_launcher_on_cpu():
-    start = {f"fgrpo_verl.{pkg}.{p.stem}" if p.stem != "__init__" else f"fgrpo_verl.{pkg}"
-             for pkg in TRAINER_SIDE for p in (PACKAGE / pkg).glob("*.py")}
-    seen, todo, via = set(), list(start), {}
-    while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        for dep in _imports(_module_file(name)):
-            via.setdefault(dep, name)
-            todo.append(dep)
-    assert len(seen) > len(start)  # the walk follows imports (focal, evaluation, ...)
-    launcher = sorted(m for m in seen if m == "fgrpo_verl.launch" or m.startswith("fgrpo_verl.launch."))
-    assert launcher == [], {m: via[m] for m in launcher}
+    config = PACKAGE.parent / ".importlinter"
+    layers = [line.strip() for line in config.read_text(encoding="utf-8").splitlines()
+              if line.strip().startswith("fgrpo_verl.")]
+    position = {name: i for i, line in enumerate(layers) for name in line.split(" | ")}
+    # the contract itself says what this test promises: the trainer side below the launcher, cli on top
+    assert layers[1] == "fgrpo_verl.cli" and "acyclic_siblings" in config.read_text(encoding="utf-8")
+    assert all(position[f"fgrpo_verl.{pkg}"] > position["fgrpo_verl.launch"] for pkg in TRAINER_SIDE)
+    assert lint_imports(config_filename=str(config), no_cache=True, no_logo=True) == 0

@@ -6,7 +6,7 @@ from math import comb
 import numpy as np
 import pytest
 
-from fgrpo_verl.evaluation import ks_up_to, mean_pass_at_k, pass_at_k
+from fgrpo_verl.pass_at_k import ks_up_to, mean_pass_at_k, pass_at_k
 
 
 def exact(n: int, c: int, k: int) -> float:
@@ -113,7 +113,7 @@ def test_large_batch_is_chunked_and_consistent():
 # ---- table-based implementation (issue 11): exact against Fraction arithmetic, property-tested -------------------
 from hypothesis import given, settings, strategies as st  # noqa: E402
 
-from fgrpo_verl.evaluation.pass_at_k import pass_at_k_curve, pass_at_k_table  # noqa: E402
+from fgrpo_verl.pass_at_k import pass_at_k_curve, pass_at_k_table  # noqa: E402
 
 
 def _exact_fraction(n: int, c: int, k: int) -> Fraction:
@@ -172,7 +172,7 @@ def test_property_the_k_recurrence_is_exact_for_every_budget(n, fractions, data)
     """The path pass_at_k_curve takes for many budgets (every k = 1..n): each k's histogram-weighted sum of
     pass@k against exact rationals, including the exact zeros (c = 0) and ones (n - c < k)."""
 
-    module = __import__("fgrpo_verl.evaluation.pass_at_k", fromlist=["_recurrence_means"])
+    module = __import__("fgrpo_verl.pass_at_k", fromlist=["_recurrence_means"])
     c = np.array([int(round(f * n)) for f in fractions] + data.draw(st.lists(st.sampled_from([0, n]), max_size=3)))
     hist = np.bincount(c).astype(np.float64)
     ks = np.arange(1, n + 1)
@@ -220,7 +220,7 @@ def test_curve_with_no_budget_within_the_smallest_n_is_all_nan():
 def test_curve_over_every_budget_takes_the_k_recurrence_and_is_exact(monkeypatch):
     """pass_at_k_curve with every k = 1..n (the curve the docs plot) goes through the k recurrence, and each
     budget's mean over problems, mapped back to the caller's order of ks, is the exact rational."""
-    module = __import__("fgrpo_verl.evaluation.pass_at_k", fromlist=["_recurrence_means"])
+    module = __import__("fgrpo_verl.pass_at_k", fromlist=["_recurrence_means"])
     used = []
     real = module._recurrence_means
     monkeypatch.setattr(module, "_recurrence_means", lambda *a: used.append(a[0]) or real(*a))

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from fgrpo_verl.job import checkpoints as ck
-from fgrpo_verl.evaluation.pass_at_k import ks_up_to, pass_at_k_curve
+from fgrpo_verl.pass_at_k import ks_up_to, pass_at_k_curve
 
 REPO = Path(__file__).resolve().parent.parent
 

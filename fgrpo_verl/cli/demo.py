@@ -76,10 +76,11 @@ class PeakMemory:
 
     PSS is not cheap: the kernel walks each process's page tables (Ray workers map ~10 GB each). One pass over a
     run's ~20 processes took ~0.14 CPU-s (0.28 s for 42), so sampling every 0.5 s used a quarter of a core of
-    the 2 the demo runs on (most of its "sys" time). Every 2 s costs ~7 %; the peak is a plateau of a minute or
-    more (every worker of a run alive), which 2 s does not miss."""
+    the 2 the demo runs on (most of its "sys" time). At 2 s it was still the demo process's only busy thread while a
+    run trained: 10 % of a core at load ~6 (py-spy: every sample in ``smaps_rollup``). Every 5 s costs ~4 %; the
+    peak is a plateau of a minute or more (every worker of a run alive), which 5 s does not miss."""
 
-    def __init__(self, interval: float = 2.0):
+    def __init__(self, interval: float = 5.0):
         import psutil
 
         self._proc = psutil.Process()
@@ -143,7 +144,7 @@ def _run_maze(args: argparse.Namespace) -> int:
 
     transformers_logging.disable_progress_bar()  # one bar per model load or save
 
-    from fgrpo_verl.evaluation import ks_up_to, mean_pass_at_k
+    from fgrpo_verl.pass_at_k import ks_up_to, mean_pass_at_k
     from fgrpo_verl.tasks.maze.build import build_with_splits
     from fgrpo_verl.tasks.maze.evaluate import evaluate
     from fgrpo_verl.tasks.maze.model import save_model_dir

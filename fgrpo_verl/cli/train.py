@@ -13,7 +13,7 @@ Order of work, all in the driver before Ray starts:
    machine is started again (``fgrpo_verl/job/ray_start.py``).
 
 Output: on a terminal (or with ``--quiet``) verl's and Ray's output goes to ``<trainer.default_local_dir>/train.log``
-and the terminal shows one line per step and fgrpo-verl's warnings (``fgrpo_verl/cli/quiet.py``); piped, in a
+and the terminal shows one line per step and fgrpo-verl's warnings (``fgrpo_verl/job/quiet.py``); piped, in a
 Slurm job or with ``--verbose``, everything passes through as verl prints it.
 
 W&B names: ``FGRPO_PROJECT_NAME`` / ``FGRPO_EXPERIMENT_NAME`` (exported by ``fgrpo-verl wandb-env``) become
@@ -63,7 +63,7 @@ logger = logging.getLogger("fgrpo_verl")
 INSPECT_FLAGS = {"--cfg": True, "-c": True, "--info": None, "-i": None, "--package": True, "-p": True, "--resolve": False}
 # Flags that print a config: it is validated first, as `train` would (--info shows how Hydra composes; not validated)
 VALIDATED_INSPECT = {"--cfg", "-c", "--package", "-p", "--resolve"}
-# fgrpo-verl's own output flags (not Hydra's): where verl's and Ray's output goes (fgrpo_verl/cli/quiet.py)
+# fgrpo-verl's own output flags (not Hydra's): where verl's and Ray's output goes (fgrpo_verl/job/quiet.py)
 OUTPUT_FLAGS = {"--quiet": True, "--verbose": False}
 INFO_TOPICS = ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")
 # the values Hydra's --cfg / --package take (Hydra answers anything else with its whole usage text)
@@ -310,7 +310,7 @@ def run(args: argparse.Namespace) -> int:
         if not quiet:
             _run_main_ppo(argv)
             return 0
-        from fgrpo_verl.cli.quiet import last_error, quiet_terminal
+        from fgrpo_verl.job.quiet import last_error, quiet_terminal
 
         path = log_path(config).resolve()
         total = config.trainer.get("total_training_steps")

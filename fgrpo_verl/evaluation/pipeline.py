@@ -23,7 +23,7 @@ import os
 from pathlib import Path
 
 from fgrpo_verl.evaluation.formats import GenerationRecord, GenerationWriter, LineIndex, drop_torn_tail, iter_generation_lines, load_benchmark
-from fgrpo_verl.evaluation.pass_at_k import ks_up_to
+from fgrpo_verl.pass_at_k import ks_up_to
 from fgrpo_verl.evaluation.report import (
     check_same_problems, collect_scores, markdown_table, plot_curves, table_rows, write_tables,
 )

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fgrpo_verl.evaluation.pass_at_k import pass_at_k_curve
+from fgrpo_verl.pass_at_k import pass_at_k_curve
 
 
 @dataclass

@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from fgrpo_verl.evaluation.pass_at_k import ks_up_to, pass_at_k, pass_at_k_curve, pass_at_k_table
+from fgrpo_verl.pass_at_k import ks_up_to, pass_at_k, pass_at_k_curve, pass_at_k_table
 
 # (iterations x problems) cells per chunk of hypergeometric draws; ~16 MiB of int64 per run.
 _CHUNK_CELLS = 1 << 20

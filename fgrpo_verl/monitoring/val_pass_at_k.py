@@ -1,7 +1,7 @@
 """Unbiased pass@k (Chen et al. 2021) from verl's validation samples: ``val-core/<data_source>/pass@<k>``.
 
 verl's own ``best@N`` is a bootstrap *with* replacement (biased low). Here, for every validation prompt with n
-samples of which c are correct, pass@k = 1 - C(n-c, k)/C(n, k) (``fgrpo_verl.evaluation.pass_at_k``), averaged over
+samples of which c are correct, pass@k = 1 - C(n-c, k)/C(n, k) (``fgrpo_verl.pass_at_k``), averaged over
 the prompts of each data source, for k = 1, 2, 4, ... and k = n (n = ``actor_rollout_ref.rollout.val_kwargs.n``;
 if prompts of a source have different n, the smallest one bounds k).
 
@@ -19,7 +19,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from fgrpo_verl.evaluation import ks_up_to, pass_at_k
+from fgrpo_verl.pass_at_k import ks_up_to, pass_at_k
 
 PREFIX = "val-core"
 

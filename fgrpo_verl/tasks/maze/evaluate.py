@@ -1,6 +1,6 @@
 """Held-out evaluation of a maze policy by sampling with transformers: per-maze correct counts and pass@k.
 
-pass@k is the unbiased estimator of Chen et al. 2021 (``fgrpo_verl.evaluation.pass_at_k``) over ``n`` samples
+pass@k is the unbiased estimator of Chen et al. 2021 (``fgrpo_verl.pass_at_k``) over ``n`` samples
 per maze at temperature ``temperature`` (paper: n = 2048 at T = 1.0 on 256 held-out mazes).
 """
 
@@ -58,7 +58,7 @@ def sample_correct_counts(model, tokenizer, mazes: list[Maze], n: int, temperatu
 
 def evaluate(model, tokenizer, mazes: list[Maze], n: int, ks: list[int], temperature: float = 1.0, batch_size: int = 256, seed: int = 0) -> MazeEval:
     """Sample ``n`` responses per maze and return the counts and mean pass@k for each k in ``ks`` (k <= n)."""
-    from fgrpo_verl.evaluation import mean_pass_at_k
+    from fgrpo_verl.pass_at_k import mean_pass_at_k
 
     correct = sample_correct_counts(model, tokenizer, mazes, n, temperature, batch_size, seed)
     return MazeEval(n=n, correct=correct, pass_at={k: mean_pass_at_k(n, correct, k) for k in ks})

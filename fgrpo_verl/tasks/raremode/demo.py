@@ -85,7 +85,7 @@ def run(args, memory) -> int:
     # a progress bar per model load or save: dozens (every scored checkpoint), none of them news
     transformers_logging.disable_progress_bar()
 
-    from fgrpo_verl.evaluation import ks_up_to
+    from fgrpo_verl.pass_at_k import ks_up_to
     from fgrpo_verl.tasks.maze.model import save_model_dir
     from fgrpo_verl.tasks.maze.rl import RLSettings
     from fgrpo_verl.tasks.raremode.build import build

@@ -108,7 +108,7 @@ def sampled_correct_counts(model, tokenizer, prompts: list[RarePrompt], n: int, 
 
 
 def sampled_pass_at_k(model, tokenizer, prompts: list[RarePrompt], n: int, ks: list[int], seed: int = 0) -> dict[int, float]:
-    from fgrpo_verl.evaluation import mean_pass_at_k
+    from fgrpo_verl.pass_at_k import mean_pass_at_k
 
     counts = sampled_correct_counts(model, tokenizer, prompts, n, seed)
     return {k: mean_pass_at_k(n, counts, k) for k in ks}
