@@ -312,7 +312,8 @@ def test_run_outputs_are_read_back(tmp_path):
 
 def test_rl_overrides_compose_and_validate(tmp_path):
     """The demo's verl config (maze data, SFT model, fgrpo gamma, maze reward, cpu backend) passes verl's checks."""
-    from fgrpo_verl.config.compose import compose, validate
+    from fgrpo_verl.config.compose import compose
+    from fgrpo_verl.integration.validation import validate
     from fgrpo_verl.tasks.maze import build
     from fgrpo_verl.tasks.maze.rl import RLSettings, maze_overrides
 
@@ -345,18 +346,20 @@ def test_demo_is_registered_and_rejects_bad_gammas(tmp_path):
 @pytest.mark.e2e
 @pytest.mark.ray
 def test_demo_end_to_end_tiny(tmp_path, capsys):
-    """The whole demo at toy scale: build, SFT, GRPO and F-GRPO through verl on the CPU backend, table."""
+    """The whole demo at toy scale: build, SFT, GRPO and F-GRPO through verl on the CPU backend, table. Two runs
+    (the demo's default γ 0 and 0.5: its table and plot compare them), one RL step each: the last step's validation
+    dump is what the table reads."""
     from fgrpo_verl.cli import main
 
     rc = main([
         "demo", "--task", "maze", "--out-dir", str(tmp_path), "--size", "7", "--n-train", "64", "--n-val", "4",
-        "--model-preset", "tiny", "--sft-steps", "20", "--rl-steps", "2", "--batch-size", "4", "--n", "2",
+        "--model-preset", "tiny", "--sft-steps", "20", "--rl-steps", "1", "--batch-size", "4", "--n", "2",
         "--val-n", "2",
     ])
     out = capsys.readouterr().out
     assert rc == 0, out[-4000:]
     for run in ("grpo", "fgrpo_gamma0.5"):
-        assert (tmp_path / "runs" / run / "validation" / "2.jsonl").is_file()
+        assert (tmp_path / "runs" / run / "validation" / "1.jsonl").is_file()
         assert any(line.startswith(run + " ") for line in out.splitlines()), out[-2000:]
     assert "pass@2" in out and (tmp_path / "reward_curves.png").is_file()
 
