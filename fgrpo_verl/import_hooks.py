@@ -88,7 +88,16 @@ def _finish(module, loader, name: str) -> None:
         module.__spec__.loader = loader
     with _lock:
         callbacks = _pending.pop(name, [])
-    _run(callbacks, module)
+    try:
+        _run(callbacks, module)
+    except BaseException:
+        # a raising callback failed the import (Python drops the half-made module): the next import of the name
+        # executes the module anew and must run every callback again, not find none
+        with _lock:
+            _pending[name] = callbacks + _pending.get(name, [])
+            if _finder not in sys.meta_path:
+                sys.meta_path.insert(0, _finder)
+        raise
 
 
 # Names this thread is resolving: another finder that, like ours, asks every finder for the real spec would ask
@@ -157,7 +166,14 @@ def pending() -> dict[str, int]:
         return {name: len(cbs) for name, cbs in _pending.items()}
 
 
-def discard(name: str) -> None:
-    """Forget the callbacks waiting for ``name`` (their work is being done now by the caller)."""
+def discard(name: str, callbacks=None) -> None:
+    """Forget ``callbacks`` (all, when None) waiting for ``name``: their work is being done now by the caller."""
     with _lock:
-        _pending.pop(name, None)
+        if callbacks is None:
+            _pending.pop(name, None)
+            return
+        kept = [(cb, errors) for cb, errors in _pending.get(name, []) if all(cb is not c for c in callbacks)]
+        if kept:
+            _pending[name] = kept
+        else:
+            _pending.pop(name, None)

@@ -90,6 +90,26 @@ class SlurmCluster:
                 return
             time.sleep(0.5)
 
+    def node_states(self) -> dict[str, str]:
+        out = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %T"], env=self.env, capture_output=True, text=True)
+        return dict(line.split(None, 1) for line in out.stdout.splitlines() if line.strip())
+
+    def ensure_idle(self, timeout: float = 60) -> None:
+        """Every node idle, as on a fresh cluster: a node an earlier module's kill left drained or down is resumed;
+        one that does not come back fails the module with the states seen (instead of its jobs waiting forever)."""
+        for node, state in self.node_states().items():
+            if any(word in state for word in ("drain", "down", "fail")):
+                subprocess.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"], env=self.env,
+                               capture_output=True, check=False)
+        deadline = time.monotonic() + timeout
+        while True:
+            states = self.node_states()
+            if states and all(state.startswith("idle") for state in states.values()):
+                return
+            if time.monotonic() > deadline:
+                pytest.fail(f"the session's Slurm nodes are not idle before this module: {states}")
+            time.sleep(0.5)
+
     def job_field(self, job_id: str, field: str) -> str | None:
         out = subprocess.run(["scontrol", "-o", "show", "job", job_id], env=self.env, capture_output=True, text=True)
         match = re.search(rf"\b{field}=(\S+)", out.stdout)
@@ -163,7 +183,9 @@ def cluster_or_skip():
 
 def module_cluster(cluster: SlurmCluster):
     """Generator for a module-scoped fixture over the session's cluster: the jobs a module leaves (a failed test's
-    among them) are cancelled and gone before the next module runs, so each module starts on an idle cluster."""
+    among them) are cancelled and gone before the next module runs, and every node is idle when a module starts
+    (resumed if an earlier module's kill left it drained), so each module starts as on a fresh cluster."""
+    cluster.ensure_idle()
     try:
         yield cluster
     finally:

@@ -124,6 +124,8 @@ def test_selection_pass_evaluates_each_epoch_checkpoint_once_and_logs_it_to_wand
     assert ce.run_phase(plan, "selection") == 0
     out = capsys.readouterr().out
     assert "checkpoints [3] are not epoch checkpoints" in out
+    # the copies carry the template's merges, made from these very weights: reused, not made again
+    assert "merging" not in out
     results = {s: ck.current_result(run, s, label) for s in (2, 4)}
     assert all(results.values()) and ck.read_json(ck.result_path(run, 3, label)) is None
     for step in (2, 4):

@@ -6,7 +6,7 @@ import argparse
 import pytest
 
 from fgrpo_verl.evaluation.checkpoint_eval import pass_options
-from fgrpo_verl.evaluation.options import add_arguments, eval_options
+from fgrpo_verl.evaluation.options import add_arguments, eval_options, from_text
 
 
 def _parsed(argv):
@@ -26,6 +26,10 @@ def test_options_take_the_command_lines_defaults_and_checks(tmp_path):
         eval_options(n=3)
     with pytest.raises(ValueError, match="--top-p must be in"):
         eval_options(out=str(tmp_path), top_p=1.5)
+    with pytest.raises(ValueError, match="--backend must be one of vllm, transformers, got 'vlm'"):
+        eval_options(out=str(tmp_path), backend="vlm")
+    with pytest.raises(ValueError, match="unknown evaluation option 'gpus'"):
+        from_text("gpus", "2")
     with pytest.raises(ValueError, match="--bench AIME24=.*: no such file"):
         eval_options(out=str(tmp_path), bench=[f"AIME24={tmp_path / 'absent.jsonl'}"])
 

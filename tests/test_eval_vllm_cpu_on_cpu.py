@@ -1,9 +1,9 @@
 """``fgrpo-verl eval --backend vllm`` with the real engine, on vLLM's CPU build (the GPU path's code, run here).
 
 Two tiny random-weight models in the paper's two chat-template families: Llama-3 style (a BOS written by the
-template *and* added by the tokenizer to text) and Qwen (no BOS). The CLI evaluates the Qwen one end to end (one
-engine start); the Llama one goes through the same prompt encoding and ``VLLMSampler`` in a probe that also asks
-vLLM for its own rendering of the text. What is checked against vLLM itself:
+template *and* added by the tokenizer to text) and Qwen (no BOS), evaluated by one command (one engine after the
+other in one process, as an evaluation job does for a pass's checkpoints); a probe also asks vLLM for its own
+rendering of the Llama model's text. What is checked against vLLM itself:
 
 - the prompt vLLM samples from is exactly the token ids evaluation built (one BOS), where vLLM would give a
   rendered text prompt two; ``VLLMSampler`` refuses to continue when vLLM's prompt differs from the ids;
@@ -61,24 +61,26 @@ def _env():
 
 @pytest.fixture(scope="module")
 def full(setup):
-    """One uninterrupted evaluation of the Qwen-template model (shared, read-only): the resume test's reference.
-    The Llama template's prompt ids are checked against vLLM by the probe below, on the sampler the CLI uses."""
+    """One uninterrupted evaluation of both models (shared, read-only): the second engine starts in the same process
+    after the first is released."""
     out = setup["root"] / "full"
     start = time.monotonic()
-    run = subprocess.run(_eval_cmd(setup, out, "qwen"), env=_env(), capture_output=True, text=True, timeout=900)
-    print(f"[eval vllm e2e] 1 model x {N_PROBLEMS} problems x n=8: {time.monotonic() - start:.1f}s")
+    run = subprocess.run(_eval_cmd(setup, out, "llama", "qwen"), env=_env(), capture_output=True, text=True,
+                         timeout=900)
+    print(f"[eval vllm e2e] 2 models x {N_PROBLEMS} problems x n=8: {time.monotonic() - start:.1f}s")
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     return out, run.stdout + run.stderr
 
 
-def test_eval_samples_from_the_exact_prompt_ids(full):
-    """Every request went through VLLMSampler's check that vLLM's prompt equals the ids it was given (the Llama
-    template's prompt: the probe below)."""
+def test_eval_samples_from_the_exact_prompt_ids_with_both_chat_templates(full):
+    """Every request went through VLLMSampler's check that vLLM's prompt equals the ids it was given."""
     out, log = full
     gens = read_generations(out / "generations.jsonl")
-    assert sorted({g.run for g in gens}) == ["qwen"]
-    assert all(len(g.completions) == 8 for g in gens) and len(gens) == N_PROBLEMS
-    assert all(BOS not in g.prompt for g in gens)  # the Qwen family writes no BOS
+    assert sorted({g.run for g in gens}) == ["llama", "qwen"]
+    assert all(len(g.completions) == 8 for g in gens) and len(gens) == 2 * N_PROBLEMS
+    llama_prompt = next(g.prompt for g in gens if g.run == "llama")
+    assert llama_prompt.startswith(BOS) and llama_prompt.count(BOS) == 1
+    assert all(BOS not in g.prompt for g in gens if g.run == "qwen")  # the Qwen family writes no BOS
     assert "vLLM changed a prompt" not in log
     assert (out / "pass_at_k.md").is_file()
 
@@ -158,7 +160,7 @@ def test_a_killed_eval_resumes_to_the_same_completions_and_tables(setup, full):
         return {g.problem_id: g.completions for g in read_generations(path) if g.run == run and g.completions}
 
     assert completions(gen, "qwen") == completions(full[0] / "generations.jsonl", "qwen")
-    # both tables hold the one qwen column: the same rows
+    # the uninterrupted run's tables hold both models; the resumed one's table is its qwen column
     table = (out / "pass_at_k_long.csv").read_text().splitlines()
     full_rows = [row for row in (full[0] / "pass_at_k_long.csv").read_text().splitlines() if "qwen" in row]
     assert table[1:] == full_rows

@@ -35,3 +35,11 @@ def test_a_directory_without_weights_is_named_as_such(tmp_path):
     bare = _model(tmp_path / "bare", {})
     what, _fix = missing_model(str(bare))
     assert what.endswith("has no weight files (*.safetensors, pytorch_model*.bin)")
+
+
+def test_an_index_counts_its_shards_and_not_a_consolidated_copy(tmp_path):
+    shards = {"model-00001-of-00002.safetensors": 1000, "model-00002-of-00002.safetensors": 1000}
+    model = _model(tmp_path / "indexed", {**shards, "consolidated.safetensors": 2000})
+    (model / "model.safetensors.index.json").write_text(json.dumps(
+        {"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}))
+    assert architecture(str(model)).params == 1000

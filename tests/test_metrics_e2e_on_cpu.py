@@ -2,7 +2,7 @@
 
 The suite's shared maze run (conftest ``maze_fgrpo_run``, tests/verl_runs.py): maze data and tiny Qwen2
 (``fgrpo_verl.tasks.maze``), the parity reward of the CPU backend tests (about half of a random policy's responses
-score 1, so groups are mixed; DAPO group filtering keeps the mixed ones), γ = 0.5, N = 4, 2 steps, validation
+score 1, so most groups are mixed; no group filtering, so uniform groups count too), γ = 0.5, N = 4, 2 steps, validation
 before training and at step 2 with n = 4 samples per held-out maze. Loggers: console, verl's JSONL ``file``
 logger, and W&B in offline mode, named and identified by ``fgrpo_verl.job.tracking`` and handed to verl's
 TaskRunner through Ray's runtime_env overrides. Checked:

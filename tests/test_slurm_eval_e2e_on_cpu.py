@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from slurm_testing import REPO, module_cluster, steps_per_start
+from slurm_testing import REPO, module_cluster, steps_per_start, wait_no_processes
 from test_slurm_launch_e2e_on_cpu import _release_requeued
 
 from fgrpo_verl.job import tracking
@@ -239,6 +239,8 @@ def test_launch_evaluates_every_checkpoint_resumes_a_killed_evaluation_and_repor
         # verl kept 8 of 12 prompts: 2 steps an epoch, so the checkpoints are epochs 1 and 2 (not steps 3 and 4)
         assert steps_per_start(log) == [[1, 2, 3, 4]], log[-4000:]
         assert "verl kept 8 training prompts, 2 steps per epoch; trainer.save_freq 3 -> 2" in log
+        # a job that ends cleanly on its first start leaves no Ray process of its own behind
+        assert wait_no_processes(f"fgrpo-ray-{job}") == []
     for (run, phase), job in evals.items():
         assert _state(slurm, job) == "COMPLETED", _log(workdir, base.job_name if run == "grpo" else focal.job_name,
                                                         job)[-6000:]

@@ -96,10 +96,12 @@ SHARED_GAMMA, SHARED_GROUP_N, SHARED_VAL_N, SHARED_STEPS = 0.5, 4, 4, 2
 SHARED_WANDB_PROJECT = "fgrpo-metrics-e2e"
 
 
-def maze_common_overrides(maze, gamma: float = SHARED_GAMMA, group_n: int = SHARED_GROUP_N) -> list[str]:
-    """F-GRPO with DAPO group filtering on the maze task (7x7, tiny Qwen2) and the parity reward (about half of a
-    random policy's responses score 1, so groups are mixed), on the CPU backend: what the shared run and a run
-    resumed from its checkpoint have in common."""
+def maze_common_overrides(maze, gamma: float = SHARED_GAMMA, group_n: int = SHARED_GROUP_N,
+                          filter_groups: bool = False) -> list[str]:
+    """F-GRPO on the maze task (7x7, tiny Qwen2) and the parity reward (about half of a random policy's responses
+    score 1, so most groups are mixed and some are uniform), on the CPU backend: what the shared run and a run
+    resumed from its checkpoint have in common. ``filter_groups``: DAPO's group filtering (only mixed groups
+    kept); off in the shared run, so its ``fgrpo/*`` metrics see uniform groups too."""
     return [
         "backend=cpu",
         f"data.train_files={maze.train_file}", f"data.val_files={maze.val_file}",
@@ -113,7 +115,7 @@ def maze_common_overrides(maze, gamma: float = SHARED_GAMMA, group_n: int = SHAR
         "actor_rollout_ref.actor.optim.lr=1e-3", "actor_rollout_ref.actor.use_kl_loss=False",
         "actor_rollout_ref.rollout.val_kwargs.do_sample=True", "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
         "algorithm.adv_estimator=fgrpo", f"algorithm.fgrpo.gamma={gamma}", "algorithm.use_kl_in_reward=False",
-        "algorithm.filter_groups.enable=True",
+        f"algorithm.filter_groups.enable={filter_groups}",
         f"reward.custom_reward_function.path={REWARD_FILE}", "reward.custom_reward_function.name=compute_score",
     ]
 

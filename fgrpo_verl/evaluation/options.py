@@ -130,7 +130,9 @@ def _declared() -> argparse.ArgumentParser:
 
 def from_text(name: str, text: str):
     """Option ``name``'s value from its command-line text (its declared type applied: ``"2"`` -> 2 for ``--n``)."""
-    action = next(a for a in _declared()._actions if a.dest == name)
+    action = next((a for a in _declared()._actions if a.dest == name), None)
+    if action is None:
+        raise ValueError(f"unknown evaluation option {name!r}")
     return action.type(text) if action.type is not None else text
 
 
@@ -145,6 +147,11 @@ def eval_options(**values) -> argparse.Namespace:
     missing = [action.dest for action in parser._actions if action.required and action.dest not in values]
     if missing:
         raise ValueError(f"evaluation option(s) {missing} are required")
+    for action in parser._actions:  # what argparse checks of a command line's values
+        value = values.get(action.dest)
+        if action.choices is not None and value is not None and value not in action.choices:
+            raise ValueError(f"{action.option_strings[0]} must be one of {', '.join(map(str, action.choices))}, "
+                             f"got {value!r}")
     options = argparse.Namespace(**{**defaults, **values})
     validate(options)
     return options

@@ -96,6 +96,11 @@ STEPS = (
 )
 
 
+# module name -> the registration callbacks install() left waiting for it (register_all drops these, and only these:
+# the backends' patches wait on the same hook)
+_SCHEDULED: dict[str, list] = {}
+
+
 def install() -> None:
     """What ``import verl`` runs through the entry point (see the module docstring)."""
     supported = registration.verl_supported()
@@ -113,7 +118,9 @@ def install() -> None:
         if module is None:
             run()
         else:
-            import_hooks.when_imported(module, lambda _module, run=run: run())
+            callback = lambda _module, run=run: run()  # noqa: E731
+            _SCHEDULED.setdefault(module, []).append(callback)
+            import_hooks.when_imported(module, callback)
 
 
 def register_all(strict: bool = True) -> None:
@@ -123,8 +130,9 @@ def register_all(strict: bool = True) -> None:
         registration.require_supported_verl()
     # Running every step now: drop the scheduled ones, or importing verl's v1 stack below would fire the trainer
     # step again from inside the import of fgrpo_verl.integration.trainer.
-    for module in {module for _, _, module, _ in STEPS if module}:
-        import_hooks.discard(module)
+    for module, callbacks in list(_SCHEDULED.items()):
+        import_hooks.discard(module, callbacks)
+        del _SCHEDULED[module]
     for what, fn, _, _ in STEPS:
         registration.step(what, fn, strict)
 

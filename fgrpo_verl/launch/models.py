@@ -50,8 +50,14 @@ _WEIGHTS = ("*.safetensors", "pytorch_model*.bin")
 
 
 def _weight_files(directory: Path) -> list[Path]:
-    """The weight files a load reads: the safetensors ones when a repository ships both formats (transformers and
-    vLLM load those and ignore the .bin copies, which must not be counted twice), else the .bin ones."""
+    """The weight files a load reads: the shards an index lists when there is one (a repository may also ship a
+    consolidated copy), else the safetensors ones when a repository ships both formats (transformers and vLLM
+    load those and ignore the .bin copies, which must not be counted twice), else the .bin ones."""
+    for pattern in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
+        index = directory / pattern
+        if index.is_file():
+            shards = sorted(set(json.loads(index.read_text(encoding="utf-8")).get("weight_map", {}).values()))
+            return [directory / shard for shard in shards if (directory / shard).is_file()]
     for pattern in _WEIGHTS:
         files = sorted(directory.glob(pattern))
         if files:
