@@ -51,21 +51,6 @@ def batch():
     return make_batch([4, 1, 3, 8, 2, 1, 5])
 
 
-@pytest.fixture(autouse=True, scope="session")
-def _composition_cache_of_this_session(tmp_path_factory):
-    """Composed configs are cached on disk between commands (fgrpo_verl.config.compose.ComposeCache): the suite's
-    cache is its own (nothing read from or left in the user's ~/.cache), shared by its tests and subprocesses."""
-    from fgrpo_verl.config.compose import CACHE_ENV
-
-    before = os.environ.get(CACHE_ENV)
-    os.environ[CACHE_ENV] = str(tmp_path_factory.mktemp("fgrpo-verl-cache"))
-    yield
-    if before is None:
-        os.environ.pop(CACHE_ENV, None)
-    else:
-        os.environ[CACHE_ENV] = before
-
-
 @pytest.fixture(autouse=True)
 def _no_wandb_service_left_behind():
     """A test that runs W&B in pytest's own process starts a W&B service and exports its address (WANDB_SERVICE);

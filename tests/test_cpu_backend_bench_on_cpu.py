@@ -60,7 +60,8 @@ def test_fast_overrides_skip_the_old_log_prob_forward():
 
 def test_fast_overrides_compose_and_pass_verl_validation():
     from fgrpo_verl.backends.cpu.tuning import fast_overrides
-    from fgrpo_verl.config.compose import compose, validate
+    from fgrpo_verl.config.compose import compose
+    from fgrpo_verl.integration.validation import validate
 
     cfg = compose(["backend=cpu", "data.train_batch_size=16", "actor_rollout_ref.actor.ppo_mini_batch_size=16",
                    "actor_rollout_ref.rollout.n=8", *fast_overrides()])

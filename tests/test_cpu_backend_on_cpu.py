@@ -341,7 +341,8 @@ def test_gpu_hf_backend_swaps_only_the_rollout():
 
 
 def test_cpu_config_passes_verl_validation():
-    from fgrpo_verl.config.compose import compose, validate
+    from fgrpo_verl.config.compose import compose
+    from fgrpo_verl.integration.validation import validate
 
     validate(compose(["backend=cpu", "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
                       "actor_rollout_ref.rollout.n=4"]))

@@ -220,7 +220,8 @@ def test_a_bad_timeout_is_named(monkeypatch, raw):
 # ---------------------------------------------------------------- the config group
 def test_cpu_vllm_config_is_the_cpu_backend_with_verls_vllm_rollout_and_passes_verl_validation():
     from fgrpo_verl.backends import vllm_cpu_engine
-    from fgrpo_verl.config.compose import compose, validate
+    from fgrpo_verl.config.compose import compose
+    from fgrpo_verl.integration.validation import validate
 
     cpu, cfg = compose(["backend=cpu", "algo=grpo"]), compose(["backend=cpu_vllm", "algo=grpo"])
     rollout = cfg.actor_rollout_ref.rollout

@@ -9,13 +9,13 @@ key or flag, the value and what is valid, "did you mean" for a misspelt name, ex
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import re
-import resource
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -34,11 +34,119 @@ def _cli(*args, env=None, cwd=None, timeout=300) -> subprocess.CompletedProcess:
                           env=full, cwd=cwd, timeout=timeout)
 
 
-def _one_error_line(done: subprocess.CompletedProcess, command: str) -> str:
+def _one_error_line(done, command: str) -> str:
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
     assert len(lines) == 1 and lines[0].startswith(f"fgrpo-verl {command}: error: "), done.stderr[-3000:]
     return lines[0]
+
+
+# One fresh interpreter answering several command lines in turn, each through ``fgrpo_verl.cli.main`` as
+# ``python -m fgrpo_verl`` calls it, with file descriptors 1 and 2 of the process pointed at files of its own, so
+# that what it prints (verl's import notices and logging handlers included) is its output alone. A fresh process
+# because train's backend=cpu resolves verl's platform in the driver, once per process (pytest's may have resolved
+# another); one process because each new one pays verl's import again. The real entry point itself is exercised
+# by test_misspelt_key_through_the_real_entry_point_and_debug_shows_the_traceback.
+BATCH = r"""
+import json, os, sys, tempfile
+from fgrpo_verl.cli import main
+from fgrpo_verl.launch.validator import Validator
+
+validators = []  # those that check in a second process
+real_init = Validator.__init__
+def counting_init(self, *args, **kwargs):
+    real_init(self, *args, **kwargs)
+    if self.background:
+        validators.append(args)
+Validator.__init__ = counting_init
+
+results = []
+for argv, env in json.loads(open(sys.argv[1]).read()):
+    saved = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
+    started = len(validators)
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        sys.stdout.flush(), sys.stderr.flush()
+        keep = os.dup(1), os.dup(2)
+        os.dup2(out.fileno(), 1), os.dup2(err.fileno(), 2)
+        try:
+            rc = main(argv)
+        finally:
+            sys.stdout.flush(), sys.stderr.flush()
+            os.dup2(keep[0], 1), os.dup2(keep[1], 2)
+            os.close(keep[0]), os.close(keep[1])
+        out.seek(0), err.seek(0)
+        ray = sys.modules.get("ray")
+        results.append({"returncode": rc, "stdout": out.read().decode(), "stderr": err.read().decode(),
+                        "verl_imported": "verl" in sys.modules, "validators": len(validators) - started,
+                        "ray_started": bool(ray is not None and ray.is_initialized()),
+                        "main_ppo_imported": "verl.trainer.main_ppo" in sys.modules})
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key)
+        else:
+            os.environ[key] = value
+open(sys.argv[2], "w").write(json.dumps(results))
+"""
+
+
+class Answer:
+    """What one command line of a batch printed and returned."""
+
+    def __init__(self, result: dict):
+        self.__dict__.update(result)
+
+
+def _batch(cases: list[tuple[list[str], dict[str, str]]], work: Path, env: dict[str, str] | None = None,
+           cwd: Path | None = None) -> list[Answer]:
+    """``main(argv)`` with ``env`` added, for each case in turn, in one new process (BATCH)."""
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "cases.json").write_text(json.dumps([[list(map(str, argv)), case_env] for argv, case_env in cases]))
+    done = subprocess.run([sys.executable, "-c", BATCH, str(work / "cases.json"), str(work / "answers.json")],
+                          capture_output=True, text=True, env=env, cwd=cwd, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return [Answer(result) for result in json.loads((work / "answers.json").read_text())]
+
+
+def _wandb_env(*args) -> dict[str, str]:
+    """What `eval "$(fgrpo-verl wandb-env ARGS)"` exports (the command itself runs in tests/test_readme_on_cpu.py)."""
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        assert main(["wandb-env", *args]) == 0
+    return dict(re.match(r"export (\w+)=(.*)", line).groups() for line in out.getvalue().splitlines())
+
+
+WANDB_ENV_ARGS = ("--project", "fgrpo", "--algo", "fgrpo", "--gamma", "0.5", "--n", "8", "--model", "Qwen/Qwen2.5-7B",
+                  "--seed", "1", "--group", "gamma-sweep")
+BAD_GAMMAS = [
+    ("-1", r"algorithm\.fgrpo\.gamma=-1\.0 is invalid: the focal strength must be a finite number >= 0"),
+    ("inf", r"algorithm\.fgrpo\.gamma=inf is invalid"),
+    ("null", r"algorithm\.fgrpo\.gamma=None is invalid"),
+    ("nan", r"expected a number, got NaN"),
+]
+TRAIN_CPU = ["train", "algo=grpo", "backend=cpu"]
+
+
+@pytest.fixture(scope="module")
+def train_answers(tmp_path_factory) -> dict[str, Answer]:
+    """The `fgrpo-verl train backend=cpu ...` command lines of this file, answered by one process (BATCH). The
+    W&B one first: that nothing of verl's trainer was imported before it failed is then its own doing."""
+    work = tmp_path_factory.mktemp("train_answers")
+    wandb_env = _wandb_env(*WANDB_ENV_ARGS)
+    no_wandb = {"HOME": str(work), "WANDB_CONFIG_DIR": str(work / "wandb-config"), "NETRC": str(work / "none")}
+    cases = {
+        "wandb without setup": ([*TRAIN_CPU, "trainer.logger=[console,wandb]", "--verbose"], no_wandb),
+        **{f"gamma={value}{' '.join(['', *extra])}": ([*TRAIN_CPU, f"algorithm.fgrpo.gamma={value}", *extra], {})
+           for value, _ in BAD_GAMMAS for extra in ([], ["--cfg", "job"])},
+        "gae discount": ([*TRAIN_CPU, "algorithm.gamma=0.99", "--cfg", "job"], {}),
+        "--info config": ([*TRAIN_CPU, "--info", "config"], {}),
+        "--info": ([*TRAIN_CPU, "--info"], {}),
+        "env name": ([*TRAIN_CPU, "algorithm.fgrpo.gamma=0.5", "--cfg", "job"], wandb_env),
+        "env name, command line wins": ([*TRAIN_CPU, "trainer.experiment_name=mine", "--cfg", "job"], wandb_env),
+        "env name, stale": ([*TRAIN_CPU, "algorithm.fgrpo.gamma=1", "--cfg", "job"], wandb_env),
+        "tail-miss --mu abc": (["tail-miss", "--mu", "abc", "--rho", "0.1", "--n", "8"], {}),
+    }
+    answers = _batch(list(cases.values()), work, env=user_environment("HYDRA_FULL_ERROR"), cwd=work)
+    return dict(zip(cases, answers))
 
 
 # --- one line, exit 2, "did you mean" ---------------------------------------------------------------------------
@@ -74,16 +182,11 @@ def test_train_mistakes_are_one_line_exit_2(args, message, capsys):
     assert "To append to your config use" not in err[0]  # Hydra's advice adds the typo as a new key
 
 
-@pytest.mark.parametrize("value, message", [
-    ("-1", r"algorithm\.fgrpo\.gamma=-1\.0 is invalid: the focal strength must be a finite number >= 0"),
-    ("inf", r"algorithm\.fgrpo\.gamma=inf is invalid"),
-    ("null", r"algorithm\.fgrpo\.gamma=None is invalid"),
-    ("nan", r"expected a number, got NaN"),
-])
-def test_bad_gamma_values_under_train_and_cfg_job_are_one_line(value, message):
+@pytest.mark.parametrize("value, message", BAD_GAMMAS)
+def test_bad_gamma_values_under_train_and_cfg_job_are_one_line(value, message, train_answers):
     """A misspelt key and bad γ values were 30-63-line tracebacks; `--cfg job` printed `gamma: -1` and exit 0."""
     for extra in ([], ["--cfg", "job"]):
-        done = _cli("train", "algo=grpo", "backend=cpu", f"algorithm.fgrpo.gamma={value}", *extra)
+        done = train_answers[f"gamma={value}{' '.join(['', *extra])}"]
         assert done.returncode == 2, done.stderr[-3000:]
         assert re.search(message, _one_error_line(done, "train"))
         assert done.stdout == "", "nothing may be printed (no config) for an invalid config"
@@ -99,15 +202,15 @@ def test_misspelt_key_through_the_real_entry_point_and_debug_shows_the_traceback
         assert "did you mean 'gamma'" in done.stderr
 
 
-def test_gae_discount_set_instead_of_the_focal_gamma_is_caught_by_doctor_and_train(capsys):
+def test_gae_discount_set_instead_of_the_focal_gamma_is_caught_by_doctor_and_train(capsys, train_answers):
     """`algorithm.gamma` is verl's GAE discount; with adv_estimator=fgrpo nothing reads it."""
     assert main(["doctor", "--no-ray", "algo=grpo", "algorithm.gamma=2"]) == 2
     out = capsys.readouterr().out
     fail = [line for line in out.splitlines() if "[FAIL]" in line]
     assert len(fail) == 1 and "algorithm.gamma=2 is verl's GAE discount" in fail[0]
     assert "set algorithm.fgrpo.gamma=2" in fail[0] and "all checks passed" not in out
-    # (a process of its own: doctor resolved verl's platform in this one, and backend=cpu needs its own)
-    done = _cli("train", "algo=grpo", "backend=cpu", "algorithm.gamma=0.99", "--cfg", "job")
+    # (in a process of its own: doctor resolved verl's platform in this one, and backend=cpu needs its own)
+    done = train_answers["gae discount"]
     assert done.returncode == 2 and "algorithm.gamma=0.99 is verl's GAE discount" in _one_error_line(done, "train")
     # verl's default (1.0), written or not, is fine; other estimators keep the discount
     assert main(["doctor", "--no-ray", "algo=grpo", "algorithm.gamma=1.0"]) == 0
@@ -174,8 +277,8 @@ def test_eval_significance_m_larger_than_the_saved_n_names_the_flag(tmp_path, ca
     assert len(err) == 1 and "--significance-m 256 (A:C on B)" in err[0] and "lower --significance-m" in err[0]
 
 
-def test_argparse_type_errors_stay_a_short_block():
-    done = _cli("tail-miss", "--mu", "abc", "--rho", "0.1", "--n", "8")
+def test_argparse_type_errors_stay_a_short_block(train_answers):
+    done = train_answers["tail-miss --mu abc"]  # a process without a terminal, as _cli's: argparse's width is 80
     assert done.returncode == 2 and "Traceback" not in done.stderr
     lines = done.stderr.strip().splitlines()  # argparse's usage (wrapped to the width) and its error line
     assert len(lines) <= 5 and lines[-1] == "fgrpo-verl tail-miss: error: argument --mu: invalid float value: 'abc'"
@@ -190,9 +293,12 @@ def test_doctor_prints_its_checks_and_nothing_of_verls_import_notices():
     assert "[ok]   platform: " in done.stdout and "all checks passed" in done.stdout
 
 
-def test_info_and_cfg_print_each_line_once_and_info_takes_overrides_after_it():
-    for flags in (["--info", "config"], ["--cfg", "job"], ["--info"]):
-        done = _cli("train", "algo=grpo", "backend=cpu", *flags)
+# `fgrpo-verl train algo=grpo backend=cpu --cfg job` printing each line once is checked on the README's own run of
+# that command (tests/test_readme_on_cpu.py, CASES), a fresh process as a user runs it.
+
+def test_info_and_cfg_print_each_line_once_and_info_takes_overrides_after_it(train_answers):
+    for flags in ("--info config", "--info"):
+        done = train_answers[flags]
         assert done.returncode == 0, done.stderr[-3000:]
         assert "INFO:" not in done.stderr and "DEBUG" not in done.stderr, done.stderr[:2000]
         assert len(done.stderr.strip().splitlines()) <= 1, done.stderr  # at most verl's platform line
@@ -211,70 +317,32 @@ def _fake_slurm(bin_dir: Path, squeue_exit: int) -> dict[str, str]:
 
 
 def test_status_without_slurm_answers_before_composing_anything(tmp_path, monkeypatch, capsys):
+    """The answer comes before any of the work that takes a launch its seconds: no recipe planned, no config
+    composed (by Hydra or from the composition cache), nothing checked with verl."""
     import fgrpo_verl.config.compose as compose
+    import fgrpo_verl.launch as launch
+    import fgrpo_verl.launch.validator as validator
 
     def refuse(*a, **k):
         raise AssertionError("a config was composed before Slurm was asked")
 
-    monkeypatch.setattr(compose, "_compose_raw", refuse)
+    for module, name in ((compose, "_compose_raw"), (compose, "SharedComposer"), (validator, "Validator"),
+                         (launch, "plan_jobs")):
+        monkeypatch.setattr(module, name, refuse)
     monkeypatch.setenv("PATH", _fake_slurm(tmp_path / "bin", squeue_exit=1)["PATH"])
     monkeypatch.chdir(tmp_path)
-    started = time.monotonic()
     assert main(["launch", "paper_main", "--status"]) == 1
-    assert time.monotonic() - started < 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["fgrpo-verl launch: error: cannot ask Slurm which runs are queued (squeue: fatal: Could not "
                    "establish a configuration source); is this a Slurm login node?"]
 
 
-CPU_SPLIT = r"""
-import contextlib, io, resource, sys
-from fgrpo_verl.cli import main
-with contextlib.redirect_stdout(io.StringIO()) as out:
-    rc = main(sys.argv[1:])
-me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-jobs = sum(line.startswith("### job ") for line in out.getvalue().splitlines())
-print(rc, me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime, jobs,
-      out.getvalue().count("not started"))
-"""
-
-
-def _cpu_seconds(*args, env=None, cwd=None) -> tuple[int, float, float, int, int]:
-    """(exit status, CPU-s of the launch process, CPU-s of its children: the validating process, training job
-    scripts printed (evaluation jobs print their own), runs "not started")."""
-    full = dict(os.environ, **(env or {}))
-    done = subprocess.run([sys.executable, "-c", CPU_SPLIT, *args], capture_output=True, text=True, env=full,
-                          cwd=cwd, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    rc, me, kids, scripts, not_started = done.stdout.split()
-    return int(rc), float(me), float(kids), int(scripts), int(not_started)
-
-
-# CPU-seconds per process for paper_main's --status / --dry-run (issue 18: 10 s of wall time on 2 idle cores).
-# Measured with benchmarks/bench_launch.py at load 1.3-1.4 (docs/slurm.md): --status 8.2 CPU-s with an empty
-# composition cache, 4.5 warm, no second process; --dry-run 8.8 (empty) / 4.3 (warm) in the launcher beside 7.6-8.2
-# in the checking process. The bounds leave room for a loaded machine (CPU time grows with cache misses there too).
-COLD_CPU_BOUND = 12
-WARM_CPU_BOUND = 7
-
-
-def test_paper_main_status_and_dry_run_stay_under_the_cpu_bound_per_process(tmp_path):
-    """36 runs composed, named (and for --dry-run validated, preflighted and rendered): with an empty composition
-    cache (a first launch), then warm (every later launch: no Hydra), each process under its bound. --status checks
-    nothing with verl, so it starts no second process. CPU seconds, not wall: other work on a shared machine slows
-    the wall clock, not the work (on 2f836bb: ~31 CPU-s in one process; docs/slurm.md has the wall times)."""
-    env = {**_fake_slurm(tmp_path / "bin", squeue_exit=0), "FGRPO_VERL_CACHE_DIR": str(tmp_path / "cache")}
-    rc, me, kids, _, not_started = _cpu_seconds("launch", "paper_main", "--status", env=env, cwd=tmp_path)
-    assert rc == 0 and not_started == 36
-    assert me < COLD_CPU_BOUND and kids < 0.5, f"--status, empty cache: {me:.1f} CPU-s here, {kids:.1f} in children"
-    rc, me, kids, _, not_started = _cpu_seconds("launch", "paper_main", "--status", env=env, cwd=tmp_path)
-    assert rc == 0 and not_started == 36
-    assert me < WARM_CPU_BOUND and kids < 0.5, f"--status, warm: {me:.1f} CPU-s here, {kids:.1f} in children"
-    rc, me, kids, scripts, _ = _cpu_seconds("launch", "paper_main", "--dry-run", env=env, cwd=tmp_path)
-    assert rc == 0 and scripts == 36
-    assert me < WARM_CPU_BOUND and kids < COLD_CPU_BOUND, \
-        f"--dry-run, warm: {me:.1f} CPU-s here, {kids:.1f} CPU-s validating"
-    assert kids > 2, "verl's validation did not run in a second process"
+# paper_main's --status / --dry-run, 36 runs, as a user runs them (a fresh `fgrpo-verl` process): the README's block
+# runs both (tests/test_readme_on_cpu.py: 36 job scripts, 36 runs "not started"). That --status checks nothing
+# with verl, so starts no second process, is test_status_names_the_runs_a_submit_names_without_checking_them_with_
+# verl; that a dry run's checks run in a second process and verl stays out of the launcher,
+# test_a_preflight_refusal_found_in_the_second_process_names_each_run_and_verl_stays_out_of_the_launcher. Their
+# CPU seconds per process (first launch: empty composition cache; later: warm) are benchmarks/bench_launch.py's.
 
 
 def test_status_names_the_runs_a_submit_names_without_checking_them_with_verl(tmp_path, monkeypatch, capsys):
@@ -286,11 +354,14 @@ def test_status_names_the_runs_a_submit_names_without_checking_them_with_verl(tm
     assert main(["launch", "paper_main", "--dry-run", *only]) == 0
     planned = re.findall(r"^### job (\S+) \(run ", capsys.readouterr().out, flags=re.M)
     import fgrpo_verl.launch.preflight as preflight
+    import fgrpo_verl.launch.validator as validator
 
     def refuse(*a, **k):
         raise AssertionError("--status checked a run with verl")
 
     monkeypatch.setattr(preflight, "check_run", refuse)
+    # and no validator at all, in this process or a second one (a Validator is what would start that process)
+    monkeypatch.setattr(validator, "Validator", refuse)
     assert main(["launch", "paper_main", "--status", *only]) == 0
     out = capsys.readouterr().out
     assert len(planned) == 2 and all(f"  {name}: not started" in out for name in planned), (planned, out)
@@ -299,24 +370,25 @@ def test_status_names_the_runs_a_submit_names_without_checking_them_with_verl(tm
 def test_a_preflight_refusal_found_in_the_second_process_names_each_run_and_verl_stays_out_of_the_launcher(tmp_path):
     """With 4+ runs the launcher hands validate_config and the preflight to a second process (a fresh interpreter,
     as a user's `fgrpo-verl launch` is): a refusal found there is the same one line per run, exit 2, and the
-    launcher itself never imports verl (that import is what the second process is for)."""
-    code = ("import sys; from fgrpo_verl.cli import main; rc = main(sys.argv[1:]); "
-            "print('verl imported' if 'verl' in sys.modules else 'no verl', file=sys.stderr); sys.exit(rc)")
+    launcher itself never imports verl (that import is what the second process is for). Both dry runs below are
+    answered by one launcher process (BATCH), each starting its own checking process."""
     runs = ["qwen25_7b-grpo-g0p0", "qwen25_7b-grpo-g0p5", "qwen25_7b-grpo-g1p0", "qwen25_7b-grpo-g2p0"]
     key = "actor_rollout_ref.rollout.tensor_model_parallel_size"
-    done = subprocess.run([sys.executable, "-c", code, "launch", "paper_main", "--dry-run", "--only", *runs,
-                           f"{key}=3"], capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    dry_run = ["launch", "paper_main", "--dry-run", "--only", *runs]
+    refused, planned = _batch([([*dry_run, f"{key}=3"], {}), (dry_run, {})], tmp_path / "batch", cwd=tmp_path)
+    done = refused
     assert done.returncode == 2 and done.stdout == "" and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert done.validators == 1, "verl's checks did not run in a second process"
     errors = [line for line in done.stderr.splitlines() if line.startswith("fgrpo-verl launch: error:")]
     assert errors == [f"fgrpo-verl launch: error: recipe paper_main, run {runs[0]}: {key}=3: a rollout replica "
                       "spans TP x DP x PP = 3 x 1 x 1 = 3 GPUs, which does not divide the 16 GPU(s) of trainer.nnodes "
                       "x trainer.n_gpus_per_node (verl's ActorRolloutRefWorker.init_model asserts world_size % "
                       f"(TP*DP*PP) == 0); set TP x DP x PP to a divisor of 16, e.g. {key}=2"], done.stderr[-3000:]
-    assert done.stderr.splitlines()[-1] == "no verl"
+    assert not done.verl_imported
     # and without the override, each run's preflight summary reaches its script
-    done = subprocess.run([sys.executable, "-c", code, "launch", "paper_main", "--dry-run", "--only", *runs],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=600)
-    assert done.returncode == 0 and done.stderr.splitlines()[-1] == "no verl", done.stderr[-3000:]
+    done = planned
+    assert done.returncode == 0 and not done.verl_imported, done.stderr[-3000:]
+    assert done.validators == 1, "verl's checks did not run in a second process"
     summaries = [line for line in done.stdout.splitlines() if line.startswith("### preflight: ")]
     assert len(summaries) == 4 and all("rollout replica(s) of TP" in line for line in summaries), summaries
 
@@ -378,154 +450,6 @@ def test_shared_composition_equals_hydra_for_every_selection_of_every_recipe():
     assert a.algorithm.fgrpo.gamma == 2 and b.algorithm.fgrpo.gamma == 0.5
 
 
-def _copies_of_the_configs(tmp_path, monkeypatch) -> tuple[Path, Path]:
-    """fgrpo-verl's hydra_configs/ and verl's trainer/config/ copied to tmp_path, composition reading the copies
-    (so that a test can edit, add or relink a YAML file)."""
-    import shutil
-
-    import fgrpo_verl.config.compose as compose
-    from fgrpo_verl.config.paths import config_dir
-
-    ours, verls = tmp_path / "hydra_configs", tmp_path / "verl_config"
-    shutil.copytree(config_dir(), ours)
-    shutil.copytree(compose.verl_config_dir(), verls)
-    monkeypatch.setattr(compose, "config_dir", lambda: ours)
-    monkeypatch.setattr(compose, "verl_config_dir", lambda: verls)
-    return ours, verls
-
-
-def _refuse_hydra(monkeypatch):
-    import fgrpo_verl.config.compose as compose
-
-    def refuse(*a, **k):
-        raise AssertionError("Hydra composed a selection that is in the cache")
-
-    monkeypatch.setattr(compose, "_compose_raw", refuse)
-
-
-def test_composition_cache_answers_without_hydra_and_follows_every_yaml_file(tmp_path, monkeypatch):
-    """A selection composed once is read back from disk by the next command (no Hydra), equal to Hydra's own
-    composition; an edited, added or relinked YAML file, fgrpo-verl's or verl's, is another key, never a stale
-    config."""
-    from omegaconf import OmegaConf
-
-    import fgrpo_verl.config.compose as compose
-    from fgrpo_verl.config.paths import CONFIG_NAME
-
-    monkeypatch.setenv(compose.CACHE_ENV, str(tmp_path / "cache"))
-    import shutil
-
-    ours, verls = _copies_of_the_configs(tmp_path, monkeypatch)
-    selection = ["algo=dapo", "backend=cpu"]
-    hydra = OmegaConf.to_container(compose._compose_raw(selection, CONFIG_NAME))
-    assert OmegaConf.to_container(compose.SharedComposer().compose(selection)) == hydra  # stored
-    real = compose._compose_raw
-    with monkeypatch.context() as m:
-        _refuse_hydra(m)
-        warm = compose.SharedComposer().compose([*selection, "algorithm.fgrpo.gamma=2"])  # a new command's
-    assert OmegaConf.is_struct(warm) and warm.algorithm.fgrpo.gamma == 2
-    with pytest.raises(Exception, match="fgrpo_gama"):  # struct mode came back: a misspelt key is refused
-        warm.algorithm.fgrpo_gama = 1
-    warm.algorithm.fgrpo.gamma = hydra["algorithm"]["fgrpo"]["gamma"]
-    assert OmegaConf.to_container(warm) == hydra
-    assert compose._compose_raw is real
-
-    def value_after(edit) -> float:
-        edit()
-        return compose.SharedComposer().compose(selection).actor_rollout_ref.actor.clip_ratio_high
-
-    dapo = ours / "algo" / "dapo.yaml"
-    text = dapo.read_text()
-    assert "clip_ratio_high: 0.28" in text, "the edits below need DAPO's clip_ratio_high"
-    assert value_after(lambda: dapo.write_text(text.replace("clip_ratio_high: 0.28", "clip_ratio_high: 0.31"))) == 0.31
-    # verl's files are part of the key too
-    trainer = verls / "ppo_trainer.yaml"
-    trainer.write_text(trainer.read_text() + "\nfgrpo_cache_probe: 7\n")
-    assert compose.SharedComposer().compose(selection).fgrpo_cache_probe == 7
-    # the group's directory replaced by a symlink to another copy (Hydra follows links), then that copy edited
-    other = tmp_path / "algo_elsewhere"
-    (ours / "algo").rename(other)
-    (ours / "algo").symlink_to(other, target_is_directory=True)
-    assert value_after(lambda: None) == 0.31
-    linked = other / "dapo.yaml"
-    assert value_after(lambda: linked.write_text(linked.read_text().replace("0.31", "0.33"))) == 0.33
-    # the link pointed at a third copy whose files are also reachable by another path of the tree (Hydra reads
-    # them through the link)
-    third = ours / "zz_copy_of_algo"
-    shutil.copytree(other, third)
-    (third / "dapo.yaml").write_text((third / "dapo.yaml").read_text().replace("0.33", "0.35"))
-    (ours / "algo").unlink()
-    (ours / "algo").symlink_to(third, target_is_directory=True)
-    assert value_after(lambda: None) == 0.35
-    # a new option file: a new key (its directory listing is part of the key), the others still composed right
-    (third / "mine.yaml").write_text("# @package _global_\n")
-    with monkeypatch.context() as m:
-        _refuse_hydra(m)
-        with pytest.raises(AssertionError, match="Hydra composed"):
-            compose.SharedComposer().compose(selection)
-
-
-def test_composition_cache_that_is_broken_foreign_or_unwritable_is_a_miss(tmp_path, monkeypatch):
-    """A truncated entry, an entry of other selections, an entry from a config that JSON cannot hold, a cache
-    directory someone else could write (group-writable or a symlink), one that cannot be created, no home
-    directory at all: the config is composed by Hydra, correctly, nothing is raised, and nothing is left."""
-    import os
-
-    from omegaconf import OmegaConf
-
-    import fgrpo_verl.config.compose as compose
-    from fgrpo_verl.config.paths import CONFIG_NAME
-
-    monkeypatch.setenv(compose.CACHE_ENV, str(tmp_path / "cache"))
-    selection = ("algo=cispo",)
-    hydra = OmegaConf.to_container(compose._compose_raw(selection, CONFIG_NAME))
-    composed = lambda: OmegaConf.to_container(compose.SharedComposer().compose(list(selection)))  # noqa: E731
-    assert composed() == hydra
-    cache = compose.ComposeCache()
-    entry = cache._dir() / cache._name(selection)
-    assert entry.is_file() and cache.load(selection) is not None
-    entry.write_text(entry.read_text()[:100])  # truncated
-    assert cache.load(selection) is None and composed() == hydra and cache.load(selection) is not None  # rewritten
-    cache.store(("algo=grpo",), compose._compose_raw(("algo=grpo",), CONFIG_NAME))
-    entry.write_text((cache._dir() / cache._name(("algo=grpo",))).read_text())  # another selection's entry
-    assert cache.load(selection) is None and composed() == hydra
-    # a value JSON cannot hold as it is (an integer key): not stored, composed each time
-    odd = OmegaConf.create({1: "one"})
-    cache.store(("odd=1",), odd)
-    assert not (cache._dir() / cache._name(("odd=1",))).exists()
-    # the cache directory open to others (group-writable): not used, neither read nor written
-    compose_dir = tmp_path / "cache" / "compose"
-    os.chmod(compose_dir, 0o770)
-    with monkeypatch.context() as m:
-        _refuse_hydra(m)
-        with pytest.raises(AssertionError, match="Hydra composed"):
-            compose.SharedComposer().compose(list(selection))
-    os.chmod(compose_dir, 0o700)
-    # this user's own directory left open by fgrpo-verl 41860da (0755): made private, then used
-    os.chmod(compose_dir, 0o755)
-    with monkeypatch.context() as m:
-        _refuse_hydra(m)
-        assert OmegaConf.to_container(compose.SharedComposer().compose(list(selection))) == hydra
-    assert compose_dir.stat().st_mode & 0o777 == 0o700
-    # a symlink where the cache's directory should be: not followed
-    monkeypatch.setenv(compose.CACHE_ENV, str(tmp_path / "cache2"))
-    (tmp_path / "cache2").mkdir()
-    (tmp_path / "cache2" / "compose").symlink_to(compose_dir, target_is_directory=True)
-    with monkeypatch.context() as m:
-        _refuse_hydra(m)
-        with pytest.raises(AssertionError, match="Hydra composed"):
-            compose.SharedComposer().compose(list(selection))
-    # a file where the cache directory should be; no home directory to put one in
-    (tmp_path / "a-file").write_text("not a directory")
-    monkeypatch.setenv(compose.CACHE_ENV, str(tmp_path / "a-file"))
-    assert composed() == hydra and (tmp_path / "a-file").read_text() == "not a directory"
-    monkeypatch.delenv(compose.CACHE_ENV)
-    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
-    monkeypatch.setattr(Path, "home", classmethod(lambda cls: (_ for _ in ()).throw(RuntimeError("no home"))))
-    assert compose.cache_root() is None and composed() == hydra
-    assert not list((tmp_path / "cache").rglob("*.tmp"))
-
-
 # --- conveniences -----------------------------------------------------------------------------------------------
 
 def test_version_recipes_and_m_gamma(capsys):
@@ -544,13 +468,13 @@ def test_version_recipes_and_m_gamma(capsys):
     assert rows[1]["control_lr"] == pytest.approx(6.791e-7, rel=1e-3)  # the paper's 6.8e-7 control
 
 
-def _help(*command) -> str:
-    done = _cli(*command, "--help")
-    assert done.returncode == 0, done.stderr
-    return done.stdout
+def test_help_texts_name_what_each_option_means_for_each_task(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")  # argparse's width in a process without a terminal
 
+    def _help(*command) -> str:
+        assert main([*command, "--help"]) == 0
+        return capsys.readouterr().out
 
-def test_help_texts_name_what_each_option_means_for_each_task():
     demo = re.sub(r"\s+", " ", _help("demo"))
     assert "rollouts per prompt (raremode) or per maze (maze)" in demo
     train = _help("train")
@@ -564,39 +488,30 @@ def test_help_texts_name_what_each_option_means_for_each_task():
 
 # --- W&B names from `wandb-env` ---------------------------------------------------------------------------------
 
-def _wandb_env(*args) -> dict[str, str]:
-    done = _cli("wandb-env", *args)
-    assert done.returncode == 0, done.stderr
-    return dict(re.match(r"export (\w+)=(.*)", line).groups() for line in done.stdout.splitlines())
-
-
-def test_train_takes_the_run_name_that_wandb_env_exports_and_refuses_a_stale_one():
-    env = _wandb_env("--project", "fgrpo", "--algo", "fgrpo", "--gamma", "0.5", "--n", "8", "--model",
-                     "Qwen/Qwen2.5-7B", "--seed", "1", "--group", "gamma-sweep")
+def test_train_takes_the_run_name_that_wandb_env_exports_and_refuses_a_stale_one(train_answers):
+    env = _wandb_env(*WANDB_ENV_ARGS)  # (the train commands below ran with these exported)
     assert env["FGRPO_EXPERIMENT_NAME"] == "fgrpo-g0.5-n8-Qwen2.5-7B-s1" and env["FGRPO_PROJECT_NAME"] == "fgrpo"
-    done = _cli("train", "algo=grpo", "backend=cpu", "algorithm.fgrpo.gamma=0.5", "--cfg", "job", env=env)
+    done = train_answers["env name"]
     assert done.returncode == 0, done.stderr[-3000:]
     assert "  project_name: fgrpo\n" in done.stdout and "  experiment_name: fgrpo-g0.5-n8-Qwen2.5-7B-s1\n" in done.stdout
     assert "W&B run fgrpo/fgrpo-g0.5-n8-Qwen2.5-7B-s1 (from FGRPO_EXPERIMENT_NAME)" in done.stderr
     # the command line wins
-    done = _cli("train", "algo=grpo", "backend=cpu", "trainer.experiment_name=mine", "--cfg", "job", env=env)
+    done = train_answers["env name, command line wins"]
     assert done.returncode == 0 and "  experiment_name: mine\n" in done.stdout
     # left over from another run in the same shell: gamma 1 is not the exported name's 0.5
-    done = _cli("train", "algo=grpo", "backend=cpu", "algorithm.fgrpo.gamma=1", "--cfg", "job", env=env)
+    done = train_answers["env name, stale"]
     assert done.returncode == 2
     line = _one_error_line(done, "train")
     assert "FGRPO_EXPERIMENT_NAME=fgrpo-g0.5-n8-Qwen2.5-7B-s1" in line and "algorithm.fgrpo.gamma=1" in line
 
 
-def test_train_with_wandb_logging_and_no_wandb_setup_fails_before_ray(tmp_path):
-    env = {"HOME": str(tmp_path), "WANDB_CONFIG_DIR": str(tmp_path / "wandb-config"), "NETRC": str(tmp_path / "none")}
-    started = time.monotonic()
-    done = _cli("train", "algo=grpo", "backend=cpu", "trainer.logger=[console,wandb]", "--verbose", env=env,
-                cwd=tmp_path)
+def test_train_with_wandb_logging_and_no_wandb_setup_fails_before_ray(train_answers):
+    done = train_answers["wandb without setup"]  # HOME, W&B's config dir and ~/.netrc: empty
     assert done.returncode == 1
     line = _one_error_line(done, "train")
     assert "W&B is not set up on this machine" in line and "WANDB_MODE=offline" in line
-    assert "Ray" not in done.stdout + done.stderr and time.monotonic() - started < 120  # nothing was started
+    assert "Ray" not in done.stdout + done.stderr  # nothing was started: no Ray, not even verl's trainer imported
+    assert not done.ray_started and not done.main_ppo_imported
 
 
 # --- quiet output, unit level -----------------------------------------------------------------------------------

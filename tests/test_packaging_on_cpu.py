@@ -56,7 +56,8 @@ def test_installed_wheel_registers_and_composes(wheel_install, tmp_path):
     code = (
         "import fgrpo_verl, fgrpo_verl.config.paths as p, verl\n"
         "from verl.trainer.ppo.core_algos import get_adv_estimator_fn\n"
-        "from fgrpo_verl.config.compose import compose, validate\n"
+        "from fgrpo_verl.config.compose import compose\n"
+        "from fgrpo_verl.integration.validation import validate\n"
         "cfg = compose(['algorithm.fgrpo.gamma=1.0']); validate(cfg)\n"
         "print(fgrpo_verl.__file__); print(p.config_dir()); print(get_adv_estimator_fn('fgrpo').__module__)\n"
         "print(cfg.algorithm.fgrpo.gamma)\n"

@@ -15,7 +15,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from fgrpo_verl.cli import main as cli_main
-from fgrpo_verl.config.compose import compose, validate
+from fgrpo_verl.config.compose import compose
+from fgrpo_verl.integration.validation import validate
 from fgrpo_verl.environment import environment_with
 from fgrpo_verl.launch import plan_jobs, preflight
 from fgrpo_verl.launch.recipe import load_recipe

@@ -24,6 +24,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import pytest
 from user_env import user_environment
@@ -55,10 +56,24 @@ class Case:
     replace: dict[str, str] = field(default_factory=dict)
     append: str = ""
     expect: tuple[str, ...] = ()  # substrings of stdout+stderr
+    check: Callable[[str, str], None] | None = None  # more assertions on (stdout, stderr)
 
 
 CPU_DATA = ("data.train_files=maze/data/train.parquet data.val_files=maze/data/val.parquet "
             "actor_rollout_ref.model.path=maze/init_model")
+
+def _cfg_job_prints_each_line_once(out: str, err: str) -> None:
+    """(tests/test_first_hour_on_cpu.py checks --info the same way)"""
+    assert "INFO:" not in err and "DEBUG" not in err, err[:2000]
+    assert len(err.strip().splitlines()) <= 1, err  # at most verl's platform line
+    assert "fgrpo:" in out or "Config search path" in out
+
+
+def _every_paper_main_run(what: Callable[[str], int]) -> Callable[[str, str], None]:
+    def check(out: str, err: str) -> None:
+        assert what(out) == 36, out[-4000:]
+    return check
+
 
 CASES = {
     "make demo": Case("make", expect=("fgrpo-verl demo",)),
@@ -74,7 +89,8 @@ CASES = {
     "fgrpo-verl train algo=grpo algorithm.fgrpo.gamma=1.0 data.train_files=... actor_rollout_ref.model.path=...":
         Case("then", replace={"data.train_files=... actor_rollout_ref.model.path=...": CPU_DATA + " backend=cpu"},
              append="--cfg job", expect=("  gamma: 1.0\n", "path: maze/init_model")),
-    "fgrpo-verl train algo=grpo backend=cpu --cfg job": Case("run", expect=("  adv_estimator: fgrpo\n",)),
+    "fgrpo-verl train algo=grpo backend=cpu --cfg job": Case("run", expect=("  adv_estimator: fgrpo\n",),
+                                                             check=_cfg_job_prints_each_line_once),
     "fgrpo-verl train --help": Case("run", expect=("algo=cispo|dapo|grpo", "backend=cpu|cpu_vllm|gpu")),
     "fgrpo-verl train algo=dapo algorithm.fgrpo.gamma=0.5 ...":
         Case("then", replace={"...": CPU_DATA + " backend=cpu"}, append="--cfg job",
@@ -91,12 +107,15 @@ CASES = {
     "fgrpo-verl prepare-deepscaler --input deepscaler.json --tokenizer Qwen/Qwen2.5-7B --out-dir data/deepscaler":
         Case("then", replace={"Qwen/Qwen2.5-7B": "tokenizer"}, expect=('"train"',)),
     "fgrpo-verl recipes paper_main": Case("run", expect=("qwen25_7b-grpo-g0p5", "36 runs")),
-    "fgrpo-verl launch paper_main --dry-run": Case("run", expect=("### 36 job(s) from recipe paper_main",)),
+    # 36 training job scripts (evaluation jobs print their own lines), 36 runs not started
+    "fgrpo-verl launch paper_main --dry-run": Case("run", expect=("### 36 job(s) from recipe paper_main",), check=
+        _every_paper_main_run(lambda out: sum(line.startswith("### job ") for line in out.splitlines()))),
     "fgrpo-verl launch paper_main --only qwen25_7b-grpo-g0p5 algorithm.fgrpo.gamma=0.7":
         Case("then", append="--dry-run", expect=("fgrpo-g0.7-n8-Qwen2.5-7B-s42-", "algorithm.fgrpo.gamma=0.7")),
     "fgrpo-verl launch paper_main --status": Case("then", replace={"fgrpo-verl": "PATH=slurm-bin:$PATH fgrpo-verl"},
                                                   expect=("qwen25_7b-grpo-g0p5  fgrpo-g0.5-n8-Qwen2.5-7B-s42-",
-                                                          "not started, 0/")),
+                                                          "not started, 0/"),
+                                                  check=_every_paper_main_run(lambda out: out.count("not started"))),
     "fgrpo-verl report paper_main": Case("run", expect=("not started", "missing.md")),
     'eval "$(fgrpo-verl wandb-env --project fgrpo --algo fgrpo --gamma 0.5 --n 8 --model Qwen/Qwen2.5-7B --seed 1 '
     '--group gamma-sweep)"': Case("run"),
@@ -260,3 +279,5 @@ def test_readme_block_runs(block, fixtures, tmp_path):
         assert "Traceback" not in output, output[-4000:]
         for needle in case.expect:
             assert needle in output, f"`{needle}` not in the output of `{text}`:\n{output[-4000:]}"
+        if case.check is not None:
+            case.check(done.stdout, done.stderr)

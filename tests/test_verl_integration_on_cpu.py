@@ -18,7 +18,9 @@ from verl import DataProto
 from verl.trainer.ppo.core_algos import get_adv_estimator_fn
 from verl.trainer.ppo.ray_trainer import compute_advantage
 
-from fgrpo_verl.config.compose import compose, validate
+from fgrpo_verl.config.compose import compose
+
+from fgrpo_verl.integration.validation import validate
 from fgrpo_verl.config.errors import ConfigError
 
 

@@ -77,10 +77,10 @@ def export_engine_env() -> None:
         os.environ.setdefault(key, value)
 
 
-def weight_sync_timeout_s() -> float:
-    """``$FGRPO_VLLM_WEIGHT_SYNC_TIMEOUT_S`` (a positive number of seconds), else
-    :data:`DEFAULT_WEIGHT_SYNC_TIMEOUT_S`."""
-    raw = os.environ.get(WEIGHT_SYNC_TIMEOUT_ENV, "")
+def weight_sync_timeout_s(env=None) -> float:
+    """``$FGRPO_VLLM_WEIGHT_SYNC_TIMEOUT_S`` of ``env`` (default: this process's environment; a positive number of
+    seconds), else :data:`DEFAULT_WEIGHT_SYNC_TIMEOUT_S`."""
+    raw = (os.environ if env is None else env).get(WEIGHT_SYNC_TIMEOUT_ENV, "")
     if not raw.strip():
         return DEFAULT_WEIGHT_SYNC_TIMEOUT_S
     try:

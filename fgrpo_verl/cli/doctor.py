@@ -100,7 +100,8 @@ def _platform() -> str:
 
 def _compose(overrides: list[str]) -> Callable[[], str]:
     def check() -> str:
-        from fgrpo_verl.config.compose import compose, validate
+        from fgrpo_verl.config.compose import compose
+        from fgrpo_verl.integration.validation import validate
 
         cfg = compose(overrides)
         validate(cfg)

@@ -99,12 +99,39 @@ def _disk_note(job) -> str:
     return checkpoint_disk(job.config, job.total_steps)
 
 
+def _recorded_runs(recipe_arg: str, only, overrides, workdir: Path, evaluation: bool):
+    """The runs a submit of the same plan recorded (fgrpo_verl/launch/manifest.py), or None."""
+    from fgrpo_verl.launch.manifest import manifest_path, plan_key, read_manifest
+    from fgrpo_verl.launch.recipe import load_recipe
+
+    recipe = load_recipe(recipe_arg)
+    return read_manifest(manifest_path(workdir, recipe.name), plan_key(recipe.path, only, overrides, evaluation))
+
+
+def _print_status(runs) -> int:
+    """Each run's state (and its evaluation's progress) from Slurm and its checkpoint dir."""
+    import sys
+
+    from fgrpo_verl.launch import run_states
+    from fgrpo_verl.launch.eval_jobs import progress_line
+
+    try:
+        for planned, status in zip(runs, run_states(runs)):
+            print(f"{planned.run_name}  {status.line(planned.job_name)}")
+            if planned.eval_plan is not None:
+                print(f"{' ' * len(planned.run_name)}  {progress_line(planned.eval_plan)}")
+    except (RuntimeError, ValueError) as exc:
+        print(f"fgrpo-verl launch: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     import os
     import sys
     import time
 
-    from fgrpo_verl.launch import plan_jobs, run_states, submit_jobs
+    from fgrpo_verl.launch import plan_jobs, submit_jobs
 
     args = _reparse(args)
     workdir = Path.cwd()
@@ -120,6 +147,10 @@ def run(args: argparse.Namespace) -> int:
             return 1
     try:
         only, overrides = split_only(args.only, args.overrides)
+        if args.status and not args.fresh:
+            recorded = _recorded_runs(args.recipe, only, overrides, workdir, evaluation=not args.no_eval)
+            if recorded is not None:
+                return _print_status(recorded)
         recipe, jobs = plan_jobs(
             args.recipe,
             only,
@@ -158,17 +189,18 @@ def run(args: argparse.Namespace) -> int:
                   f"(their training data is not here, see the '### NOT' lines): {', '.join(incomplete)}",
                   file=sys.stderr)
         return 0
-    try:
-        if args.status:
-            from fgrpo_verl.launch.eval_jobs import progress_line
+    if args.status:
+        from fgrpo_verl.launch.manifest import planned_runs
 
-            for job, status in zip(jobs, run_states(jobs)):
-                print(f"{job.run.name}  {status.line(job.job_name)}")
-                if job.evaluation is not None:
-                    print(f"{' ' * len(job.run.name)}  {progress_line(job.evaluation.jobs[0].plan)}")
-            return 0
+        return _print_status(planned_runs(jobs))
+    try:
+        from fgrpo_verl.launch.manifest import manifest_path, plan_key, write_manifest
+
         script_dir = Path(args.script_dir) if args.script_dir else workdir / "slurm_jobs" / recipe.name
         submitted = submit_jobs(jobs, script_dir.resolve(), log_dir, force=args.force)
+        # what --status reads instead of composing the runs again (the names are the same until the plan changes)
+        write_manifest(manifest_path(workdir, recipe.name), plan_key(recipe.path, only, overrides, not args.no_eval),
+                       jobs)
     except (RuntimeError, ValueError) as exc:
         print(f"fgrpo-verl launch: error: {exc}", file=sys.stderr)
         return 1

@@ -41,7 +41,7 @@ HELP = (
 
 def epilog() -> str:
     """``train --help``'s list of config groups and options, read from the shipped ``hydra_configs/``."""
-    from fgrpo_verl.config.compose import config_groups
+    from fgrpo_verl.config.paths import config_groups
 
     groups = "\n".join(f"  {group}={'|'.join(options)}" for group, options in config_groups().items())
     return (
@@ -240,7 +240,8 @@ def check_wandb_usable(config) -> None:
 def prepare(overrides: list[str], inspect_only: bool = False):
     """Steps 1-4 of the module docstring; returns the composed, validated config. ``inspect_only``: compose and
     export only (Hydra's --info, which shows how a config is composed, also when it is not valid)."""
-    from fgrpo_verl.config.compose import compose, validate
+    from fgrpo_verl.config.compose import compose
+    from fgrpo_verl.integration.validation import validate
 
     config = compose(overrides)
     exported = export_ray_env_vars(config)

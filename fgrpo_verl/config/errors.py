@@ -18,17 +18,12 @@ import math
 import re
 from collections.abc import Callable, Sequence
 
+from fgrpo_verl.config.paths import config_groups
 from fgrpo_verl.config.suggest import did_you_mean
 
 
 class ConfigError(ValueError):
     """A Hydra override that cannot be applied, explained in one line (``str(error)``)."""
-
-
-def _config_groups() -> dict[str, list[str]]:
-    from fgrpo_verl.config.compose import config_groups
-
-    return config_groups()
 
 
 _COULD_NOT_OVERRIDE = re.compile(r"Could not override '([^']+)'\.")
@@ -71,7 +66,7 @@ def _missing_key_message(override: str, key: str, overrides: list[str], compose_
         where = "at the top level" if i == 0 else f"under {'.'.join(parts[:i])!r}"
         keys = list(node.keys()) if isinstance(node, DictConfig) else []
         if i == 0:
-            keys += list(_config_groups())
+            keys += list(config_groups())
         hint = did_you_mean(part, keys)
         valid = f" (keys there: {_listing(keys)})" if keys else f" ({'.'.join(parts[:i])} is not a mapping)"
         new_key = ("" if hint or not isinstance(node, DictConfig)
@@ -105,7 +100,7 @@ def explain(exc: BaseException, overrides: list[str], compose_raw: Callable) -> 
         match = _NO_DEFAULTS_MATCH.search(text)
         if match:
             key = match.group(1)
-            groups = list(_config_groups())
+            groups = list(config_groups())
             return ConfigError(
                 f"{_override_for(key, overrides)}: no config group or key {key!r}{did_you_mean(key, groups)} "
                 f"(fgrpo-verl's config groups: {', '.join(groups)})"

@@ -51,3 +51,13 @@ def slurm_dir() -> Path:
 def recipes_dir() -> Path:
     """Directory of the shipped sweep recipes (``recipes/*.yaml``)."""
     return _shipped_dir("recipes", "paper_main.yaml")
+
+
+def config_groups() -> dict[str, list[str]]:
+    """fgrpo-verl's own config groups and their options (``hydra_configs/<group>/<option>.yaml``)."""
+    root = config_dir()
+    return {
+        d.name: sorted(p.stem for p in d.glob("*.yaml"))
+        for d in sorted(root.iterdir())
+        if d.is_dir() and not d.name.startswith(("_", "."))
+    }

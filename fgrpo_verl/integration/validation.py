@@ -1,4 +1,5 @@
-"""fgrpo-verl's checks inside verl's own ``validate_config``, which every verl entry point runs before ``ray.init``.
+"""fgrpo-verl's checks inside verl's own ``validate_config``, which every verl entry point runs before ``ray.init``;
+and :func:`validate`, everything ``fgrpo-verl train`` and ``launch`` check of a composed config with verl.
 
 ``python -m verl.trainer.main_ppo algorithm.adv_estimator=fgrpo ...`` composes verl's config, not ours, so a
 missing or bad ``algorithm.fgrpo`` block would otherwise surface only inside the TaskRunner, after Ray started.
@@ -8,8 +9,12 @@ missing or bad ``algorithm.fgrpo`` block would otherwise surface only inside the
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import io
 import logging
+import sys
+import warnings
 
 from fgrpo_verl.integration import registration
 
@@ -75,3 +80,44 @@ def install() -> None:
 
     registration.mark(validate_config, WRAPPER_ID)
     verl_config.validate_config = validate_config
+
+
+_VERL_OK = "All configuration checks passed successfully"
+
+
+def validate(config) -> None:
+    """Everything ``fgrpo-verl train`` checks before Ray starts: the verl version, the ``algorithm.fgrpo`` block
+    and verl's own ``validate_config`` (the check ``main_ppo`` runs). verl's own checks are ``assert``s; a failing
+    one is raised as a ``ValueError`` (bad input, not a bug) with verl's message."""
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    registration.require_supported_verl()
+    if registration.ident_of(validate_config) != WRAPPER_ID:  # the plugin's wrapper checks it already (its warnings once)
+        check_fgrpo(config)
+    printed = io.StringIO()
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(printed):
+            # verl warns that the critic is off for any estimator but GAE: always true of fgrpo, nothing to do
+            warnings.filterwarnings("ignore", message="Disabled critic", category=UserWarning)
+            validate_config(config=config, use_reference_policy=need_reference_policy(config),
+                            use_critic=need_critic(config))
+    except AssertionError as exc:
+        raise ValueError(f"verl's validate_config: {str(exc).strip() or 'a check failed'}") from exc
+    finally:
+        # verl prints a success line on stdout; anything else it printed is passed on (to stderr: stdout may
+        # carry a command's output, e.g. `launch --dry-run`'s scripts)
+        other = [line for line in printed.getvalue().splitlines() if line.strip() and _VERL_OK not in line]
+        if other:
+            print("\n".join(other), file=sys.stderr)
+
+
+def verdict(config) -> str | None:
+    """None when ``config`` validates, else the reason (a bug, not a bad config, with the exception's type)."""
+    try:
+        validate(config)
+    except (ValueError, AssertionError) as exc:
+        return str(exc)
+    except Exception as exc:  # noqa: BLE001 (reported with the run's name by the caller)
+        return f"{type(exc).__name__}: {exc}"
+    return None

@@ -49,7 +49,7 @@ def plan_jobs(
     them (the name hashes the composed config, not a verdict)."""
     from omegaconf import OmegaConf, open_dict
 
-    from fgrpo_verl.config.compose import InProcessValidator, SharedComposer, start_validator
+    from fgrpo_verl.config.compose import SharedComposer
     from fgrpo_verl.launch.identity import (
         check_record,
         check_user_overrides,
@@ -76,9 +76,13 @@ def plan_jobs(
     composer = SharedComposer()  # the runs share their config groups: composed once per distinct selection
     # verl checks each config (validate_config, then the preflight of launch/preflight.py), in a second process
     # while this one composes the next (importing verl costs as much as composing them all) unless verl is
-    # imported here already; a composition error is reported at once
-    validator = (start_validator(len(runs), "fgrpo_verl.launch.preflight:check_run") if check
-                 else InProcessValidator("fgrpo_verl.launch:_not_checked"))
+    # imported here already; a composition error is reported at once. Unchecked (--status): no validator at all
+    validator = None
+    if check:
+        from fgrpo_verl.launch.preflight import check_run
+        from fgrpo_verl.launch.validator import Validator
+
+        validator = Validator(check_run, len(runs))
     wheres = []
     for run in runs:
         run_overrides = recipe.run_overrides(run, overrides)
@@ -125,16 +129,18 @@ def plan_jobs(
                 run_dir = Path(workdir) / str(config.trainer.default_local_dir)
                 record = check_record(run_dir, digest)
                 # verl's validate_config, then what verl's worker start-up would refuse and whether it fits
-                verdict = validator.submit(config, str(workdir), require_data)
+                # (the recipe's env travels with the config: the check may run in a process without it)
+                verdict = None if validator is None else validator.submit(config, str(workdir), require_data,
+                                                                           dict(recipe.env))
                 wheres.append(where)
         except Exception as exc:  # composition errors carry the key; add the run
-            validator.close()
+            _close(validator)
             raise ValueError(f"{where}: invalid config: {exc}") from exc
-        if verdict is not None:  # checked here already (InProcessValidator): stop at the first bad run
+        if verdict is not None:  # checked here already (not in the pool): stop at the first bad run
             _raise_refused(where, verdict, validator)
         if digest in names:
             # same config = same experiment, whatever the labels: one of them would only repeat the other
-            validator.close()
+            _close(validator)
             raise ValueError(
                 f"recipe {recipe.name}: runs {names[digest]!r} and {run.name!r} have the same config (run "
                 f"{experiment!r}); remove one, or make a setting differ (a `variant:` label alone does not)"
@@ -154,7 +160,7 @@ def plan_jobs(
                 wandb_run_id=env["WANDB_RUN_ID"],
             )
         )
-    verdicts = validator.results()
+    verdicts = [("ok", "")] * len(jobs) if validator is None else validator.results()
     for where, verdict in zip(wheres, verdicts):
         _raise_refused(where, verdict, validator)
     jobs = [dataclasses.replace(job, preflight=summary) for job, (_, summary) in zip(jobs, verdicts)]
@@ -171,9 +177,9 @@ def plan_jobs(
     return recipe, jobs
 
 
-def _not_checked(*args) -> tuple[str, str]:
-    """The verdict of a plan that checks nothing (``check=False``): ``ok``, with no preflight summary."""
-    return "ok", ""
+def _close(validator) -> None:
+    if validator is not None:
+        validator.close()
 
 
 def _raise_refused(where: str, verdict: tuple[str, str], validator) -> None:
@@ -182,14 +188,15 @@ def _raise_refused(where: str, verdict: tuple[str, str], validator) -> None:
     kind, text = verdict
     if kind == "ok":
         return
-    validator.close()
+    _close(validator)
     if kind == "refused":
         raise ValueError("\n".join(f"{where}: {line}" for line in text.splitlines()))
     raise ValueError(f"{where}: invalid config: {text}")
 
 
 def run_states(jobs: list[JobScript]) -> list:
-    """:class:`fgrpo_verl.launch.queue.RunStatus` of each planned job, from ``squeue`` and its checkpoint dir."""
+    """:class:`fgrpo_verl.launch.queue.RunStatus` of each planned job (a JobScript, or a run recorded by a submit:
+    launch/manifest.py), from ``squeue`` and its checkpoint dir."""
     from fgrpo_verl.launch.identity import read_record
     from fgrpo_verl.launch.queue import active_jobs, run_status
 

@@ -94,7 +94,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--wandb-group", default=None, help="W&B group of the run (WANDB_RUN_GROUP), e.g. the sweep")
     parser.add_argument("overrides", nargs="*", help="the job's Hydra overrides")
     args = parser.parse_args(argv)
-    from fgrpo_verl.config.compose import compose, validate
+    from fgrpo_verl.config.compose import compose
+    from fgrpo_verl.integration.validation import validate
     from fgrpo_verl.launch import preflight
     from fgrpo_verl.launch.identity import (
         check_record,

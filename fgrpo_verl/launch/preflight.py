@@ -1,9 +1,9 @@
 """Preflight: verl 0.9.1's worker start-up checks, and whether the run fits, before anything reaches a GPU queue.
 
-``verl``'s ``validate_config`` (run by ``fgrpo_verl.config.compose.validate``) stops where the workers' start-up begins:
-a config it accepts can still be refused minutes into a GPU allocation. :func:`run` checks what comes after, on
-the composed config, and raises :class:`PreflightError`: one line per refusal, naming the key, its value and the
-fix. ``fgrpo-verl launch`` (submit and ``--dry-run``), ``fgrpo-verl doctor --recipe`` and the plain
+``verl``'s ``validate_config`` (run by ``fgrpo_verl.integration.validation.validate``) stops where the workers'
+start-up begins: a config it accepts can still be refused minutes into a GPU allocation. :func:`run` checks what
+comes after, on the composed config, and raises :class:`PreflightError`: one line per refusal, naming the key, its
+value and the fix. ``fgrpo-verl launch`` (submit and ``--dry-run``), ``fgrpo-verl doctor --recipe`` and the plain
 ``slurm/train.sbatch`` path (``python -m fgrpo_verl.launch.jobenv``) call it. verl's own code runs the check where
 it can be called on a config alone; the others restate verl's rule and a test pins each one to verl's behaviour
 (tests/test_preflight_on_cpu.py).
@@ -141,9 +141,14 @@ def _divisors(n: int) -> list[int]:
 class _Checks:
     """Shared state of one run's checks: each ``check_*`` appends refusals and notes."""
 
-    def __init__(self, config, workdir: Path):
+    def __init__(self, config, workdir: Path, env=None):
+        import os
+
         self.config = config
         self.workdir = Path(workdir)
+        # the job's environment as the checks read it: this process's, or the one given (a recipe's `env:` over
+        # the launcher's), so that a check gives the same verdict in whichever process runs it
+        self.env = os.environ if env is None else env
         self.refusals: list[Refusal] = []
         self.notes: list[str] = []
         self.world = _world(config)
@@ -164,7 +169,6 @@ class _Checks:
         :meth:`_check_rollout` reads: the rollout block, the world size, the model's architecture as found here,
         ``trainer.device`` and the vLLM-on-CPU weight-sync timeout from the environment."""
         import json
-        import os
 
         from omegaconf import OmegaConf
 
@@ -173,7 +177,7 @@ class _Checks:
             block["trace"].pop("experiment_name", None)
         key = (json.dumps(block, sort_keys=True, default=str), self.world,
                repr(self.arch), str(self.config.trainer.get("device")),
-               os.environ.get("FGRPO_VLLM_WEIGHT_SYNC_TIMEOUT_S"))
+               self.env.get("FGRPO_VLLM_WEIGHT_SYNC_TIMEOUT_S"))
         found = _ROLLOUT_VERDICTS.get(key)
         if found is None:
             refusals, notes = len(self.refusals), len(self.notes)
@@ -253,7 +257,7 @@ class _Checks:
         from fgrpo_verl.backends import vllm_cpu_engine as engine
 
         try:
-            engine.weight_sync_timeout_s()
+            engine.weight_sync_timeout_s(self.env)
         except ValueError as exc:
             self.refuse(engine.WEIGHT_SYNC_TIMEOUT_ENV, "(environment)", str(exc), "unset it or give seconds > 0")
         if self.arch is None:
@@ -587,10 +591,11 @@ def _replica_probe():
     return _PROBE
 
 
-def run(config, workdir: Path, require_model: bool = False) -> Report:
+def run(config, workdir: Path, require_model: bool = False, env=None) -> Report:
     """Every check above on the composed ``config`` (relative data paths from ``workdir``); ``require_model``: the
-    model must be loadable offline here (a submit, a job start). Raises :class:`PreflightError`."""
-    checks = _Checks(config, workdir)
+    model must be loadable offline here (a submit, a job start); ``env``: the job's environment (default: this
+    process's). Raises :class:`PreflightError`."""
+    checks = _Checks(config, workdir, env)
     checks.check_rollout()
     checks.check_batches()
     checks.check_storage()
@@ -603,17 +608,21 @@ def run(config, workdir: Path, require_model: bool = False) -> Report:
     return Report(tuple(checks.notes))
 
 
-def check_run(config, workdir: str, require_model: bool = False) -> tuple[str, str]:
-    """What ``fgrpo-verl launch`` checks of one run with verl: ``validate_config`` (fgrpo_verl.config.compose.validate),
-    then :func:`run`. ``("ok", the report's summary)``, ``("invalid", verl's or fgrpo's message)`` or
+def check_run(config, workdir: str, require_model: bool = False, env: dict | None = None) -> tuple[str, str]:
+    """What ``fgrpo-verl launch`` checks of one run with verl: ``validate_config``
+    (fgrpo_verl.integration.validation.validate), then :func:`run`, with ``env`` (the recipe's ``env:``) over this
+    process's environment. ``("ok", the report's summary)``, ``("invalid", verl's or fgrpo's message)`` or
     ``("refused", one line per refusal)``. The launcher runs it in the process that imports verl beside it
-    (fgrpo_verl.config.compose.BackgroundValidator), so everything here must be picklable both ways."""
-    from fgrpo_verl.config.compose import _verdict
+    (fgrpo_verl.launch.validator), so everything here must be picklable both ways."""
+    import os
 
-    error = _verdict(config)
+    from fgrpo_verl.integration.validation import verdict
+
+    error = verdict(config)
     if error is not None:
         return "invalid", error
     try:
-        return "ok", run(config, Path(workdir), require_model=require_model).summary()
+        report = run(config, Path(workdir), require_model=require_model, env={**os.environ, **(env or {})})
+        return "ok", report.summary()
     except PreflightError as exc:
         return "refused", str(exc)
