@@ -6,6 +6,7 @@ their help, defaults and checks. The command line parses them; an evaluation job
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 
 
@@ -122,7 +123,9 @@ def validate(args) -> None:
                          "subsampling; the paper: m = 256 of n = 1024)")
 
 
+@functools.lru_cache(maxsize=1)
 def _declared() -> argparse.ArgumentParser:
+    """The declarations, built once a process (read, never changed: a job's pass asks for each engine option)."""
     parser = argparse.ArgumentParser(add_help=False)
     add_arguments(parser)
     return parser
