@@ -101,7 +101,8 @@ def wandb_rows(root: Path, run_id: str) -> list[dict]:
     from test_wandb_offline_on_cpu import read_history
 
     return [row for folder in sorted((root / "wandb").glob(f"offline-run-*-{run_id}"))
-            for row in read_history(folder / f"run-{run_id}.wandb") if "eval/checkpoint_step" in row]
+            for row in read_history(folder / f"run-{run_id}.wandb", finished=True)
+            if "eval/checkpoint_step" in row]
 
 
 @pytest.fixture

@@ -282,7 +282,8 @@ def test_launch_evaluates_every_checkpoint_resumes_a_killed_evaluation_and_repor
         assert final is not None and final["settings"]["n"] == 8
         run_id = tracking.run_id(PROJECT, job.job_name, str(job.checkpoint_dir))
         rows = [row for folder in sorted((workdir / "wandb").glob(f"offline-run-*-{run_id}"))
-                for row in read_history(folder / f"run-{run_id}.wandb") if "eval/checkpoint_step" in row]
+                for row in read_history(folder / f"run-{run_id}.wandb", finished=True)
+                if "eval/checkpoint_step" in row]
         assert [(r["eval/checkpoint_step"], "eval/selection/maze/pass@1" in r) for r in rows] == \
             [(2, True), (4, True), (selected["step"], False)], rows
         for row in rows[:2]:

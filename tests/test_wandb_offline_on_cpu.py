@@ -32,16 +32,28 @@ def _start(root: Path, first: int, last: int, scale: float, pad: int = 0) -> Non
                    timeout=120)
 
 
-def read_history(path: Path) -> list[dict]:
-    """History rows of one ``run-<id>.wandb`` file, each with its ``_step``."""
+def read_history(path: Path, finished: bool = False) -> list[dict]:
+    """History rows of one ``run-<id>.wandb`` file, each with its ``_step``. ``finished``: the run called
+    ``finish()``; its service may still be writing the file when ``finish()`` returns, so wait (up to a minute)
+    for the run's exit record before reading."""
     import json
+    import time
 
     from wandb.proto import wandb_internal_pb2 as pb
 
+    deadline = time.monotonic() + 60
+    while True:
+        records = []
+        for payload in wandb_offline.read_payloads(path) if Path(path).exists() or not finished else []:
+            record = pb.Record()
+            record.ParseFromString(payload)
+            records.append((payload, record))
+        if not finished or any(r.WhichOneof("record_type") == "exit" for _, r in records):
+            break
+        assert time.monotonic() < deadline, f"{path}: no exit record a minute after the run finished"
+        time.sleep(0.5)
     rows = []
-    for payload in wandb_offline.read_payloads(path):
-        record = pb.Record()
-        record.ParseFromString(payload)
+    for payload, record in records:
         if record.WhichOneof("record_type") == "history":
             row = {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in record.history.item}
             rows.append({**row, "_step": wandb_offline.history_step(payload)})
