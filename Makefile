@@ -47,6 +47,8 @@ bench: venv
 	$(PY) benchmarks/bench_import.py
 	$(PY) benchmarks/bench_pass_at_k.py
 	$(PY) benchmarks/bench_cpu_step.py
+	# last: exits 1 when a launch target (CPU seconds per process) is missed
+	$(PY) benchmarks/bench_launch.py --check
 
 # Real Slurm for the Slurm tests (scripts/slurm_cluster.sh): Debian's packages, installed only as root when
 # missing (CI runs as root on a fresh machine); elsewhere those tests skip and say why.
