@@ -103,6 +103,14 @@ class Run:
     variant: str | None = None
 
 
+def _plain_key(override: str) -> str | None:
+    """The key of a plain ``key=value`` override; None for ``+``/``++``/``~`` forms, whose order carries meaning (an
+    added key, then a plain override of it) and which are kept as written."""
+    if override.startswith(("+", "~")) or "=" not in override:
+        return None
+    return override.split("=", 1)[0].strip()
+
+
 # an unknown --only name lists the recipe's runs up to this many, else says how to list them
 LISTED_RUNS = 8
 
@@ -126,8 +134,12 @@ class Recipe:
 
     def run_overrides(self, run: Run, extra: tuple[str, ...] | list[str] = ()) -> list[str]:
         """The run's Hydra overrides: common, run, command line, then its project (the experiment name is derived
-        from the composed config, see launch/__init__.py)."""
-        return [*self.common, *run.overrides, *extra, f"trainer.project_name={self.project}"]
+        from the composed config, see launch/__init__.py). A plain ``key=value`` appears once, at its last place:
+        Hydra applies the later one anyway, and the job script then holds only the value that runs
+        (``--only R algorithm.fgrpo.gamma=0.7`` drops R's own ``gamma=0.5`` line)."""
+        listed = [*self.common, *run.overrides, *extra, f"trainer.project_name={self.project}"]
+        last = {_plain_key(o): i for i, o in enumerate(listed)}
+        return [o for i, o in enumerate(listed) if _plain_key(o) is None or last[_plain_key(o)] == i]
 
     def select(self, names: list[str] | None) -> list[Run]:
         """The runs named in ``names`` (all runs for None), in recipe order."""
