@@ -19,15 +19,22 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.timeout(600)
-def test_report_of_paper_main_on_an_empty_tree_lists_the_36_runs_as_missing_and_exits_0(tmp_path):
+def test_report_of_paper_main_on_an_empty_tree_starts_with_the_sweeps_state_and_prints_no_empty_table(tmp_path):
     out = subprocess.run([sys.executable, "-m", "fgrpo_verl", "report", "paper_main", "--out", str(tmp_path / "r")],
                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.splitlines()
+    assert lines[2] == "0 of 36 runs started, 0 finished, 0 evaluated (final pass at the selected checkpoint)"
+    assert " | ours | " not in out.stdout and len(lines) < 20, out.stdout
+    assert "no numbers of ours yet: table1, table6, tables12_14 not printed" in out.stdout
+    assert "- not started: 36 run(s), qwen25_7b-grpo-g0p0, " in out.stdout
     missing = [line for line in (tmp_path / "r" / "missing.md").read_text().splitlines() if line.startswith("- ")]
     assert len(missing) == 36 and all(line.endswith(": not started") for line in missing)
-    # the paper's numbers are there, ours are empty
-    assert "| Qwen2.5-7B GRPO | ours | -/- |" in out.stdout and "| | paper | 37.3/64.1 | 15.0/37.7 |" in out.stdout
-    assert "| CISPO γ=1 | ours |" in out.stdout and "| | paper | 39.5/76.8 | 18.1/65.9 |" in out.stdout
+    # the paper's numbers are in the table files, ours are empty
+    table1 = (tmp_path / "r" / "table1.md").read_text()
+    assert "| Qwen2.5-7B GRPO | ours | -/- |" in table1 and "| | paper | 37.3/64.1 | 15.0/37.7 |" in table1
+    table6 = (tmp_path / "r" / "table6.md").read_text()
+    assert "| CISPO γ=1 | ours |" in table6 and "| | paper | 39.5/76.8 | 18.1/65.9 |" in table6
     rows = (tmp_path / "r" / "table1.csv").read_text().splitlines()
     assert rows[0] == "table,row,column,metric,ours,paper,paper_metric,paper_source,significant"
     assert "table1,Qwen2.5-7B GRPO,Math Avg,pass@1,,37.3,pass@1,Table 1," in rows
@@ -36,13 +43,19 @@ def test_report_of_paper_main_on_an_empty_tree_lists_the_36_runs_as_missing_and_
         "tables12_14.md"]
 
 
-def test_an_unknown_recipe_or_one_without_evaluation_is_a_clear_error(tmp_path):
+def test_an_unknown_recipe_or_one_that_writes_nothing_to_report_is_a_clear_error(tmp_path):
+    from fgrpo_verl.launch.recipe_report import build_report
+
     out = subprocess.run([sys.executable, "-m", "fgrpo_verl", "report", "no_such_recipe"], cwd=tmp_path,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 2 and "no_such_recipe" in out.stderr and "Traceback" not in out.stderr
-    out = subprocess.run([sys.executable, "-m", "fgrpo_verl", "report", "maze"], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 2 and "has no evaluation block" in out.stderr and "Traceback" not in out.stderr
+    data = yaml.safe_load(recipe(tmp_path).read_text())
+    del data["evaluation"]
+    data["common"].append("trainer.test_freq=-1")
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(data))
+    with pytest.raises(ValueError, match=r"^recipe tiny: no evaluation block and its runs do not validate while "
+                                         r"training \(trainer.test_freq=-1\)"):
+        build_report(str(tmp_path / "tiny.yaml"), tmp_path, tmp_path / "r", None)
 
 
 # ---- constructed run directories ----------------------------------------------------------------------------------
@@ -166,7 +179,9 @@ def test_report_lists_what_is_missing_instead_of_dropping_it(tiny):
 def test_tables_2_and_3_label_each_run_as_the_papers_row_it_reproduces(tmp_path, recipe_name, rows):
     from fgrpo_verl.launch.recipe_report import build_report
 
-    text = build_report(recipe_name, tmp_path, tmp_path / "r", None)
+    build_report(recipe_name, tmp_path, tmp_path / "r", None)
+    # no run has results here: the table is in its file, not printed
+    text = (tmp_path / "r" / ("table2.md" if recipe_name == "group_size" else "table3.md")).read_text()
     lines = text.splitlines()
     for label, paper in rows.items():
         i = lines.index(next(line for line in lines if line.startswith(f"| {label} | ours |")))
@@ -175,3 +190,69 @@ def test_tables_2_and_3_label_each_run_as_the_papers_row_it_reproduces(tmp_path,
         assert "DS-GRPO (Table 3) is not in the recipe" in text
     else:
         assert "ΔNLL_rare" in text
+
+
+def test_the_significance_test_scores_unscored_lines_with_each_benchmarks_own_scorer(tmp_path, monkeypatch):
+    """GPQA's unscored lines are scored with its ``boxed`` scorer (math-verify would also accept ``\\boxed{b}``
+    for B); SynLogic, whose scorer is not set here, is left out with a line naming it; scored lines keep theirs."""
+    from fgrpo_verl.launch.recipe_report import _counts
+
+    monkeypatch.delenv("FGRPO_SYNLOGIC_SCORER", raising=False)
+    lines = [{"run": "r", "benchmark": "GPQA", "problem_id": "1", "answer": "B",
+              "completions": ["\\boxed{B}", "\\boxed{b}", "no answer"]},
+             {"run": "r", "benchmark": "SynLogic", "problem_id": "1", "answer": "x", "completions": ["x", "y", "z"]},
+             {"run": "r", "benchmark": "AIME24", "problem_id": "1", "correct": [1, 1, 0]}]
+    gen = tmp_path / "generations.jsonl"
+    gen.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    plan = {"benchmarks": {"GPQA": {"file": str(tmp_path / "GPQA.jsonl"), "scorer": "boxed", "group": "ood"},
+                           "SynLogic": {"file": str(tmp_path / "SynLogic.jsonl"), "scorer": "${FGRPO_SYNLOGIC_SCORER}",
+                                        "group": "ood"},
+                           "AIME24": {"file": str(tmp_path / "AIME24.jsonl"), "scorer": "math", "group": "math"}},
+            "sampling": {"threshold": 1.0}}
+    counts, skipped = _counts({"generations": [str(gen)]}, plan)
+    assert sorted(counts) == ["AIME24", "GPQA"]
+    assert counts["GPQA"].c.tolist() == [1] and counts["AIME24"].c.tolist() == [2]
+    assert skipped == ["SynLogic: its scorer ${FGRPO_SYNLOGIC_SCORER} is not set here: "
+                       "export FGRPO_SYNLOGIC_SCORER=module:function"]
+
+
+def _val_line(step: int, p1: float, p128: float, p256: float) -> str:
+    return (f"(TaskRunner pid=7) step:{step} - actor/pg_loss:0.01 - val-core/maze/pass@1:{p1} - "
+            f"val-core/maze/pass@128:{p128} - val-core/maze/pass@256:{p256} - val-core/maze/pass@2048:0.99\n")
+
+
+@pytest.mark.timeout(600)
+def test_report_maze_builds_table_4_from_the_runs_validation_in_their_slurm_logs(tmp_path, monkeypatch):
+    """The maze recipe has no evaluation block: its runs validate every 1,000 steps (n = 2048) and verl prints
+    val-core/maze/pass@k on its step lines, into the Slurm logs. Table 4 is the last step's, beside the paper's."""
+    import fgrpo_verl.launch.recipe_report as rr
+    from fgrpo_verl.launch import plan_jobs
+
+    monkeypatch.setattr(rr, "_TAIL_START", 64)  # the log's end holds no validation: the search widens
+    _, jobs = plan_jobs("maze", None, [], tmp_path / "slurm_logs", tmp_path, check=False)
+    jobs = {job.run.name: job for job in jobs}
+    logs = tmp_path / "slurm_logs"
+    logs.mkdir()
+    for name, (last, values) in {"n4-g0p0": (20000, (0.70, 0.75, 0.76)), "n4-g0p5": (20000, (0.80, 0.85, 0.86)),
+                                 "n8-g0p0": (5000, (0.60, 0.65, 0.66))}.items():
+        job = jobs[name]
+        job.checkpoint_dir.mkdir(parents=True)
+        (job.checkpoint_dir / "latest_checkpointed_iteration.txt").write_text(str(last))
+        text = _val_line(1000, 0.1, 0.2, 0.3) + _val_line(last, *values) + "".join(
+            f"(TaskRunner pid=7) step:{last} - timing_s/save:1.0\n" for _ in range(20))
+        (logs / f"{job.job_name}-101.out").write_text(text)
+    text = rr.build_report("maze", tmp_path, tmp_path / "r", None)
+    lines = text.splitlines()
+    assert lines[2] == "3 of 18 runs started, 2 finished, 2 validated at their last step (20000)"
+    i = lines.index(next(line for line in lines if line.startswith("| 4 | ours |")))
+    assert lines[i] == "| 4 | ours | 70.0 | 80.0 | - | 75.0 | 85.0 | - | 76.0 | 86.0 | - |"
+    assert lines[i + 1] == "| | paper | 65.6 | 74.4 | 79.7 | 67.1 | 75.8 | 81.4 | 67.3 | 75.9 | 81.5 |"
+    assert "| 8 | ours | - | - | - | - | - | - | - | - | - |" in lines  # n8-g0p0 is not at 20K yet
+    assert "p@1 GRPO | p@1 γ=0.5 | p@1 γ=1 |" in text
+    missing = (tmp_path / "r" / "missing.md").read_text()
+    assert f"n8-g0p0 ({jobs['n8-g0p0'].job_name}): training not finished (step 5000 of 20000)" in missing
+    assert "no validation at the last step (20000)" in missing and "the last one is at step 5000" in missing
+    assert "- not started: 15 run(s), " in text
+    rows = (tmp_path / "r" / "table4.csv").read_text().splitlines()
+    assert rows[0] == "table,N,gamma,metric,ours,paper,step,run"
+    assert "table4,4,0.5,pass@256,86.0000,75.9,20000,n4-g0p5" in rows

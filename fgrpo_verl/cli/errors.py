@@ -1,10 +1,12 @@
-"""How every ``fgrpo-verl`` command reports failure: one line, the right exit status, a traceback only on request.
+"""How every ``fgrpo-verl`` command reports failure: its message, the right exit status, a traceback only on request.
+Commands raise and leave the mapping below to :func:`report_errors` (``fgrpo_verl.cli.main`` wraps every command).
 
     exit 2   the input is wrong: ``ValueError`` (a bad value or flag, a misspelt config key or group option, with a
              "did you mean"; fgrpo_verl.config.compose.ConfigError), or an input file that does not exist or cannot be
-             read (``FileNotFoundError``, ``IsADirectoryError``, ``PermissionError``)
+             read (``FileNotFoundError``, ``IsADirectoryError``, ``PermissionError``); a message of several lines (a
+             preflight refusing several runs, one line each) is printed whole, each line after the prefix
     exit 1   the environment is: a missing tool or service (``RuntimeError``, ``ImportError``, ``ConnectionError``,
-             ``TimeoutError``), or anything unexpected (a bug: the line says how to get the traceback)
+             ``TimeoutError``), or anything unexpected (a bug: the line says how to get the traceback); one line
     exit 130 interrupted (Ctrl-C)
 
 ``--debug`` anywhere on the command line, or ``HYDRA_FULL_ERROR=1`` (Hydra's own switch, which verl users know),
@@ -41,13 +43,18 @@ def with_flag_names(message: str, flags: dict[str, str]) -> str:
     return message
 
 
-def one_line(exc: BaseException) -> str:
-    """The message of ``exc`` on one line (a multi-line message keeps its first line and says how many follow)."""
+def message_lines(exc: BaseException) -> list[str]:
+    """Every non-blank line of the message of ``exc`` (a user error is printed whole: each line is a thing to fix)."""
     if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
-        return f"{exc.filename}: {exc.strerror}"
+        return [f"{exc.filename}: {exc.strerror}"]
     lines = [line.rstrip() for line in str(exc).strip().splitlines() if line.strip()]
-    if not lines:
-        return type(exc).__name__
+    return lines or [type(exc).__name__]
+
+
+def one_line(exc: BaseException) -> str:
+    """The message of an environment error or a bug on one line (a multi-line message, such as a tool's output,
+    keeps its first line and says how many follow)."""
+    lines = message_lines(exc)
     return lines[0] if len(lines) == 1 else f"{lines[0]} (+{len(lines) - 1} more lines with --debug)"
 
 
@@ -78,7 +85,8 @@ def report_errors(command: str | None, debug: bool) -> Iterator[Outcome]:
     except USER_ERRORS as exc:
         if debug:
             raise
-        print(f"{prog}: error: {one_line(exc)}", file=sys.stderr)
+        for line in message_lines(exc):
+            print(f"{prog}: error: {line}", file=sys.stderr)
         outcome.code = 2
     except ENVIRONMENT_ERRORS as exc:
         if debug:

@@ -102,12 +102,21 @@ def last_error(log_path: Path, tail_bytes: int = 200_000) -> str | None:
 
 
 class _Follower(threading.Thread):
-    """Reads the log file as it grows; echoes what :func:`step_summary` / :func:`worth_echoing` keep."""
+    """Reads the log file as it grows; echoes what :func:`step_summary` / :func:`worth_echoing` keep.
+
+    :meth:`finish` gives it the log's size when the command's output ended: it echoes up to there and returns. A
+    child process that outlives the command (a Ray worker) may go on appending; that is the log's, not the
+    terminal's, and must not keep the follower (and so the command's exit) waiting."""
 
     def __init__(self, path: Path, offset: int, out, err, total_steps: int | None):
         super().__init__(daemon=True)
         self.path, self.offset, self.out, self.err, self.total = path, offset, out, err, total_steps
         self.stop = threading.Event()
+        self.end: int | None = None
+
+    def finish(self, end: int) -> None:
+        self.end = end
+        self.stop.set()
 
     def _echo(self, line: str) -> None:
         summary = step_summary(line, self.total)
@@ -125,18 +134,19 @@ class _Follower(threading.Thread):
             f.seek(self.offset)
             pending = b""
             while True:
-                chunk = f.read(65536)
+                end = self.end
+                chunk = f.read(65536 if end is None else max(0, min(65536, end - f.tell())))
                 if chunk:
                     pending += chunk
                     *lines, pending = pending.split(b"\n")
                     for raw in lines:
                         self._echo(raw.decode(errors="replace"))
                     continue
-                if self.stop.is_set():
+                if end is not None:
                     if pending:
                         self._echo(pending.decode(errors="replace"))
                     return
-                time.sleep(0.2)
+                self.stop.wait(0.2)
 
 
 @contextlib.contextmanager
@@ -167,7 +177,10 @@ def quiet_terminal(log_path: Path, total_steps: int | None = None) -> Iterator[N
             os.dup2(saved_err, 2)
             os.close(saved_out)
             os.close(saved_err)
-            follower.stop.set()
-            follower.join(timeout=10)
+            # nothing of this process writes to the log now: the follower echoes up to here, and its files close
+            # only once it has returned. No timeout: one that expired would close them under a write in progress
+            # and drop the tail (a slow terminal is slow for the command's own last lines too)
+            follower.finish(os.fstat(log.fileno()).st_size)
+            follower.join()
             out.close()
             err.close()

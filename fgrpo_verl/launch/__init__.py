@@ -48,6 +48,7 @@ def plan_jobs(
     no ``validate_config`` and no preflight, so verl is not imported; the runs are named exactly as a submit names
     them (the name hashes the composed config, not a verdict)."""
     from omegaconf import OmegaConf, open_dict
+    from omegaconf.errors import OmegaConfBaseException
 
     from fgrpo_verl.config.compose import SharedComposer
     from fgrpo_verl.launch.identity import (
@@ -133,9 +134,15 @@ def plan_jobs(
                 verdict = None if validator is None else validator.submit(config, str(workdir), require_data,
                                                                            dict(recipe.env))
                 wheres.append(where)
-        except Exception as exc:  # composition errors carry the key; add the run
+        except (ValueError, OmegaConfBaseException) as exc:
+            # what the user's config can cause: a ValueError (fgrpo's checks; composition's ConfigError, which
+            # explains Hydra's errors) or OmegaConf's (an interpolation that does not resolve); each gets the run's
+            # name. Anything else is a bug here and surfaces as one, not as a config to fix
             _close(validator)
             raise ValueError(f"{where}: invalid config: {exc}") from exc
+        except BaseException:  # a bug, Ctrl-C: unchanged, but the validating process ends with it
+            _close(validator)
+            raise
         if verdict is not None:  # checked here already (not in the pool): stop at the first bad run
             _raise_refused(where, verdict, validator)
         if digest in names:

@@ -15,17 +15,25 @@ protocol chooses checkpoints and γ (protocol.py, selection.py) and the tables a
     curves   Tables 12-14: pass@k for k = 1, 2, 4, ... of each table1 pair per benchmark, ours against the
              paper's, as a markdown table and one plot per benchmark
 
+    table4   a recipe without an ``evaluation:`` block whose runs validate while training (maze): each run's
+             verl validation at its last step (``val-core/<source>/pass@k``, read from the step lines in its Slurm
+             logs), N x γ, beside the paper's Table 4 (validation_report)
+
 Each table is written as markdown (ours and the paper's on two rows per method) and CSV (one row per cell and
-metric: ours, paper, the paper's source table, significance). The paper's numbers come from paper_numbers.py;
-a cell the paper does not have (another model, a benchmark it did not use) is "-". Everything that keeps a cell
-empty is listed under "Missing": runs not started or not finished, checkpoints not evaluated, selections that
-cannot be made yet, final passes not run. Nothing is dropped silently.
+metric: ours, paper, the paper's source table, significance). The paper's numbers come from paper_numbers.py
+(Table 4: TABLE_4 below); a cell the paper does not have (another model, a benchmark it did not use) is "-". The
+printed report (report.md) starts with the state of the sweep (runs started, finished, evaluated) and leaves out
+a table with no number of ours (its file is still written, with the paper's). Everything that keeps a cell empty
+is listed under "Missing": runs not started or not finished, checkpoints not evaluated, selections that cannot be
+made yet, final passes not run. Nothing is dropped silently.
 """
 
 from __future__ import annotations
 
 import csv
+import glob
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -156,6 +164,10 @@ class Table:
     source: str                              # the paper table our rows are compared with
     notes: list[str] = field(default_factory=list)
 
+    def has_ours(self) -> bool:
+        """Whether a cell of ours has a number."""
+        return any(v is not None for _, mine, _, _ in self.rows for pair in mine.values() for v in pair)
+
     def markdown(self, k: int) -> str:
         lines = [f"### {self.title}", "", f"pass@1/pass@{k} (%); paper: pass@1/pass@256 from the paper's {self.source}",
                  "", "| row | | " + " | ".join(self.columns) + " |", "|---" * (len(self.columns) + 2) + "|"]
@@ -192,26 +204,84 @@ def _paper_cells(table: str, model: str, method: str, columns: list[str]) -> dic
 
 
 # ------------------------------------------------------------------------------------------------ significance
-def _counts(result: dict):
+def _counts(result: dict, plan: dict) -> tuple[dict, list[str]]:
+    """``({benchmark: BenchmarkScores}, skipped)`` of a final result's generation files. A line the evaluation scored
+    keeps its verdict; a line it left unscored is scored with its own benchmark's scorer (the plan's, which the
+    evaluation used: ``boxed`` for GPQA, ``ifeval`` for IFEval, ...), never another benchmark's. A benchmark whose
+    scorer cannot score here (SynLogic's ``FGRPO_SYNLOGIC_SCORER`` not set, a missing dependency, no answers) is
+    left out of the test, whole, with one line in ``skipped`` naming it and why."""
+    import numpy as np
+
+    from fgrpo_verl.evaluation.formats import load_benchmark
     from fgrpo_verl.evaluation.report import collect_scores
+    from fgrpo_verl.evaluation.scorers import resolve_scorer
     from fgrpo_verl.evaluation.scoring import Scorer, count_correct
 
     paths = [Path(p) for p in result.get("generations", [])]
     missing = [str(p) for p in paths if not p.is_file()]
     if missing or not paths:
         raise ValueError(f"generation files {missing or '(none recorded)'} not found")
-    with Scorer(lambda _b: "math", 1.0, {}) as scorer:
+    benches = plan["benchmarks"]
+    references: dict[str, dict] = {}
+    skipped: dict[str, str] = {}
+    resolved: set[str] = set()
+
+    def unavailable(bench: str, needs_reference: bool) -> str | None:
+        """Why ``bench``'s unscored lines cannot be scored here, or None."""
+        if bench not in benches:
+            return "not a benchmark of the recipe's evaluation, so its scorer is unknown"
+        spec = benches[bench]["scorer"]
+        if bench not in resolved:
+            unset = re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)", spec)
+            if unset:
+                return f"its scorer {spec} is not set here: export {unset[0]}=module:function"
+            try:
+                resolve_scorer(spec)
+            except ValueError as exc:
+                return str(exc)
+            resolved.add(bench)
+        if needs_reference and bench not in references:
+            file = Path(benches[bench]["file"])
+            if not file.is_file():
+                return f"its lines carry no answer and its benchmark file {file} is not here"
+            references[bench] = {r["id"]: r for r in load_benchmark(file, bench)}
+        return None
+
+    class OwnScorer(Scorer):
+        def score(self, records):
+            keep = []
+            for rec in records:
+                reason = skipped.get(rec.benchmark) or unavailable(rec.benchmark, rec.answer is None)
+                if reason is None:
+                    keep.append(rec)
+                    continue
+                skipped[rec.benchmark] = reason
+                rec.correct = np.zeros(0, dtype=np.int8)  # counted, then the whole benchmark is dropped
+            super().score(keep)
+            for rec in keep:  # a scorer that raises (a missing dependency) would count every sample as wrong
+                if rec.score_errors and rec.benchmark not in skipped:
+                    skipped[rec.benchmark] = (f"its scorer {benches[rec.benchmark]['scorer']} failed on "
+                                              f"{len(rec.score_errors)} samples of problem {rec.problem_id}, e.g. "
+                                              f"{next(iter(rec.score_errors.values()))}")
+
+    threshold = float(plan.get("sampling", {}).get("threshold", 1.0))
+    with OwnScorer(lambda b: benches[b]["scorer"], threshold, references) as scorer:
         scores = collect_scores(count_correct(paths, scorer))
-    return {bench: s for (_run, bench), s in scores.items()}
+    counts = {bench: s for (_run, bench), s in scores.items() if bench not in skipped}
+    return counts, [f"{bench}: {why}" for bench, why in skipped.items()]
 
 
 def pair_significance(base: RunReport, focal: RunReport, plan: dict, k: int, iterations: int, method: str,
-                      seed: int) -> tuple[dict, list[dict]]:
-    """``({column: "*"}, rows)``: the paired subsampling test of focal - baseline at k = 1 (and K when K <= m)."""
+                      seed: int) -> tuple[dict, list[dict], list[str]]:
+    """``({column: "*"}, rows, left out)``: the paired subsampling test of focal - baseline at k = 1 (and K when
+    K <= m), and a line per benchmark left out of it (_counts: its unscored lines could not be scored here)."""
     from fgrpo_verl.evaluation.seeds import request_seed
     from fgrpo_verl.evaluation.significance import combine_draws, subsample_draws, summarise
 
-    a, b = _counts(base.final), _counts(focal.final)
+    (a, skip_a), (b, skip_b) = _counts(base.final, plan), _counts(focal.final, plan)
+    left_out = list(dict.fromkeys(skip_a + skip_b))
+    if not set(a) & set(b):
+        raise ValueError("no benchmark scored for both runs: " + ("; ".join(left_out) or "no common benchmark"))
     n = min(int(s.n.min()) for s in [*a.values(), *b.values()])
     m = n // SIGNIFICANCE_RATIO
     if m < 1:
@@ -235,7 +305,7 @@ def pair_significance(base: RunReport, focal: RunReport, plan: dict, k: int, ite
                          "significant": r.significant})
             if r.k == 1 and r.significant:
                 marks[column] = "*"
-    return marks, rows
+    return marks, rows, left_out
 
 
 # ------------------------------------------------------------------------------------------------ tables
@@ -270,8 +340,9 @@ def table1(reports, columns, k, significance, notes) -> tuple[Table, list[tuple[
         marks = {}
         if significance is not None and base.final is not None and chosen.final is not None:
             try:
-                marks, part = pair_significance(base, chosen, base.plan, k, *significance)
+                marks, part, left_out = pair_significance(base, chosen, base.plan, k, *significance)
                 sig_rows += part
+                notes += [f"{chosen.name}: no significance test on {line}" for line in left_out]
             except ValueError as exc:
                 notes.append(f"{chosen.name}: no significance test ({exc})")
         paper_gamma = paper_numbers.selected_gammas().get((base.model, base.family.upper()))
@@ -411,28 +482,35 @@ def _write_csv(path: Path, rows: list[dict]) -> None:
         writer.writerows(rows)
 
 
-def build_report(recipe_arg: str, workdir: Path, out_dir: Path, significance: tuple | None) -> str:
+def build_report(recipe_arg: str, workdir: Path, out_dir: Path, significance: tuple | None,
+                 log_dir: Path | None = None) -> str:
     """Write the report's files into ``out_dir``; returns its markdown. ``significance``: (iterations, method,
-    seed), or None to skip the test."""
+    seed), or None to skip the test. ``log_dir``: the runs' Slurm logs (launch's ``--log-dir``; default
+    ``slurm_logs``), read for recipes without an evaluation block (validation_report). The text starts with the
+    state of the sweep; a table without a number of ours is written to its file but not printed."""
     from fgrpo_verl.launch import plan_jobs
 
-    recipe, jobs = plan_jobs(recipe_arg, None, [], Path(workdir) / "slurm_logs", Path(workdir))
+    log_dir = Path(workdir) / "slurm_logs" if log_dir is None else Path(log_dir)
+    # only files are read: verl's checks of the configs (a launch's) name no run differently, and cost verl's import
+    recipe, jobs = plan_jobs(recipe_arg, None, [], log_dir, Path(workdir), check=False)
     if recipe.evaluation is None:
-        raise ValueError(f"recipe {recipe.name} has no evaluation block: nothing to report "
-                         "(docs/recipes.md, 'evaluation')")
+        return validation_report(recipe, jobs, log_dir, out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     reports = collect_runs(jobs)
     plan = reports[0].plan
     columns = columns_of(plan)
     k = report_k(reports)
     tables = recipe.evaluation.get("tables") or ["table1"]
+    started = [r for r in reports if r.state != "not started"]
     parts = [f"# {recipe.name}: {recipe.reproduces}", "",
-             f"{len(reports)} runs; evaluation: protocol {plan['protocol']}, selection n="
-             f"{plan['passes']['selection']['n']}, final n={plan['passes']['final']['n']}", ""]
-    selection_md, selection_rows = selection_table(reports)
-    parts.append(selection_md)
-    _write_csv(out_dir / "selection.csv", selection_rows)
-    pairs, sig_rows = [], []
+             f"{len(started)} of {len(reports)} runs started, {sum(r.state == 'done' for r in reports)} finished, "
+             f"{sum(r.final is not None for r in reports)} evaluated (final pass at the selected checkpoint)", "",
+             f"evaluation: protocol {plan['protocol']}, selection n={plan['passes']['selection']['n']}, final n="
+             f"{plan['passes']['final']['n']}", ""]
+    _write_csv(out_dir / "selection.csv", selection_table(reports)[1])
+    if started:  # the runs not started are one line under Missing
+        parts.append(selection_table(started)[0])
+    pairs, sig_rows, empty = [], [], []
     for key in tables:
         if key == "curves":
             continue
@@ -445,7 +523,10 @@ def build_report(recipe_arg: str, workdir: Path, out_dir: Path, significance: tu
         md = table.markdown(k)
         (out_dir / f"{key}.md").write_text(md, encoding="utf-8")
         _write_csv(out_dir / f"{key}.csv", table.csv_rows(k))
-        parts.append(md)
+        if table.has_ours():
+            parts.append(md)
+        else:
+            empty.append(key)
     if sig_rows:
         _write_csv(out_dir / "significance.csv", sig_rows)
         parts.append(f"`*`: the focal cell's paired difference to its baseline at pass@1 is significant (two-sided "
@@ -454,11 +535,220 @@ def build_report(recipe_arg: str, workdir: Path, out_dir: Path, significance: tu
     if "curves" in tables:
         md = curves(pairs, plan, out_dir)
         (out_dir / "tables12_14.md").write_text(md, encoding="utf-8")
-        parts.append(md)
-    missing = [f"- {r.name} ({r.job.job_name}): {m}" for r in reports for m in r.missing]
-    missing_md = "### Missing\n\n" + ("\n".join(missing) if missing else "nothing: every run is finished and evaluated")
-    parts.append(missing_md + "\n")
-    (out_dir / "missing.md").write_text(missing_md + "\n", encoding="utf-8")
+        if any(base.final is not None and focal.final is not None for base, focal in pairs):
+            parts.append(md)
+        else:
+            empty.append("tables12_14")
+    if empty:
+        parts.append(f"no numbers of ours yet: {', '.join(empty)} not printed (the paper's numbers are in "
+                     f"{out_dir}/<table>.md)\n")
+    parts.append(_missing_section(reports, out_dir))
     text = "\n".join(parts)
     (out_dir / "report.md").write_text(text, encoding="utf-8")
     return text
+
+
+# ------------------------------------------------------------------------------------------------ validation (Table 4)
+# The paper's Table 4 (maze, held-out 256 mazes, %, after 20K steps), transcribed verbatim from the project's digest
+# of the paper (/work/shared/paper/F-GRPO.md §6.5). Columns: pass@k of GRPO (γ = 0) and F-GRPO γ = 0.5, 1.0.
+TABLE_4 = """\
+| N | p@1 GRPO | p@1 γ=0.5 | p@1 γ=1.0 | p@128 GRPO | p@128 γ=0.5 | p@128 γ=1.0 | p@256 GRPO | p@256 γ=0.5 | p@256 γ=1.0 |
+|---|---|---|---|---|---|---|---|---|---|
+| 4 | 65.6 | 74.4 | 79.7 | 67.1 | 75.8 | 81.4 | 67.3 | 75.9 | 81.5 |
+| 8 | 72.2 | 83.4 | 76.3 | 73.3 | 84.0 | 76.6 | 73.4 | 84.0 | 76.6 |
+| 16 | 73.9 | 83.7 | 84.4 | 74.2 | 84.3 | 86.4 | 74.2 | 84.3 | 86.5 |
+| 32 | 74.5 | 85.1 | 84.9 | 74.9 | 85.8 | 85.8 | 75.1 | 85.8 | 85.8 |
+| 64 | 73.4 | 85.4 | 84.8 | 74.4 | 86.5 | 85.8 | 74.7 | 86.5 | 85.8 |
+| 128 | 75.8 | 93.6 | 91.2 | 76.7 | 96.4 | 95.7 | 76.9 | 96.5 | 95.7 |
+"""
+TABLE_4_KS = (1, 128, 256)
+TABLE_4_SOURCE = "maze"  # the data_source of the maze's held-out set (fgrpo_verl/tasks/maze/data.py)
+_VAL_KEY = re.compile(r"^val-core/(.+)/pass@(\d+)$")
+_TAIL_START = 1 << 20  # a log is searched from its end: the last validation is near it
+
+
+def table4_cells() -> dict[tuple[int, int, float], float]:
+    """``{(N, k, γ): pass@k in %}`` of the paper's Table 4."""
+    lines = [line for line in TABLE_4.strip().splitlines() if not line.startswith("|---")]
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    out = {}
+    for line in lines[1:]:
+        row = [c.strip() for c in line.strip("|").split("|")]
+        for column, cell in zip(header[1:], row[1:]):
+            metric, method = column.split(" ", 1)
+            gamma = 0.0 if method == "GRPO" else float(method.split("=")[1])
+            out[(int(row[0]), int(metric[2:]), gamma)] = float(cell)
+    return out
+
+
+def last_validation(log_dir: Path, job_name: str) -> tuple[int, dict[str, dict[int, float]]] | None:
+    """``(step, {source: {k: pass@k}})`` of the latest step whose verl console line (in the run's Slurm logs,
+    ``<log_dir>/<job name>-<job id>.out``) carries ``val-core/<source>/pass@<k>``; None when none does."""
+    from fgrpo_verl.job.quiet import step_fields
+
+    best = None
+    for path in Path(log_dir).glob(f"{glob.escape(job_name)}-*.out"):
+        size = path.stat().st_size
+        window = _TAIL_START
+        while True:
+            with open(path, "rb") as f:
+                f.seek(max(0, size - window))
+                lines = f.read().splitlines()
+            if size > window:
+                lines = lines[1:]  # cut mid-line
+            found = None
+            for raw in reversed(lines):
+                if b"val-core/" not in raw:
+                    continue
+                fields = step_fields(raw.decode(errors="replace"))
+                values: dict[str, dict[int, float]] = {}
+                for key, value in (fields or {}).items():
+                    match = _VAL_KEY.match(key.strip())
+                    if match:
+                        try:
+                            values.setdefault(match.group(1), {})[int(match.group(2))] = float(value)
+                        except ValueError:
+                            continue
+                if values:
+                    found = (int(float(fields["step"])), values)
+                    break
+            if found is not None or window >= size:
+                break
+            window *= 4
+        if found is not None and (best is None or found[0] > best[0]):
+            best = found
+    return best
+
+
+@dataclass
+class ValidationRun:
+    name: str
+    job: object
+    family: str
+    gamma: float
+    group_size: int
+    total: int | None
+    state: str
+    step: int | None                          # the step of the last validation found
+    values: dict[str, dict[int, float]]       # its pass@k per source (fraction)
+    missing: list[str] = field(default_factory=list)
+
+    @property
+    def final(self) -> bool:
+        return self.step is not None and self.total is not None and self.step >= self.total
+
+
+def collect_validation(jobs: list, log_dir: Path) -> list[ValidationRun]:
+    """Each planned run's state (checkpoint dir) and its last validation (Slurm logs)."""
+    from fgrpo_verl.job.tracking import config_algo
+
+    out = []
+    for job in jobs:
+        config = job.config
+        gamma = float(config.algorithm.fgrpo.gamma)
+        algo = config_algo(config)
+        planned = config.trainer.get("total_training_steps")
+        total = int(planned) if planned is not None else job.total_steps
+        run_dir = Path(job.checkpoint_dir)
+        found = last_validation(log_dir, job.job_name)
+        step, values = found if found is not None else (None, {})
+        if ck.training_done(run_dir, total):
+            state = "done"
+        elif ck.tracker_step(run_dir) > 0 or ck.saved_steps(run_dir) or found is not None:
+            state = "training"
+        else:
+            state = "not started"
+        run = ValidationRun(job.run.name, job, algo[1:] if gamma > 0 and algo.startswith("f") else algo, gamma,
+                            int(config.actor_rollout_ref.rollout.n), total, state, step, values)
+        where = f"{log_dir}/{job.job_name}-*.out"
+        if state == "not started":
+            run.missing.append("not started")
+        elif state == "training":
+            run.missing.append(f"training not finished (step {ck.tracker_step(run_dir)} of {total or '?'})")
+        if state != "not started" and not run.final:
+            run.missing.append(f"no validation at the last step ({total}) in {where}"
+                               + (f": the last one is at step {step}" if step is not None else
+                                  ": no verl step line with val-core/<source>/pass@<k> there"))
+        out.append(run)
+    return out
+
+
+def validation_report(recipe, jobs: list, log_dir: Path, out_dir: Path) -> str:
+    """A recipe without an ``evaluation:`` block whose runs validate while training (maze: Table 4): each run's
+    pass@k at its last step, from verl's validation metrics in its Slurm logs, beside the paper's Table 4."""
+    tested = sorted({int(j.config.trainer.test_freq) for j in jobs})
+    if not jobs or all(t <= 0 for t in tested):
+        raise ValueError(f"recipe {recipe.name}: no evaluation block and its runs do not validate while training "
+                         f"(trainer.test_freq={tested[0] if tested else '?'}), so they write no pass@k to report; "
+                         "add an evaluation block (docs/recipes.md, 'evaluation')")
+    runs = collect_validation(jobs, log_dir)
+    total = sorted({r.total for r in runs if r.total})
+    started = sum(r.state != "not started" for r in runs)
+    finished = sum(r.state == "done" for r in runs)
+    validated = sum(r.final for r in runs)
+    val_n = sorted({int(j.config.actor_rollout_ref.rollout.val_kwargs.n) for j in jobs})
+    parts = [f"# {recipe.name}: {recipe.reproduces}", "",
+             f"{started} of {len(runs)} runs started, {finished} finished, {validated} validated at their last step "
+             f"({'/'.join(map(str, total)) or '?'})", "",
+             f"ours: verl's validation at each run's last step (val-core/<source>/pass@k, n={'/'.join(map(str, val_n))} "
+             f"samples per prompt), read from the runs' Slurm logs {log_dir}/<job name>-<job id>.out", ""]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    sources = list(dict.fromkeys(s for r in runs if r.final for s in r.values)) or [TABLE_4_SOURCE]
+    ks = [k for k in TABLE_4_KS if k <= min(val_n)] or [1]
+    gammas = sorted({r.gamma for r in runs})
+    sizes = sorted({r.group_size for r in runs})
+    paper = table4_cells()
+    csv_rows, empty = [], []
+    for source in sources:
+        key = "table4" if len(sources) == 1 else f"table4_{source}"
+        labels = {g: ("GRPO" if g == 0 else f"γ={g:g}") for g in gammas}
+        columns = [(k, g) for k in ks for g in gammas]
+        lines = [f"### Table 4: pass@k (%) at the last step, data source {source}", "",
+                 "| N | | " + " | ".join(f"p@{k} {labels[g]}" for k, g in columns) + " |",
+                 "|---" * (len(columns) + 2) + "|"]
+        has_ours = False
+        for size in sizes:
+            mine, ref = [], []
+            for k, g in columns:
+                run = next((r for r in runs if r.group_size == size and r.gamma == g), None)
+                value = run.values.get(source, {}).get(k) if run is not None and run.final else None
+                has_ours = has_ours or value is not None
+                theirs = paper.get((size, k, g)) if source == TABLE_4_SOURCE else None
+                mine.append("-" if value is None else f"{100 * value:.1f}")
+                ref.append("-" if theirs is None else f"{theirs:.1f}")
+                csv_rows.append({"table": key, "N": size, "gamma": g, "metric": f"pass@{k}",
+                                 "ours": "" if value is None else f"{100 * value:.4f}",
+                                 "paper": "" if theirs is None else theirs,
+                                 "step": "" if run is None or run.step is None else run.step,
+                                 "run": "" if run is None else run.name})
+            lines.append(f"| {size} | ours | " + " | ".join(mine) + " |")
+            lines.append("| | paper | " + " | ".join(ref) + " |")
+        md = "\n".join(lines) + "\n"
+        (out_dir / f"{key}.md").write_text(md, encoding="utf-8")
+        if has_ours:
+            parts.append(md)
+        else:
+            empty.append(key)
+    _write_csv(out_dir / "table4.csv", csv_rows)
+    if empty:
+        parts.append(f"no numbers of ours yet: {', '.join(empty)} not printed (the paper's are in "
+                     f"{out_dir}/{empty[0]}.md)\n")
+    parts.append(_missing_section(runs, out_dir))
+    text = "\n".join(parts)
+    (out_dir / "report.md").write_text(text, encoding="utf-8")
+    return text
+
+
+def _missing_section(runs, out_dir: Path) -> str:
+    """``missing.md`` (every run and what keeps its cells empty, a line each) and its printed form, in which the runs
+    not started are one line."""
+    every = [f"- {r.name} ({r.job.job_name}): {m}" for r in runs for m in r.missing]
+    (out_dir / "missing.md").write_text(
+        "### Missing\n\n" + ("\n".join(every) if every else "nothing: every run is finished and evaluated") + "\n",
+        encoding="utf-8")
+    idle = [r.name for r in runs if r.missing == ["not started"]]
+    shown = [f"- {r.name} ({r.job.job_name}): {m}" for r in runs if r.name not in idle for m in r.missing]
+    if idle:
+        shown.insert(0, f"- not started: {len(idle)} run(s), " + (", ".join(idle) if len(idle) <= 6 else
+                                                                    f"{', '.join(idle[:6])}, ... (missing.md)"))
+    return "### Missing\n\n" + ("\n".join(shown) if shown else "nothing: every run is finished and evaluated") + "\n"
