@@ -28,9 +28,10 @@
 #   do not collide on Ray's default ports; the head moves to the next free block when another job holds its
 #   block, and each node takes free ports of its own when its block is taken there
 #   (fgrpo_verl/launch/node_net.py).
-# - verl's gloo and NCCL groups would pick their own interface (the wrong one on multi-homed nodes, loopback
-#   where the host name maps to 127.0.1.1): every node exports GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME = the
-#   interface of its Ray address before `ray start` (node_net.py; values set in your environment are kept).
+# - verl's gloo groups would pick their own interface (the wrong one on multi-homed nodes, loopback where the
+#   host name maps to 127.0.1.1): every node exports GLOO_SOCKET_IFNAME = the interface of its Ray address
+#   before `ray start`. NCCL chooses its own (the Ray address may be a slow management network); export
+#   NCCL_SOCKET_IFNAME to choose for it (node_net.py; values set in your environment are kept).
 # - Jobs run offline from the Hugging Face Hub (HF_HUB_OFFLINE=1 unless you set it): every rank of every start
 #   and requeue would otherwise ask the Hub for the model; download it first (docs/slurm.md §2).
 #
@@ -133,7 +134,7 @@ fgrpo_ray_up() {
         return 1
     }
     # GPUs: a step gets all of the job's GPUs on its node by default. node_net exec sets the node's
-    # GLOO/NCCL interface and appends its own ports, then execs Ray (fgrpo_verl/launch/node_net.py).
+    # gloo interface and appends its own ports, then execs Ray (fgrpo_verl/launch/node_net.py).
     srun --overlap --nodes=1 --ntasks=1 --cpus-per-task="$step_cpus" -w "${FGRPO_NODES[0]}" \
         "$py" -m fgrpo_verl.launch.node_net exec --ip "$head_ip" --base "$FGRPO_RAY_PORT_BASE" --index 0 -- \
         "${ray_cmd[@]}" start --head --block --node-ip-address="$head_ip" --port="$gcs_port" \
@@ -150,15 +151,12 @@ fgrpo_ray_up() {
             --num-cpus="$cpus" --num-gpus="$gpus" --disable-usage-stats --temp-dir="$FGRPO_RAY_SESSION_DIR/$i" &
         FGRPO_RAY_STEP_PIDS+=($!)
     done
-    # the driver (this shell, on the head node) uses the head's interface too; set only now, so that the Ray
-    # steps above chose their own node's interface
-    local var ifname=""
-    for var in GLOO_SOCKET_IFNAME NCCL_SOCKET_IFNAME; do
-        if [[ -z ${!var:-} ]]; then
-            [[ -n $ifname ]] || ifname=$("$py" -m fgrpo_verl.launch.node_net ifname "$head_ip") || return 1
-            export "$var=$ifname"
-        fi
-    done
+    # the driver (this shell, on the head node) uses the head's gloo interface too; set only now, so that the
+    # Ray steps above chose their own node's interface. NCCL is left to choose (node_net.py says why).
+    if [[ -z ${GLOO_SOCKET_IFNAME:-} ]]; then
+        GLOO_SOCKET_IFNAME=$("$py" -m fgrpo_verl.launch.node_net ifname "$head_ip") || return 1
+        export GLOO_SOCKET_IFNAME
+    fi
     fgrpo_ray_wait "$timeout"
 }
 

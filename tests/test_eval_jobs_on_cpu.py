@@ -161,11 +161,17 @@ def test_validation_off_keeps_the_identity_of_the_runs_launched_before_it(tmp_pa
     assert fingerprint(before, workdir=tmp_path) == fingerprint(after, workdir=tmp_path)
 
 
-def test_the_job_script_carries_dependencies_and_a_plan_that_reads_back(paper_main, tmp_path):
+def test_the_job_script_carries_singleton_and_a_plan_that_reads_back(paper_main, tmp_path):
+    """Rendered once: the ids of the jobs it waits for come on sbatch's command line, which the dry run shows."""
     _, jobs = paper_main
     job = jobs["qwen3_4b_base-dapo-g1p0"]
     final = job.evaluation.jobs[1]
-    assert '#SBATCH --dependency="afterany:<selection job>,afterany:<baseline selection job>,singleton"' in final.text
+    assert '#SBATCH --dependency="singleton"' in final.text and "afterany" not in final.text.split("\n#\n")[0]
+    assert "<" not in final.text.split("\n#\n")[0]  # no placeholder left in a directive
+    lines = ej.dry_run_lines(job)
+    assert (f"### submitted as: sbatch --parsable --dependency=afterany:<selection job>,afterany:<baseline selection"
+            f" job>,singleton <script dir>/{job.job_name}-final.sbatch") in lines
+    assert lines[lines.index(next(x for x in lines if x.endswith("-final.sbatch"))) + 1] == final.text
     assert f'#SBATCH --job-name="{job.job_name}"' in final.text
     assert '#SBATCH --signal="B:USR1@120"' in final.text and "#SBATCH --requeue" in final.text
     plan = json.loads(final.text.split("<<'FGRPO_EVAL_PLAN' &\n", 1)[1].split("\nFGRPO_EVAL_PLAN\n", 1)[0])
@@ -220,8 +226,9 @@ def test_a_fresh_launch_submits_selection_after_training_and_final_after_both_se
     decisions, notes = ej.decide([base, focal], [base.evaluation, focal.evaluation], {"b": "11", "f": "12"},
                                  {}, {"b": None, "f": "b"})
     got = [(d.job_name, d.phase, d.depends_on) for d in decisions]
-    assert got == [("b", "selection", ("11",)), ("f", "selection", ("12",)), ("b", "final", ("<selection>",)),
-                   ("f", "final", ("<selection>", "<selection of b>"))] and not notes
+    sel = ej.SelectionOf
+    assert got == [("b", "selection", ("11",)), ("f", "selection", ("12",)), ("b", "final", (sel("b"),)),
+                   ("f", "final", (sel("f"), sel("b")))] and not notes
 
 
 def test_a_relaunch_submits_nothing_for_runs_with_an_evaluation_in_the_queue_and_waits_on_running_baselines(tmp_path):
@@ -229,12 +236,80 @@ def test_a_relaunch_submits_nothing_for_runs_with_an_evaluation_in_the_queue_and
     # the baseline is not part of this launch (--only f) and still training: f's final pass waits for it
     decisions, notes = ej.decide([focal], [focal.evaluation], {"f": None, "b": "31"}, {}, {"f": "b"})
     assert [(d.job_name, d.phase, d.depends_on) for d in decisions] == [("f", "selection", ()), ("f", "final",
-                                                                                                 ("<selection>", "31"))]
+                                                                                                 (ej.SelectionOf("f"), "31"))]
     decisions, notes = ej.decide([focal], [focal.evaluation], {"f": None}, {"f": [("40", "PENDING")]}, {"f": "b"})
     assert decisions == [] and "40 already queued" in notes[0]
     # the baseline's evaluation is in the queue: f's final pass depends on it
     decisions, _ = ej.decide([focal], [focal.evaluation], {}, {"b": [("41", "RUNNING")]}, {"f": "b"})
-    assert decisions[-1].depends_on == ("<selection>", "41")
+    assert decisions[-1].depends_on == (ej.SelectionOf("f"), "41")
+
+
+def test_dependencies_go_on_sbatchs_command_line_and_the_planned_script_is_submitted(tmp_path, monkeypatch):
+    """A fake sbatch on PATH records its arguments: each evaluation job gets --dependency=afterany:<the ids it waits
+    for>,singleton (the command line replaces the script's directive) and the script rendered at planning,
+    unchanged; training jobs get none (their script's singleton)."""
+    import os
+
+    from fgrpo_verl.launch.render import sbatch
+
+    bin_dir, log = tmp_path / "bin", tmp_path / "sbatch.log"
+    bin_dir.mkdir()
+    (bin_dir / "squeue").write_text("#!/bin/sh\nexit 0\n")
+    # ids 100, 101, ...: one line of arguments per call
+    (bin_dir / "sbatch").write_text(f'#!/bin/sh\necho "$@" >> {log}\nn=$(wc -l < {log})\necho $((99 + n))\n')
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    jobs = []
+    for name in ("b", "f"):
+        job = _fake(name, 0, tmp_path / name)
+        evals = tuple(ej.EvalJob(e.phase, e.plan, e.depends_on, f"#!/bin/bash\n# {name} {e.phase}\n")
+                      for e in job.evaluation.jobs)
+        job.evaluation = SimpleNamespace(jobs=evals)
+        job.checkpoint_dir, job.fingerprint, job.overrides = tmp_path / name, "fp", ()
+        jobs.append(job)
+    jobs[0].baseline_job, jobs[1].baseline_job = None, jobs[0]
+    assert sbatch(tmp_path / "train.sbatch") == "100"
+    (tmp_path / "scripts").mkdir()  # submit_jobs makes it
+    done = ej.submit_eval_jobs(jobs, {"b": "11", "f": "12"}, tmp_path / "scripts", tmp_path / "logs",
+                               out=lambda *_: None)
+    assert done == [("b", "selection", "101"), ("f", "selection", "102"), ("b", "final", "103"),
+                    ("f", "final", "104")]
+    argv = [line.split() for line in log.read_text().splitlines()]
+    scripts = tmp_path / "scripts"
+    assert argv == [
+        ["--parsable", str(tmp_path / "train.sbatch")],
+        ["--parsable", "--dependency=afterany:11,singleton", str(scripts / "b-selection.sbatch")],
+        ["--parsable", "--dependency=afterany:12,singleton", str(scripts / "f-selection.sbatch")],
+        ["--parsable", "--dependency=afterany:101,singleton", str(scripts / "b-final.sbatch")],
+        ["--parsable", "--dependency=afterany:102,afterany:101,singleton", str(scripts / "f-final.sbatch")],
+    ]
+    assert (scripts / "f-final.sbatch").read_text() == "#!/bin/bash\n# f final\n"
+
+
+def test_evaluation_jobs_request_the_host_memory_of_verls_model_merger(paper_main):
+    """(6 + 4/W) B per parameter + 4 GiB: Qwen2.5-7B (7.62B) trained on 2 x 8 GPUs; the recipe's value wins."""
+    import math
+
+    _, jobs = paper_main
+    job = jobs["qwen25_7b-grpo-g0p0"]
+    world = int(job.config.trainer.nnodes) * int(job.config.trainer.n_gpus_per_node)
+    assert world == 16
+    gib = math.ceil((6 + 4 / 16) * 7.62e9 / 2**30 + 4)
+    assert gib == 49 and ej.eval_host_memory(7.62e9, 16) == "49G"
+    for e in job.evaluation.jobs:
+        assert '#SBATCH --mem="49G"' in e.text
+    assert any(line.startswith("### eval job memory: --mem=49G = (6 + 4/16) B x 7.62B params")
+               for line in ej.dry_run_lines(job))
+    # one rank holds the whole model: its shard is loaded twice
+    assert ej.eval_host_memory(1e9, 1) == f"{math.ceil(10e9 / 2**30 + 4)}G"
+    mine = spec(resources={"mem": "300G"})
+    assert ej.eval_memory(mine, job.config, 7.62e9)[0] == "300G"
+    text = ej.render_eval_job(job.evaluation.recipe, job, "selection", job.evaluation.jobs[0].plan, mine,
+                              Path("/l"), Path("/w"), ej.eval_memory(mine, job.config, 7.62e9)[0])
+    assert '#SBATCH --mem="300G"' in text
+    mem, line = ej.eval_memory(spec(), job.config, None)
+    assert mem is None and "evaluation.resources.mem" in line
 
 
 def test_a_finished_and_evaluated_run_gets_no_evaluation_job(tmp_path):
@@ -346,7 +421,7 @@ def test_a_baseline_written_as_an_integer_gamma_is_still_the_focal_runs_twin():
 
 def test_the_dry_run_says_when_a_focal_run_has_no_baseline():
     focal = _job("exp-focal", 0.5)
-    focal.evaluation = SimpleNamespace(baseline=None, jobs=(), cost_lines=(), setting_line="setting")
+    focal.evaluation = SimpleNamespace(baseline=None, jobs=(), cost_lines=(), setting_line="setting", memory_line="")
     lines = ej.dry_run_lines(focal)
     assert any(line.startswith("### no γ = 0 baseline for exp-focal in the recipe") and "no compute limit" in line
                for line in lines), lines

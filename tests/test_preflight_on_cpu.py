@@ -258,30 +258,138 @@ def test_the_replica_layout_rule_is_verls_rollout_replica(tmp_path):
                            "the replica layout: world_size 12 must be divisible by gpus_per_node 8")
 
 
-def test_the_scheduler_rule_is_vllms(tmp_path):
-    """vLLM's own SchedulerConfig (vLLM's CPU build, the Makefile installs it) on the maze's engine settings, in a
-    subprocess (importing vLLM here would leave it imported for later tests): it refuses fewer tokens per step than
-    sequences, as the preflight does, and takes the recipe's 65,536 for 32,768 sequences."""
-    code = (
-        "import sys\n"
-        "from vllm.config import SchedulerConfig\n"
-        "for tokens in (8192, 65536):\n"
-        "    try:\n"
-        "        SchedulerConfig(max_num_batched_tokens=tokens, max_num_seqs=32768, max_model_len=512,\n"
-        "                        is_encoder_decoder=False)\n"
-        "        print(tokens, 'accepted')\n"
-        "    except Exception as exc:\n"
-        "        print(tokens, 'refused', ' '.join(str(exc).split()))\n"
-    )
+# verl's and vLLM's own code on the numbers the rules below restate, run once in a subprocess (importing vLLM here
+# would leave it imported for later tests; fgrpo-verl's cpu_vllm alias lets verl import its vLLM server module):
+#   SCHED: verl's vLLMHttpServer._validate_configs (max_model_len, and max_num_batched_tokens without chunked
+#          prefill), then vLLM's SchedulerConfig on what verl passes it
+#   QKV:   vLLM's QKVParallelLinear (every decoder's attention) at a tensor-parallel size, KV heads split or replicated
+#   START: vLLM's request_memory (its worker's start) with the free memory left beside the trainer's resident states
+VERL_VLLM_PROBE = """
+import sys
+from types import SimpleNamespace
+from fgrpo_verl.backends.cpu_vllm.distribution import install
+install()
+from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServer
+from vllm.config import SchedulerConfig, VllmConfig, set_current_vllm_config
+import vllm.model_executor.layers.linear as linear
+import vllm.model_executor.parameter as parameter
+from vllm.v1.worker.utils import request_memory
+
+def verdict(call):
+    try:
+        call()
+        return "accepted"
+    except (AssertionError, ValueError) as exc:
+        return "refused " + " ".join(str(exc).split())
+
+for chunked, tokens, seqs, mml in SCHED:
+    config = SimpleNamespace(max_model_len=mml, enable_chunked_prefill=chunked, max_num_batched_tokens=tokens)
+    server = SimpleNamespace(config=config, model_config=SimpleNamespace(
+        hf_config=SimpleNamespace(max_position_embeddings=131072)))
+    vLLMHttpServer._validate_configs(server)
+    print("SCHED", chunked, tokens, seqs, mml, config.max_num_batched_tokens, verdict(lambda: SchedulerConfig(
+        max_num_batched_tokens=config.max_num_batched_tokens, max_num_seqs=seqs, max_model_len=config.max_model_len,
+        enable_chunked_prefill=chunked, is_encoder_decoder=False)))
+
+def qkv(heads, kv, tp):
+    for module in (linear, parameter):
+        module.get_tensor_model_parallel_world_size = lambda: tp
+        module.get_tensor_model_parallel_rank = lambda: 0
+    with set_current_vllm_config(VllmConfig()):
+        linear.QKVParallelLinear(hidden_size=8, head_size=2, total_num_heads=heads, total_num_kv_heads=kv, bias=False)
+
+for heads, kv, tp in QKV:
+    print("QKV", heads, kv, tp, verdict(lambda: qkv(heads, kv, tp)))
+
+for total, free, util in START:
+    snapshot = SimpleNamespace(total_memory=total, free_memory=free, device_="cuda:0")
+    print("START", total, free, util, verdict(lambda: request_memory(snapshot, SimpleNamespace(
+        gpu_memory_utilization=util))))
+"""
+SCHED = [(True, 8192, 32768, 512), (True, 65536, 32768, 512), (False, 8192, 32768, 40000),
+         (False, 8192, 32768, 16384), (True, 8192, 32768, 40000)]
+QKV = [(24, 6, 2), (24, 6, 4), (24, 6, 8), (24, 2, 8)]
+# Qwen2.5-7B's 7.62e9 fp32 parameters over 16 GPUs (1.77 GiB each) on 80 GiB, at u = 0.97 and 0.98
+QWEN7B_START_STATES = 7.62e9 * 4 / 16
+START = [(80 * GIB, 80 * GIB - int(QWEN7B_START_STATES), util) for util in (0.97, 0.98)]
+
+
+@pytest.fixture(scope="module")
+def verl_vllm_verdicts() -> dict[str, list[list[str]]]:
+    code = f"SCHED = {SCHED!r}\nQKV = {QKV!r}\nSTART = {START!r}\n" + VERL_VLLM_PROBE
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
-    verdicts = [line for line in done.stdout.splitlines() if line.startswith(("8192 ", "65536 "))]
-    assert len(verdicts) == 2, done.stdout[-2000:] + done.stderr[-2000:]
-    assert verdicts[0].startswith("8192 refused") and \
-        "max_num_batched_tokens (8192) must be greater than or equal to max_num_seqs (32768)" in verdicts[0]
-    assert verdicts[1] == "65536 accepted"
+    found: dict[str, list[list[str]]] = {"SCHED": [], "QKV": [], "START": []}
+    for line in done.stdout.splitlines():
+        kind, _, rest = line.partition(" ")
+        if kind in found:
+            found[kind].append(rest.split(" ", 5 if kind == "SCHED" else 3))  # the verdict last, whole
+    assert [len(v) for v in found.values()] == [len(SCHED), len(QKV), len(START)], \
+        done.stdout[-3000:] + done.stderr[-3000:]
+    return found
+
+
+def test_the_scheduler_rule_is_vllms(tmp_path, verl_vllm_verdicts):
+    """vLLM's own SchedulerConfig (vLLM's CPU build, the Makefile installs it) on the maze's engine settings: it
+    refuses fewer tokens per step than sequences, as the preflight does, and takes the recipe's 65,536 for 32,768
+    sequences."""
+    refused, accepted = verl_vllm_verdicts["SCHED"][:2]
+    assert refused[5].startswith("refused") and \
+        "max_num_batched_tokens (8192) must be greater than or equal to max_num_seqs (32768)" in refused[5]
+    assert accepted[5] == "accepted"
     (line,) = _refused([*_maze(), "actor_rollout_ref.rollout.max_num_batched_tokens=8192"], tmp_path)
     assert line.startswith("actor_rollout_ref.rollout.max_num_batched_tokens=8192: ")
     _run(_maze(), tmp_path)
+
+
+def test_without_chunked_prefill_verl_raises_the_token_budget_to_max_model_len(tmp_path, verl_vllm_verdicts):
+    """verl's vLLM server raises max_num_batched_tokens to max_model_len when chunked prefill is off, before vLLM's
+    SchedulerConfig sees it: 8,192 tokens for 32,768 sequences pass at max_model_len 40,000 and fail at 16,384 (and
+    with chunked prefill on, where verl leaves the budget alone). The preflight gives verl's verdict on each."""
+    seven_b = ["algo=grpo", "base_model=qwen25_7b", "dataset=deepscaler", "cluster=2x8",
+               "actor_rollout_ref.rollout.max_num_batched_tokens=8192", "actor_rollout_ref.rollout.max_num_seqs=32768"]
+    for chunked, tokens, seqs, mml, raised, verdict in verl_vllm_verdicts["SCHED"][2:]:
+        overrides = [*seven_b, f"actor_rollout_ref.rollout.enable_chunked_prefill={chunked.lower()}",
+                     f"actor_rollout_ref.rollout.max_model_len={mml}"]
+        if verdict == "accepted":
+            assert (chunked, raised) == ("False", "40000")
+            _run(overrides, tmp_path)
+            continue
+        assert f"max_num_batched_tokens ({raised}) must be greater than or equal to max_num_seqs (32768)" in verdict
+        (line,) = _refused(overrides, tmp_path)
+        assert line.startswith("actor_rollout_ref.rollout.max_num_batched_tokens=8192: ")
+        if chunked == "False":  # the budget verl hands vLLM, and the other way to raise it
+            assert f"verl raises it to max_model_len={mml}" in line and "max_model_len=32768" in line
+        else:
+            assert "verl raises" not in line
+    # max_model_len unset: verl raises the budget to the model's max_position_embeddings (131,072)
+    _run([*seven_b, "actor_rollout_ref.rollout.enable_chunked_prefill=false"], tmp_path)
+
+
+def _config_only_model(path: Path, heads: int, kv_heads: int) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    path.joinpath("config.json").write_text(
+        f'{{"vocab_size": 1024, "hidden_size": 768, "num_hidden_layers": 2, "num_attention_heads": {heads},'
+        f' "num_key_value_heads": {kv_heads}, "max_position_embeddings": 32768, "intermediate_size": 1024}}')
+    return path
+
+
+def test_kv_heads_must_split_or_replicate_evenly_over_tp_as_vllms_attention_asserts(tmp_path, verl_vllm_verdicts):
+    """24 attention heads, 6 KV heads: TP 2 splits the KV heads 3 per GPU, TP 4 and 8 divide the attention heads but
+    neither split the 6 KV heads nor replicate them evenly; 2 KV heads replicate over TP 8. vLLM's QKVParallelLinear
+    on each, and the preflight on the same model and TP."""
+    for heads, kv, tp, verdict in verl_vllm_verdicts["QKV"]:
+        model = _config_only_model(tmp_path / f"m{heads}-{kv}", int(heads), int(kv))
+        overrides = ["algo=grpo", "base_model=qwen25_7b", "dataset=deepscaler", "cluster=2x8",
+                     f"actor_rollout_ref.model.path={model}",
+                     f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp}"]
+        if verdict == "accepted":
+            assert "rollout replica(s) of TP " + tp in _run(overrides, tmp_path).summary()
+            continue
+        assert verdict.startswith("refused") and "is not divisible by" in verdict
+        (line,) = _refused(overrides, tmp_path)
+        assert line.startswith(f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp}: the model's {kv} KV heads "
+                               f"neither split over TP {tp} nor replicate evenly across it"), line
+        assert line.endswith("e.g. actor_rollout_ref.rollout.tensor_model_parallel_size=2"), line
 
 
 # ---------------------------------------------------------------- lengths and memory
@@ -299,6 +407,12 @@ def test_prompt_plus_response_must_fit_max_model_len_and_the_models_positions(tm
     assert "above the model's max_position_embeddings=512" in line
     (line,) = _refused([*_maze(), "actor_rollout_ref.rollout.max_model_len=400"], tmp_path)
     assert line.startswith("actor_rollout_ref.rollout.max_model_len=400: prompt + response") and "raise" in line
+    # verl would run it, cutting the longer prompts' responses: the refusal says so, and whose policy it is
+    assert "verl would run and cut the responses to prompts over 220 tokens to 400 - prompt tokens" in line
+    assert "fgrpo-verl's policy, not verl's" in line
+    assert line.endswith("shorten data.max_response_length to 80 or raise actor_rollout_ref.rollout.max_model_len "
+                         "to 500")
+    _run([*_maze(), "actor_rollout_ref.rollout.max_model_len=500"], tmp_path)  # the bound itself fits
 
 
 def test_memory_estimate_follows_its_formula(tmp_path):
@@ -307,16 +421,28 @@ def test_memory_estimate_follows_its_formula(tmp_path):
     arch = preflight.architecture("Qwen/Qwen2.5-7B")
     est = preflight.estimate_memory(config, arch, 16)
     params, vocab, hidden, layers, kv_heads, head_dim = 7.62e9, 152064, 3584, 28, 4, 128
-    assert est.states == pytest.approx(params * 16 / 16)
+    assert (est.states_start, est.states_rollout, est.states_train) == \
+        (pytest.approx(params * 4 / 16), pytest.approx(params * 12 / 16), pytest.approx(params * 16 / 16))
     assert est.activations == pytest.approx(4 * (1024 + 8192) * (4 * vocab + 2 * hidden * layers))
     assert est.vllm == pytest.approx(0.5 * 80 * GIB)
     assert est.vllm_weights == pytest.approx(2 * params / 2)
     assert est.kv_per_token == 2 * layers * (kv_heads // 2) * head_dim * 2
-    # offloading moves the states to the host
-    offload = compose(["algo=grpo", "base_model=qwen25_7b", "dataset=deepscaler", "cluster=2x8",
-                       "actor_rollout_ref.actor.fsdp_config.param_offload=true",
-                       "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true"])
-    assert preflight.estimate_memory(offload, arch, 16).states == 0
+    seven_b = ["algo=grpo", "base_model=qwen25_7b", "dataset=deepscaler", "cluster=2x8"]
+
+    def states(*extra):
+        est = preflight.estimate_memory(compose([*seven_b, *extra]), arch, 16)
+        return est.states_start * 16 / params, est.states_rollout * 16 / params, est.states_train * 16 / params
+
+    # offload moves parameters / moments to the host between updates; verl loads them back for the update
+    param_offload = "actor_rollout_ref.actor.fsdp_config.param_offload=true"
+    optimizer_offload = "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true"
+    assert states(param_offload) == pytest.approx((0, 8, 16))
+    assert states(optimizer_offload) == pytest.approx((4, 4, 16))
+    assert states(param_offload, optimizer_offload) == pytest.approx((0, 0, 16))
+    # FSDP2's CPUOffloadPolicy keeps them on the host throughout; FSDP1 does not read offload_policy
+    policy = "actor_rollout_ref.actor.fsdp_config.offload_policy=true"
+    assert states("backend=gpu_fsdp2", policy) == (0, 0, 0)
+    assert states(policy) == pytest.approx((4, 12, 16))
 
 
 def test_runs_that_cannot_fit_the_gpus_are_refused(tmp_path):
@@ -332,10 +458,11 @@ def test_runs_that_cannot_fit_the_gpus_are_refused(tmp_path):
     lines = _refused([*seven_b, "cluster=2x8", "slurm.gpu_memory_gib=8"], tmp_path)
     utilization = [line for line in lines if line.startswith("actor_rollout_ref.rollout.gpu_memory_utilization")]
     assert utilization and not any("raise gpu_memory_utilization" in line for line in utilization), utilization
-    # vLLM's share beside the states: 0.95 x 80 + 7.1 > 80
+    # vLLM's share beside the rollout's states: 0.95 x 80 + 5.3 > 80
     (line,) = _refused([*seven_b, "cluster=2x8", "actor_rollout_ref.rollout.gpu_memory_utilization=0.95"], tmp_path)
-    assert line.startswith("actor_rollout_ref.rollout.gpu_memory_utilization=0.95: vLLM claims 76.0 GiB next to the "
-                           "7.1 GiB FSDP states")
+    assert line.startswith("actor_rollout_ref.rollout.gpu_memory_utilization=0.95: from the second step on, vLLM's "
+                           "76.0 GiB wake (free_cache_engine) beside 5.3 GiB per GPU of fp32 parameters and AdamW "
+                           "moments")
     # a smaller GPU, the same run: slurm.gpu_memory_gib is the cluster's GPU memory
     lines = _refused([*seven_b, "cluster=2x8", "slurm.gpu_memory_gib=24"], tmp_path)
     assert any(line.startswith("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4: a training step needs")
@@ -347,6 +474,48 @@ def test_runs_that_cannot_fit_the_gpus_are_refused(tmp_path):
     assert "holds fewer than max_model_len=131072 tokens" in line
     assert "max_model_len=9216" in line
     _run([*llama, "actor_rollout_ref.rollout.max_model_len=9216"], tmp_path)
+
+
+def test_rollout_memory_follows_verls_phases(tmp_path, verl_vllm_verdicts):
+    """Qwen2.5-7B on 2 x 8 GPUs of 80 GiB (7.62e9 parameters): vLLM starts beside the fp32 parameters only (1.8 GiB
+    per GPU), and from the second step its KV cache wakes beside parameters and AdamW moments (5.3 GiB; the 1.8 GiB
+    of gradients are freed when an update ends). u = 0.92 fits both (it did not fit beside all 7.1 GiB of states);
+    u = 0.93 is the largest that fits the rollout, 0.94 is not; 0.97 starts but cannot wake; 0.98 does not start,
+    as vLLM's own request_memory says on the same numbers."""
+    seven_b = ["algo=grpo", "base_model=qwen25_7b", "dataset=deepscaler", "cluster=2x8"]
+    util = "actor_rollout_ref.rollout.gpu_memory_utilization"
+    assert "5.3 GiB" not in _run([*seven_b, f"{util}=0.92"], tmp_path).summary()
+    assert "79.7 GiB rollout of 80 GiB per GPU" in _run([*seven_b, f"{util}=0.93"], tmp_path).summary()
+    for value in (0.94, 0.97):
+        (line,) = _refused([*seven_b, f"{util}={value}"], tmp_path)
+        assert line.startswith(f"{util}={value}: from the second step on") and "verl frees the gradients" in line
+        assert line.endswith("lower it to 0.93 or less, use more GPUs, or set "
+                             "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true"), line
+    starts, refused = verl_vllm_verdicts["START"]
+    assert starts[-1] == "accepted" and refused[-1].startswith("refused Free memory on device")
+    (line,) = _refused([*seven_b, f"{util}=0.98"], tmp_path)
+    assert line.startswith(f"{util}=0.98: vLLM starts (verl's LLMServerManager.create, after the actor's init_model) "
+                           "beside 1.8 GiB per GPU of fp32 parameters") and "request_memory refuses" in line
+    # the moments on the host between updates: 0.97 x 80 + 1.8 fits the rollout too
+    _run([*seven_b, f"{util}=0.97", "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true"], tmp_path)
+
+
+def test_offload_does_not_shrink_the_update(tmp_path):
+    """Qwen2.5-7B on one 80 GiB GPU: verl's param and optimizer offload move the 113.5 GiB of FSDP states to the
+    host between updates but back for each update, which cannot fit; FSDP2's offload_policy keeps them on the host
+    (the update streams them), and that fits. FSDP1 ignores offload_policy."""
+    one = ["algo=grpo", "base_model=qwen25_7b", "dataset=deepscaler", "cluster=1x1",
+           "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+           "actor_rollout_ref.actor.fsdp_config.param_offload=true",
+           "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true"]
+    (line,) = _refused(one, tmp_path)
+    assert line.startswith("trainer.n_gpus_per_node=1: a training step needs at least 141.3 GiB per GPU (113.5 GiB "
+                           "FSDP states per GPU") and "even with param/optimizer offload" in line
+    assert line.endswith("or FSDP2's CPU offload (backend=gpu_fsdp2 with "
+                         "actor_rollout_ref.actor.fsdp_config.offload_policy=true)")
+    policy = "actor_rollout_ref.actor.fsdp_config.offload_policy=true"
+    assert "27.8 GiB training" in _run([*one, "backend=gpu_fsdp2", policy], tmp_path).summary()
+    _refused([*one, policy], tmp_path)
 
 
 def test_every_run_of_every_shipped_recipe_passes(tmp_path):

@@ -194,10 +194,9 @@ def run_shard(plan: dict, phase: str, step: int, shard: int, shards: int) -> Non
     """Evaluate shard ``shard`` of ``shards`` (problems whose index in their benchmark is ``shard`` mod ``shards``)
     of checkpoint ``step``: merge it if needed (one merger at a time), then ``fgrpo-verl eval`` (--resume when the
     shard was started before)."""
-    import fcntl
-
     from fgrpo_verl.evaluation.formats import load_benchmark
     from fgrpo_verl.evaluation.pipeline import GENERATIONS, MANIFEST
+    from fgrpo_verl.job.locks import exclusive
 
     ckpt = ck.checkpoint_dir(Path(plan["run_dir"]), step)
     out = ckpt / ck.EVAL_DIR / pass_label(plan, phase)
@@ -205,8 +204,9 @@ def run_shard(plan: dict, phase: str, step: int, shard: int, shards: int) -> Non
     if (here / "done.json").is_file():
         return
     stamp = ck.read_json(out / "checkpoint.json")
-    with open(ckpt / ck.EVAL_DIR / ".merge.lock", "a") as lock:
-        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+    # the workers of a job (and of other jobs on this run) share the run directory: one merges, the others wait and
+    # reuse its merge. Also where the file system has no flock (job/locks.py).
+    with exclusive(ckpt / ck.EVAL_DIR / ".merge.lock", log=log):
         model = ensure_merged(ckpt, stamp["signature"])
     files = {}
     for name in plan["passes"][phase]["benchmarks"]:

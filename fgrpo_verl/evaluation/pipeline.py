@@ -80,22 +80,17 @@ def exclusive_out(out_dir: Path, log):
 
     A second ``eval --model`` into the same ``--out`` (a duplicate job, a --resume started while the first still
     runs) would append the same problems again and could cut the first one's line in flight as a "torn tail"; it is
-    refused instead. flock is released by the kernel when the process dies, so a killed run never leaves a stale
-    lock. The lock file is kept (deleting it would let a third process lock a different inode)."""
-    import errno
-    import fcntl
+    refused instead. The lock is ``fgrpo_verl.job.locks.exclusive``: flock, released by the kernel when the
+    process dies (a killed run never leaves a stale lock); where the file system has no flock (Lustre mounted
+    without -o flock), an owner file whose abandoned copies are detected and removed."""
+    from fgrpo_verl.job.locks import LockHeld, exclusive
 
-    with (out_dir / LOCK).open("a") as fh:
+    with contextlib.ExitStack() as stack:
         try:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise ValueError(f"another `fgrpo-verl eval` is writing to {out_dir} (it holds {out_dir / LOCK}); wait for "
-                             "it to finish or stop it, then --resume; nothing was touched") from None
-        except OSError as err:
-            if err.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
-                raise
-            # some cluster file systems (e.g. Lustre mounted without -o flock) have no flock
-            log(f"[eval] warning: cannot lock {out_dir / LOCK} ({err.strerror}); make sure no other eval writes there")
+            stack.enter_context(exclusive(out_dir / LOCK, wait=False, log=lambda m: log(f"[eval] {m}")))
+        except LockHeld as held:
+            raise ValueError(f"another `fgrpo-verl eval` is writing to {out_dir} ({held}); wait for it to finish "
+                             "or stop it, then --resume; nothing was touched") from None
         yield
 
 

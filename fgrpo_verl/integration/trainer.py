@@ -18,6 +18,8 @@ Selected with ``trainer.v1.trainer_mode=fgrpo_sync`` (fgrpo-verl's default; ``fg
 - ``on_init_end``: with ``trainer.save_per_epoch``, ``save_freq`` = verl's steps per epoch of the data it kept
   (``fgrpo_verl/job/save_per_epoch.py``).
 - ``fit``: after a normal end, finishes W&B and stops its service process (``fgrpo_verl.job.tracking.close_wandb``).
+- ``fit``: on a resumed start (verl's global step > 0), skips the validation before training, which
+  ``trainer.val_before_train`` asks for on a fresh start (:func:`fresh_start_validation_only`).
 
 verl's base trainer branches on the literal ``self.trainer_mode == "sync"`` (replay-buffer class, checkpoint and
 prompt-refill paths). ``trainer_mode`` is therefore a property that reports the wrapped verl mode, so every such
@@ -32,6 +34,8 @@ silently), which :func:`register` checks first.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import torch
 from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY, register_trainer
@@ -142,7 +146,8 @@ class FocalMetricsMixin:
             self._fgrpo_unreleased = resume_point.hold_back(self, before)
 
     def fit(self, *args, **kwargs):
-        out = super().fit(*args, **kwargs)
+        with fresh_start_validation_only(self):
+            out = super().fit(*args, **kwargs)
         # a normal return: the last step (or the step a stop request ended on) is logged. Not on an exception:
         # a step that crashed before its log is trained again by the next start. Its W&B row is closed here too:
         # verl's Tracking.finish comes only after fit returns (main_ppo), and a kill in between with the tracker
@@ -167,6 +172,37 @@ class FocalMetricsMixin:
 
 # issue 10: on the Slurm job's stop request (time limit), checkpoint at the step boundary and leave the loop
 stop_at_step_boundary(FocalMetricsMixin)
+
+
+@contextlib.contextmanager
+def fresh_start_validation_only(trainer):
+    """For the ``fit`` of a resumed start, ``trainer.val_before_train`` reads false.
+
+    verl's trainer resumes from the latest checkpoint while it is built (its ``_setup``), and ``fit`` then reads
+    ``val_before_train`` on every start: each requeue would run the validation again (AIME25 x 64 in the recipes)
+    and log it at the resumed step, a row off the run's validation grid, for weights that step's own validation
+    already scored. A fresh start (global step 0) validates as configured; ``val_only`` keeps it (checking a
+    checkpoint is its point). The setting is restored when ``fit`` ends, so the config reads as given afterwards."""
+    from omegaconf import open_dict, read_write
+
+    cfg = trainer.config.trainer
+    step = int(getattr(trainer, "global_steps", 0) or 0)
+    if step <= 0 or not cfg.get("val_before_train", True) or cfg.get("val_only", False):
+        yield
+        return
+    print(f"[fgrpo] resuming at step {step}: skipping the validation before training "
+          "(trainer.val_before_train validates a fresh start only)", flush=True)
+    had, before = "val_before_train" in cfg, cfg.get("val_before_train")
+    with read_write(cfg), open_dict(cfg):
+        cfg.val_before_train = False
+    try:
+        yield
+    finally:
+        with read_write(cfg), open_dict(cfg):
+            if had:
+                cfg.val_before_train = before
+            else:
+                del cfg["val_before_train"]
 
 
 def positive_token_means(actor_metrics: dict) -> dict[str, float]:

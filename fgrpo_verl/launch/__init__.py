@@ -10,14 +10,12 @@
 from __future__ import annotations
 
 import dataclasses
-import re
-import subprocess
 from pathlib import Path
 
 from fgrpo_verl.config.compose import batch_session
 from fgrpo_verl.environment import environment_with
 from fgrpo_verl.launch.recipe import Recipe, load_recipe
-from fgrpo_verl.launch.render import JobScript, render_job
+from fgrpo_verl.launch.render import JobScript, render_job, sbatch
 
 
 @batch_session()  # dozens of configs resolved: share the parsing of their ${...} strings
@@ -253,21 +251,18 @@ def submit_jobs(
                      wandb_run_id=job.wandb_run_id)
         path = script_dir / f"{job.job_name}.sbatch"
         path.write_text(job.text, encoding="utf-8")
-        done = subprocess.run(["sbatch", "--parsable", str(path)], capture_output=True, text=True)
-        if done.returncode != 0:
-            raise RuntimeError(
-                f"sbatch {path} failed (exit {done.returncode}): {done.stderr.strip() or done.stdout.strip()}"
-                + (f"; submitted before it: {[i for _, i in submitted]}" if submitted else "")
-            )
-        # --parsable prints "<id>" or "<id>;<cluster>"
-        match = re.match(r"^(\d+)", done.stdout.strip())
-        if not match:
-            raise RuntimeError(f"sbatch {path}: unexpected output {done.stdout!r}")
-        write_record(job.checkpoint_dir, job.fingerprint, job.job_name, job.overrides, job_id=match.group(1))
+        try:
+            # no dependency but the script's singleton
+            job_id = sbatch(path)
+        except RuntimeError as exc:
+            if not submitted:
+                raise
+            raise RuntimeError(f"{exc}; submitted before it: {[i for _, i in submitted]}") from exc
+        write_record(job.checkpoint_dir, job.fingerprint, job.job_name, job.overrides, job_id=job_id)
         if job.fresh is not None:
             write_fresh(*job.fresh)
-        submitted.append((job, match.group(1)))
-        train_ids[job.job_name] = match.group(1)
+        submitted.append((job, job_id))
+        train_ids[job.job_name] = job_id
     # after the training jobs: evaluation jobs depend on them (afterany), eval_jobs.py
     submit_eval_jobs(jobs, train_ids, script_dir, log_dir, out)
     return submitted

@@ -26,6 +26,9 @@ and evaluation, from running at the same time; they are told apart by the run re
     selection   afterany:<training>          every epoch checkpoint: merge, evaluate, W&B
     final       afterany:<selection>, afterany:<the γ = 0 baseline's selection>    (protocol select only)
 
+Each script is rendered once, when the launch plans it; the job ids it waits for are known only at submit, so they
+go on sbatch's command line (render.sbatch), never into the script.
+
 afterany: an evaluation runs whatever way its training ended (a failed run's checkpoints are evaluated too; its
 final pass then refuses until the run is finished). A training job that requeues itself keeps its job id and is
 not ended, so its evaluation waits. A relaunch submits what is missing: training that is not done (as before), a
@@ -38,7 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
+import math
 import shlex
 import sys
 from dataclasses import dataclass, field
@@ -51,16 +54,53 @@ TEMPLATE = "eval.sbatch.template"
 # Signal lead of an evaluation job: enough to stop a generation call and requeue
 EVAL_SIGNAL_LEAD_S = 120
 
+# Host memory of an evaluation job (sbatch --mem, per node), from the parameter count P of the run's model and the
+# number W of FSDP ranks whose shards make up a checkpoint (trainer.nnodes x trainer.n_gpus_per_node). The most is
+# held by verl's model merger (run once per checkpoint, before any evaluation): it loads every rank's fp32 shard
+# (4 B/param in all) and keeps them until each tensor has its bf16 copy (2 B/param), with rank 0's shard loaded a
+# second time and held to the end (4/W B/param); it then saves from the bf16 tensors and an empty bf16 model
+# (4 B/param + 4/W), less. The evaluation after it streams bf16 weights to the GPUs. A fixed allowance covers the
+# interpreter, torch and the tokenizer:
+#     mem = (6 + 4/W) x P B + 4 GiB, rounded up to whole GiB      (7.62B params, W = 16: 49 GiB)
+# Without it a site's default memory per job (often a few GB) kills the merger. A recipe's
+# evaluation.resources.mem replaces it (an evaluator that needs more on the host: many CPU workers, say).
+MERGE_BYTES_PER_PARAM = 6
+EVAL_MEM_ALLOWANCE_GIB = 4
+
+
+def eval_host_memory(params: float, world_size: int) -> str:
+    """sbatch --mem of an evaluation job of a ``params``-parameter model trained on ``world_size`` ranks (above)."""
+    gib = (MERGE_BYTES_PER_PARAM + 4 / max(1, world_size)) * params / 2**30 + EVAL_MEM_ALLOWANCE_GIB
+    return f"{math.ceil(gib)}G"
+
+
+def eval_memory(spec: EvalSpec, config, params: float | None) -> tuple[str | None, str]:
+    """(sbatch --mem of the run's evaluation jobs or None, the dry run's line saying where it comes from)."""
+    if spec.resources.mem is not None:
+        return spec.resources.mem, f"eval job memory: --mem={spec.resources.mem} (evaluation.resources.mem)"
+    model = str(config.actor_rollout_ref.model.path)
+    if params is None:
+        return None, (f"eval job memory: no --mem (parameter count of {model} not known here): the site's default "
+                      "per job, which may be too small for verl's model merger; set evaluation.resources.mem")
+    world = int(config.trainer.nnodes) * int(config.trainer.n_gpus_per_node)
+    mem = eval_host_memory(params, world)
+    return mem, (f"eval job memory: --mem={mem} = ({MERGE_BYTES_PER_PARAM} + 4/{world}) B x {params / 1e9:.2f}B "
+                 f"params + {EVAL_MEM_ALLOWANCE_GIB} GiB (verl's model merger; evaluation.resources.mem overrides)")
+
 
 # ------------------------------------------------------------------------------------------------ per-run plan
 @dataclass(frozen=True)
 class EvalJob:
-    """One evaluation job of one run (rendered with symbolic dependencies; submit_eval_jobs fills in ids)."""
+    """One evaluation job of one run: its script, rendered once (the ids it depends on are given to sbatch)."""
 
     phase: str
     plan: dict
     depends_on: tuple[str, ...]   # "training", "selection", "baseline selection"
     text: str = ""
+
+    def after(self) -> list[str]:
+        """Its dependencies as the dry run shows them (at submit: afterany:<job id>)."""
+        return [f"afterany:<{d} job>" for d in self.depends_on]
 
 
 @dataclass(frozen=True)
@@ -72,11 +112,12 @@ class RunEvaluation:
     cost_lines: tuple[str, ...]
     baseline: str | None = None   # the γ = 0 run (recipe run name) a focal run is selected against
     problems: dict = field(default_factory=dict)
-    # what re-rendering a job at submit needs
+    # what the submit checks (check_submission)
     spec: EvalSpec | None = None
     recipe: object = None
     workdir: Path | None = None
     hours: dict = field(default_factory=dict)  # protocol -> GPU-hours (None: unknown)
+    memory_line: str = ""   # where the jobs' --mem comes from (eval_memory)
 
 
 def _count_problems(path: Path) -> int | None:
@@ -140,8 +181,10 @@ def plan_text(plan: dict) -> str:
 
 
 def render_eval_job(recipe, job, phase: str, plan: dict, spec: EvalSpec, log_dir: Path, workdir: Path,
-                    dependencies: list[str]) -> str:
-    """The job script of one evaluation pass (slurm/eval.sbatch.template)."""
+                    mem: str | None = None) -> str:
+    """The job script of one evaluation pass (slurm/eval.sbatch.template); ``mem``: its sbatch --mem
+    (:func:`eval_memory`). Its dependencies on other jobs are not in it: :func:`submit_eval_jobs` gives them to
+    sbatch."""
     from fgrpo_verl.launch.jobenv import job_environment
     from fgrpo_verl.launch.render import check_value, render_template, sbatch_directives, shell_exports
     from fgrpo_verl.config.paths import slurm_dir
@@ -156,9 +199,8 @@ def render_eval_job(recipe, job, phase: str, plan: dict, spec: EvalSpec, log_dir
     time = resources.time or (config.get("slurm") or {}).get("time")
     directives = sbatch_directives(job.job_name, 1, spec.gpus_per_node if spec.backend == "vllm" else 0,
                                    dataclasses.replace(resources, request_gpus=spec.backend == "vllm"
-                                                       and resources.request_gpus),
-                                   log_dir, workdir, time, EVAL_SIGNAL_LEAD_S,
-                                   dependency=",".join([*dependencies, "singleton"]))
+                                                       and resources.request_gpus, mem=mem or resources.mem),
+                                   log_dir, workdir, time, EVAL_SIGNAL_LEAD_S)
     template = (slurm_dir() / TEMPLATE).read_text(encoding="utf-8")
     return render_template(template, {
         "SBATCH": "\n".join(directives),
@@ -279,12 +321,13 @@ def plan_evaluation(spec: EvalSpec, recipe, jobs: list, log_dir: Path, workdir: 
     for job in jobs:
         base = baseline_jobs.get(job.job_name)
         plan = plan_for_run(spec, recipe, job, workdir, base)
+        params = model_params(str(job.config.actor_rollout_ref.model.path))
+        mem, memory_line = eval_memory(spec, job.config, params)
         evals = []
         for phase in spec.passes():
             deps = ("training",) if phase == "selection" else \
                 ("selection",) + (("baseline selection",) if base is not None else ())
-            symbolic = [f"afterany:<{d} job>" for d in deps]
-            text = render_eval_job(recipe, job, phase, plan, spec, log_dir, workdir, symbolic)
+            text = render_eval_job(recipe, job, phase, plan, spec, log_dir, workdir, mem)
             evals.append(EvalJob(phase, plan, deps, text))
         benches = ", ".join(
             f"{b} (prompt group {spec.benchmarks[b].group}, scorer {spec.benchmarks[b].scorer}"
@@ -293,9 +336,9 @@ def plan_evaluation(spec: EvalSpec, recipe, jobs: list, log_dir: Path, workdir: 
         setting = (f"eval setting: preset {plan['sampling']['prompt_preset']}, {plan['sampling']['max_new_tokens']} "
                    f"new tokens ({plan['setting_source']}); T={spec.sampling['temperature']:g}, "
                    f"top-p={spec.sampling['top_p']:g}, seed {spec.sampling['seed']}; benchmarks: {benches}")
-        cost, hours = describe_cost(spec, plan, model_params(str(job.config.actor_rollout_ref.model.path)), problems)
+        cost, hours = describe_cost(spec, plan, params, problems)
         out.append(RunEvaluation(setting, tuple(evals), tuple(cost), None if base is None else base.run.name, problems,
-                                 spec, recipe, Path(workdir), hours))
+                                 spec, recipe, Path(workdir), hours, memory_line))
     return out
 
 
@@ -365,10 +408,17 @@ def split_queue(entries: list[tuple[str, str]], record: dict | None) -> tuple[li
 
 
 @dataclass(frozen=True)
+class SelectionOf:
+    """A dependency on the selection job this launch submits for run ``job_name`` (its id is not known yet)."""
+
+    job_name: str
+
+
+@dataclass(frozen=True)
 class EvalDecision:
     job_name: str
     phase: str
-    depends_on: tuple[str, ...]   # job ids
+    depends_on: tuple[str | SelectionOf, ...]   # job ids, or selection jobs of this launch
     why: str
 
 
@@ -380,7 +430,7 @@ def decide(jobs: list, evaluations: list, train_ids: dict[str, str | None], acti
     or not resubmitted); ``active_evals[name]``: its evaluation jobs in the queue; ``baseline_names[name]``: its
     γ = 0 twin's job name. Selections are decided first (a final pass depends on the baseline's selection job)."""
     decisions, notes = [], []
-    selection_jobs: dict[str, str] = {}  # job name -> "selection" placeholder until submitted
+    selection_jobs: set[str] = set()  # runs whose selection job this launch submits
     for job, ev in zip(jobs, evaluations):
         name = job.job_name
         if active_evals.get(name):
@@ -392,15 +442,15 @@ def decide(jobs: list, evaluations: list, train_ids: dict[str, str | None], acti
             continue
         deps = (train_ids[name],) if train_ids.get(name) else ()
         decisions.append(EvalDecision(name, "selection", deps, "checkpoints to evaluate"))
-        selection_jobs[name] = "pending"
+        selection_jobs.add(name)
     for job, ev in zip(jobs, evaluations):
         name = job.job_name
         if active_evals.get(name) or len(ev.jobs) < 2 or pass_complete(ev.jobs[1].plan, "final"):
             continue
-        deps = ["<selection>"] if name in selection_jobs else []
+        deps: list[str | SelectionOf] = [SelectionOf(name)] if name in selection_jobs else []
         base = baseline_names.get(name)
         if base is not None and base in selection_jobs:
-            deps.append(f"<selection of {base}>")
+            deps.append(SelectionOf(base))
         elif base is not None and active_evals.get(base):
             deps += [i for i, _ in active_evals[base]]
         elif base is not None and train_ids.get(base):
@@ -439,11 +489,11 @@ def check_submission(jobs: list) -> None:
 
 def submit_eval_jobs(jobs: list, train_ids: dict[str, str | None], script_dir: Path, log_dir: Path,
                      out=print) -> list[tuple[str, str, str]]:
-    """Submit the evaluation jobs a launch still needs (:func:`decide`); returns (run, pass, job id) of each."""
-    import subprocess
-
+    """Submit the evaluation jobs a launch still needs (:func:`decide`), each with the script planned for it and
+    its dependencies on sbatch's command line; returns (run, pass, job id) of each."""
     from fgrpo_verl.launch.identity import read_record, write_record
     from fgrpo_verl.launch.queue import active_jobs
+    from fgrpo_verl.launch.render import sbatch
 
     jobs = [job for job in jobs if job.evaluation is not None]
     if not jobs:
@@ -468,28 +518,10 @@ def submit_eval_jobs(jobs: list, train_ids: dict[str, str | None], script_dir: P
     done = []
     for d in decisions:
         job = by_name[d.job_name]
-        ev = job.evaluation
-        deps = []
-        for dep in d.depends_on:
-            if dep == "<selection>":
-                deps.append(submitted_selection[d.job_name])
-            elif dep.startswith("<selection of "):
-                deps.append(submitted_selection[dep[len("<selection of "):-1]])
-            else:
-                deps.append(dep)
-        plan = next(e.plan for e in ev.jobs if e.phase == d.phase)
-        text = render_eval_job(ev.recipe, job, d.phase, plan, ev.spec, log_dir, ev.workdir,
-                               [f"afterany:{i}" for i in deps])
+        deps = [submitted_selection[dep.job_name] if isinstance(dep, SelectionOf) else dep for dep in d.depends_on]
         path = script_dir / f"{job.job_name}-{d.phase}.sbatch"
-        path.write_text(text, encoding="utf-8")
-        result = subprocess.run(["sbatch", "--parsable", str(path)], capture_output=True, text=True)
-        if result.returncode != 0:
-            raise RuntimeError(f"sbatch {path} failed (exit {result.returncode}): "
-                               f"{result.stderr.strip() or result.stdout.strip()}")
-        match = re.match(r"^(\d+)", result.stdout.strip())
-        if not match:
-            raise RuntimeError(f"sbatch {path}: unexpected output {result.stdout!r}")
-        job_id = match.group(1)
+        path.write_text(next(e.text for e in job.evaluation.jobs if e.phase == d.phase), encoding="utf-8")
+        job_id = sbatch(path, [f"afterany:{i}" for i in deps])
         write_record(job.checkpoint_dir, job.fingerprint, job.job_name, job.overrides, eval_job=(job_id, d.phase))
         if d.phase == "selection":
             submitted_selection[d.job_name] = job_id
@@ -501,6 +533,8 @@ def submit_eval_jobs(jobs: list, train_ids: dict[str, str | None], script_dir: P
 
 def dry_run_lines(job) -> list[str]:
     """What ``--dry-run`` prints about a run's evaluation after its training script."""
+    from fgrpo_verl.launch.render import sbatch_command
+
     ev = job.evaluation
     if ev is None:
         return []
@@ -516,7 +550,12 @@ def dry_run_lines(job) -> list[str]:
                 else f"n={p['n']} on the selected checkpoint")
         lines.append(f"### eval job {job.job_name} [{e.phase} pass: {what}, benchmarks {', '.join(p['benchmarks'])}]"
                      f" after: {', '.join(e.depends_on)} (afterany), and singleton with the run's other jobs")
+        # the ids exist only at submit: on the command line, not in the script
+        script = f"<script dir>/{job.job_name}-{e.phase}.sbatch"
+        lines.append(f"### submitted as: {' '.join(sbatch_command(script, e.after()))}")
         lines.append(e.text)
+    if ev.memory_line:
+        lines.append(f"### {ev.memory_line}")
     lines += [f"### {line}" for line in ev.cost_lines]
     return lines
 

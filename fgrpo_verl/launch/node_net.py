@@ -1,12 +1,13 @@
 """Network settings of a job's Ray nodes, chosen on the node itself (used by slurm/ray_cluster.sh).
 
 - **Interface.** ``ray_cluster.sh`` gives every Ray node its Slurm ``NodeAddr`` as ``--node-ip-address``. verl's
-  process groups do not use Ray's address: gloo (the CPU groups) and NCCL pick an interface on their own, from
-  the host name or the first non-loopback interface, which is the wrong network on multi-homed nodes, and
-  loopback where the host name maps to 127.0.1.1 (the case ``ray_cluster.sh`` refuses for Ray). So every node
-  exports ``GLOO_SOCKET_IFNAME`` and ``NCCL_SOCKET_IFNAME`` = the interface that holds its Ray address, before
-  ``ray start``: Ray's workers (verl's ranks) inherit them. A value already set in the job's environment is
-  kept (a site that knows its fabric, e.g. ``NCCL_SOCKET_IFNAME=ib0``).
+  process groups do not use Ray's address: gloo (the CPU groups) picks an interface on its own, from the host
+  name, which is the wrong network on multi-homed nodes and loopback where the host name maps to 127.0.1.1 (the
+  case ``ray_cluster.sh`` refuses for Ray). So every node exports ``GLOO_SOCKET_IFNAME`` = the interface that
+  holds its Ray address, before ``ray start``: Ray's workers (verl's ranks) inherit it. NCCL is not pinned:
+  NodeAddr is often the management network, and NCCL pinned there would send every FSDP all-gather of a
+  TCP-only cluster over it, while NCCL's own choice skips loopback and prefers InfiniBand. A value already set
+  in the job's environment is kept for both (a site that knows its fabric, e.g. ``NCCL_SOCKET_IFNAME=ib0``).
 - **Ports.** The head's ports (GCS, client server, dashboard) start at ``FGRPO_RAY_PORT_BASE``, derived from the
   job id; two jobs whose ids give the same block and that share the head node would collide, so
   :func:`port_base` moves to the next block (of 120) whose head ports are free on this host. Each node's own
@@ -100,15 +101,12 @@ def interface_of(ip: str) -> str:
 
 
 def interface_env(ip: str, environ=os.environ) -> dict[str, str]:
-    """``GLOO_SOCKET_IFNAME`` / ``NCCL_SOCKET_IFNAME`` for the interface of ``ip``; values already set are kept."""
-    name = None
-    env = {}
-    for var in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
-        if environ.get(var):
-            env[var] = environ[var]
-        else:
-            name = name or interface_of(ip)
-            env[var] = name
+    """``GLOO_SOCKET_IFNAME`` = the interface of ``ip`` (kept when already set), plus ``NCCL_SOCKET_IFNAME`` only
+    when the environment sets it: NCCL's own choice beats the NodeAddr's network, which may be a slow management
+    link."""
+    env = {"GLOO_SOCKET_IFNAME": environ.get("GLOO_SOCKET_IFNAME") or interface_of(ip)}
+    if environ.get("NCCL_SOCKET_IFNAME"):
+        env["NCCL_SOCKET_IFNAME"] = environ["NCCL_SOCKET_IFNAME"]
     return env
 
 
@@ -119,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     base.add_argument("job_id", type=int)
     ifname = sub.add_parser("ifname", help="print the interface holding IP")
     ifname.add_argument("ip")
-    run = sub.add_parser("exec", help="set the interface variables and this node's ports, then exec the command")
+    run = sub.add_parser("exec", help="set GLOO_SOCKET_IFNAME and this node's ports, then exec the command")
     run.add_argument("--ip", required=True)
     run.add_argument("--base", type=int, required=True)
     run.add_argument("--index", type=int, required=True)

@@ -34,11 +34,16 @@ TransferQueue capacity                  ``transfer_queue/storage/simple_storage.
                                         i mod units; restated, pinned by a verl run on each side of the bound
 max_model_len                           ``verl/workers/rollout/vllm_rollout/vllm_async_server.py``
                                         ``_validate_configs`` (max_model_len <= max_position_embeddings; unset =
-                                        max_position_embeddings) and ``generate`` (max_tokens = max_model_len -
-                                        prompt): restated
-vLLM engine arguments                   vLLM's ``SchedulerConfig`` (max_num_batched_tokens >= max_num_seqs:
-                                        restated, pinned by vLLM's own class on the same numbers) and
-                                        ``ModelConfig.verify_with_parallel_config`` (heads % TP == 0: restated)
+                                        max_position_embeddings): restated. prompt + response over it: verl runs
+                                        and ``generate`` cuts those responses (max_tokens = max_model_len -
+                                        prompt); refused as fgrpo-verl's policy, not verl's (the message says so)
+vLLM scheduler                          vLLM's ``SchedulerConfig`` (max_num_batched_tokens >= max_num_seqs) on
+                                        the budget verl passes: without chunked prefill ``_validate_configs``
+                                        first raises it to max_model_len. Restated; pinned by verl's
+                                        ``_validate_configs`` and vLLM's class on the same numbers
+attention heads vs TP                   vLLM's ``ModelConfig.verify_with_parallel_config`` (heads % TP == 0) and
+                                        ``QKVParallelLinear`` (KV heads % TP == 0, or TP % KV heads == 0 when
+                                        TP is larger: replicated). Restated; pinned by vLLM's layer
 memory per GPU                          the estimate below
 model files                             a local directory or a complete snapshot in the Hugging Face cache
                                         (``fgrpo_verl/launch/models.py``); only where the run will start
@@ -59,24 +64,30 @@ the fullest unit holds ceil(live / units), refused above ceil(total_storage_size
 **The memory estimate** (bytes per GPU; a lower bound of the peak of a step whose sequences all reach the full
 length, so a refusal is certain and a pass is not a promise). W GPUs, P parameters, vocabulary V, hidden size
 H, L layers, KV heads K of dimension D, T = data.max_prompt_length + data.max_response_length, M = the cluster's
-GPU memory (``slurm.gpu_memory_gib``, set by the ``cluster`` group), u = ``rollout.gpu_memory_utilization``:
+GPU memory (``slurm.gpu_memory_gib``, set by the ``cluster`` group), u = ``rollout.gpu_memory_utilization``.
+The actor's FSDP states resident on a GPU follow verl's phases (:func:`fsdp_states` cites the code):
 
-    states    S = P x (8 [fp32 params + grads] + 8 [AdamW m, v fp32]) / W   (FSDP full shard; a term is 0 when
-                  actor.fsdp_config.param_offload / optimizer_offload moves it to the host)
+    start     S0 = 4 P / W      vLLM starts after the actor's init_model: fp32 params only (AdamW's moments are
+                                allocated at the first optimizer step); 0 with param_offload
+    rollout   S1 = 12 P / W     from the second step: params + AdamW m, v (gradients are freed when each update
+                                ends); params 0 with param_offload, moments 0 with optimizer_offload
+    update    S2 = 16 P / W     params + grads + moments, loaded back to the GPU even with param/optimizer offload
+                                (0 only with FSDP2's offload_policy, which also zeroes S0 and S1)
     training  A = max(mb x T x (4 V + 2 H L),  lmb x T x 2 V)   one micro-batch mb (ppo_micro_batch_size_per_gpu):
                   bf16 logits and their gradient, one bf16 hidden state per layer (gradient checkpointing); one
                   log-prob micro-batch lmb (rollout.log_prob_micro_batch_size_per_gpu): bf16 logits
     vLLM      u x M, of which 2 P / TP are bf16 weights and the rest KV cache at
                   2 x L x ceil(K / TP) x D x 2 bytes per token (K and V, bf16)
 
-    refused when  S + u x M > M            (vLLM starts beside the resident FSDP states and refuses less free
-                                            memory than u x M)
-                  S + A (+ u x M when rollout.free_cache_engine is false) > M    (training step)
+    refused when  S0 + u x M > M           (vLLM's request_memory refuses to start)
+                  S1 + u x M > M           (the rollout of the second step runs out of memory)
+                  S2 + A (+ u x M when rollout.free_cache_engine is false) > M    (the update)
                   u x M - 2 P / TP < KV of one max_model_len sequence             (vLLM refuses to start)
 
 Not counted: CUDA context and allocator fragmentation, optimizer temporaries, vLLM's activation profile, the
-reference model (``use_kl_loss``). The dry run states S, A, the KV cache and how many full-length sequences of
-the replica's share of the batch it holds at once.
+reference model (``use_kl_loss``), dynamic batch sizes' token budgets and fused kernels (A assumes fixed micro-batches
+that materialize the logits). The dry run states S2 + A, S1 + u x M, the KV cache and how many full-length sequences
+of the replica's share of the batch it holds at once.
 """
 
 from __future__ import annotations
@@ -88,8 +99,10 @@ from pathlib import Path
 from fgrpo_verl.launch.models import Architecture, architecture, missing_model
 
 GIB = 2**30
-# bytes per parameter of the FSDP states: fp32 params + fp32 grads (8), AdamW's two fp32 moments (8)
-PARAM_GRAD_BYTES = 8
+# bytes per parameter of the actor's FSDP states: verl trains an fp32 copy (FSDPEngine._build_module: model_dtype fp32),
+# fp32 gradients, AdamW's two fp32 moments
+PARAM_BYTES = 4
+GRAD_BYTES = 4
 OPTIMIZER_BYTES = 8
 # bf16 activations
 ACT_BYTES = 2
@@ -240,17 +253,55 @@ class _Checks:
             return
         replicas = self.world // per_replica
         self.notes.append(f"{replicas} rollout replica(s) of TP {tp} x DP {dp} x PP {pp} on {self.world} GPU(s)")
-        if self.arch is not None and rollout.name in VLLM_NAMES and self.arch.num_attention_heads % tp:
-            self.refuse(key, tp, f"the model's {self.arch.num_attention_heads} attention heads do not split over TP "
-                        f"{tp} (vLLM's ModelConfig.verify_with_parallel_config)",
-                        f"use a TP that divides {self.arch.num_attention_heads}")
+        if self.arch is not None and rollout.name in VLLM_NAMES:
+            self.check_heads(tp, dp * pp)
         if rollout.name == "vllm" and str(self.config.trainer.get("device")) == "cpu":
             self.check_cpu_vllm()
-        if rollout.name == "vllm" and int(rollout.max_num_batched_tokens) < int(rollout.max_num_seqs):
-            self.refuse("actor_rollout_ref.rollout.max_num_batched_tokens", rollout.max_num_batched_tokens,
-                        f"vLLM's scheduler needs at least max_num_seqs={rollout.max_num_seqs} tokens per step "
-                        "(SchedulerConfig: max_num_batched_tokens >= max_num_seqs)",
-                        f"raise it to {rollout.max_num_seqs} or more")
+        if rollout.name == "vllm":
+            self.check_scheduler(rollout)
+
+    def check_heads(self, tp: int, dp_pp: int) -> None:
+        """vLLM shards attention over TP: ModelConfig.verify_with_parallel_config refuses attention heads that TP
+        does not divide; QKVParallelLinear (every decoder's attention layer) splits the KV heads when there are at
+        least TP of them (KV heads % TP == 0) and otherwise replicates them (TP % KV heads == 0), asserting each."""
+        key = "actor_rollout_ref.rollout.tensor_model_parallel_size"
+        heads, kv = self.arch.num_attention_heads, self.arch.num_key_value_heads
+        valid = [t for t in range(1, tp + 1) if _tp_fits_heads(t, heads, kv) and self.world % (t * dp_pp) == 0]
+        example = f", e.g. {key}={valid[-1]}" if valid else ""
+        if heads % tp:
+            self.refuse(key, tp, f"the model's {heads} attention heads do not split over TP {tp} (vLLM's "
+                        "ModelConfig.verify_with_parallel_config)", f"use a TP that divides {heads}{example}")
+        elif not _tp_fits_heads(tp, heads, kv):
+            self.refuse(key, tp, f"the model's {kv} KV heads neither split over TP {tp} nor replicate evenly across "
+                        "it (vLLM's QKVParallelLinear asserts KV heads % TP == 0, or TP % KV heads == 0 when TP is "
+                        f"the larger)", f"use a TP that divides {kv} or a multiple of {kv} that divides {heads}"
+                        + example)
+
+    def check_scheduler(self, rollout) -> None:
+        """vLLM's SchedulerConfig refuses max_num_batched_tokens < max_num_seqs, on the budget verl hands it: without
+        chunked prefill verl's vLLM server (vllm_async_server.py ``_validate_configs``) first raises the budget to
+        max_model_len (the model's max_position_embeddings when unset)."""
+        key = "actor_rollout_ref.rollout.max_num_batched_tokens"
+        tokens, seqs = int(rollout.max_num_batched_tokens), int(rollout.max_num_seqs)
+        raised = ""
+        if not rollout.enable_chunked_prefill:
+            mml = rollout.max_model_len
+            if mml is None and self.arch is None:
+                if tokens < seqs:
+                    self.notes.append(f"max_num_batched_tokens={tokens} < max_num_seqs={seqs}: verl raises it to the "
+                                      "model's max_position_embeddings (unknown here), not checked")
+                return
+            mml = int(mml if mml is not None else self.arch.max_position_embeddings)
+            raised = f" (without chunked prefill verl raises it to max_model_len={mml}, still below)"
+            tokens = max(tokens, mml)
+        if tokens < seqs:
+            positions = None if self.arch is None else self.arch.max_position_embeddings
+            other = (f" or actor_rollout_ref.rollout.max_model_len={seqs}"
+                     if raised and (positions is None or seqs <= positions) else "")
+            self.refuse(key, rollout.max_num_batched_tokens,
+                        f"vLLM's scheduler needs at least max_num_seqs={seqs} tokens per step (SchedulerConfig: "
+                        f"max_num_batched_tokens >= max_num_seqs){raised}",
+                        f"raise it to {seqs}{other}, or lower actor_rollout_ref.rollout.max_num_seqs to {tokens}")
 
     def check_cpu_vllm(self) -> None:
         """backend=cpu_vllm: what vLLM's CPU build and verl's CPU weight sync refuse only after the job started."""
@@ -381,12 +432,21 @@ class _Checks:
             return
         effective = int(mml) if mml is not None else positions
         if effective is not None and effective < self.length:
+            # verl runs this: its vLLM server's generate caps each response at max_model_len - prompt tokens (and
+            # refuses a prompt that leaves no room). fgrpo-verl refuses it as its own policy: the runs compare
+            # response budgets (data.max_response_length), and a silent per-prompt cut would change that budget
+            # for the longer prompts only, with nothing in the logs to say so
             what = key if mml is not None else "the model's max_position_embeddings"
+            prompt = int(self.config.data.max_prompt_length)
+            room = effective - int(self.config.data.max_response_length)
+            cut = "every response" if room <= 0 else f"the responses to prompts over {room} tokens"
             self.refuse(
                 key, mml,
                 f"prompt + response = data.max_prompt_length + data.max_response_length = {self.length} tokens does "
-                f"not fit {what} ({effective}): verl's rollout cuts responses at {effective} - prompt tokens",
-                f"shorten data.max_response_length to {max(1, effective - int(self.config.data.max_prompt_length))}"
+                f"not fit {what} ({effective}): verl would run and cut {cut} to {effective} - prompt tokens (its vLLM "
+                "server's generate); fgrpo-verl's policy, not verl's, refuses it so that every sample gets the full "
+                "response budget",
+                f"shorten data.max_response_length to {max(1, effective - prompt)}"
                 + (f" or raise {key} to {self.length}" if positions is None or positions >= self.length else ""),
             )
 
@@ -403,49 +463,68 @@ class _Checks:
         capacity = float(gib) * GIB
         util = float(self.rollout.gpu_memory_utilization)
         name = str(self.rollout.name)
-        tag = f"{_gib(est.states)} GiB FSDP states per GPU"
-        if name in VLLM_NAMES and est.states + est.vllm > capacity:
-            headroom = math.floor(max(0.0, (capacity - est.states) / capacity) * 100) / 100
-            lower = f"lower it to {headroom:.2f} or less, " if headroom > 0 else ""
+        held = not bool(self.rollout.free_cache_engine)  # vLLM keeps its memory through the update
+        util_key = "actor_rollout_ref.rollout.gpu_memory_utilization"
+        # the rollout phase binds (its resident states are the start's and more): the largest u that fits it
+        headroom = math.floor(max(0.0, (capacity - est.states_rollout) / capacity) * 100) / 100
+        lower = f"lower it to {headroom:.2f} or less, " if headroom > 0 else ""
+        if name in VLLM_NAMES and est.states_start + est.vllm > capacity:
             self.refuse(
-                "actor_rollout_ref.rollout.gpu_memory_utilization", util,
-                f"vLLM claims {_gib(est.vllm)} GiB next to the {tag}: {_gib(est.states + est.vllm)} GiB > "
-                f"{gib} GiB (slurm.gpu_memory_gib); vLLM refuses to start without that much free memory",
+                util_key, util,
+                f"vLLM starts (verl's LLMServerManager.create, after the actor's init_model) beside "
+                f"{_gib(est.states_start)} GiB per GPU of fp32 parameters (AdamW's moments are not allocated before "
+                f"the first update) and asks for {_gib(est.vllm)} GiB free: {_gib(est.states_start + est.vllm)} GiB > "
+                f"{gib} GiB (slurm.gpu_memory_gib); vLLM's request_memory refuses to start",
+                f"{lower}use more GPUs, or set actor_rollout_ref.actor.fsdp_config.param_offload=true",
+            )
+        elif name in VLLM_NAMES and est.states_rollout + est.vllm > capacity:
+            self.refuse(
+                util_key, util,
+                f"from the second step on, vLLM's {_gib(est.vllm)} GiB "
+                + ("stay" if held else "wake (free_cache_engine)")
+                + f" beside {_gib(est.states_rollout)} GiB per GPU of fp32 parameters and AdamW moments (verl frees "
+                f"the gradients when each update ends): {_gib(est.states_rollout + est.vllm)} GiB > {gib} GiB "
+                "(slurm.gpu_memory_gib); the rollout runs out of GPU memory",
                 f"{lower}use more GPUs, or set actor_rollout_ref.actor.fsdp_config.optimizer_offload=true",
             )
-        training = est.states + est.activations + (est.vllm if not bool(self.rollout.free_cache_engine) else 0.0)
+        tag = f"{_gib(est.states_train)} GiB FSDP states per GPU"
+        training = est.states_train + est.activations + (est.vllm if held else 0.0)
         if training > capacity:
-            if est.activations >= est.states:  # the micro-batch is the larger term
+            if est.activations >= est.states_train:  # the micro-batch is the larger term
                 key, value = "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", self.actor.ppo_micro_batch_size_per_gpu
                 fix = "lower it (and rollout.log_prob_micro_batch_size_per_gpu), or shorten the sequences"
             else:
                 key, value = "trainer.n_gpus_per_node", self.config.trainer.n_gpus_per_node
-                fix = ("use more GPUs (trainer.nnodes / trainer.n_gpus_per_node) or set "
-                       "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true")
+                # param/optimizer offload does not help here: verl moves them back to the GPU for the update
+                fix = ("use more GPUs (trainer.nnodes / trainer.n_gpus_per_node), or FSDP2's CPU offload "
+                       "(backend=gpu_fsdp2 with actor_rollout_ref.actor.fsdp_config.offload_policy=true)")
             self.refuse(key, value,
-                        f"a training step needs at least {_gib(training)} GiB per GPU ({tag}, "
-                        f"{_gib(est.activations)} GiB for one micro-batch of {self.length}-token sequences) > "
-                        f"{gib} GiB (slurm.gpu_memory_gib)", fix)
+                        f"a training step needs at least {_gib(training)} GiB per GPU ({tag}: fp32 parameters, "
+                        f"gradients and AdamW moments, on the GPU for the update even with param/optimizer offload; "
+                        f"{_gib(est.activations)} GiB for one micro-batch of {self.length}-token sequences"
+                        + (f"; vLLM's {_gib(est.vllm)} GiB, free_cache_engine=false" if held else "")
+                        + f") > {gib} GiB (slurm.gpu_memory_gib)", fix)
         if name in VLLM_NAMES:
             tp = _parallel(self.rollout)[0]
             mml = int(self.rollout.get("max_model_len") or self.arch.max_position_embeddings)
             if est.kv_cache < est.kv_per_token * mml:
                 self.refuse(
-                    "actor_rollout_ref.rollout.gpu_memory_utilization", util,
+                    util_key, util,
                     f"vLLM's KV cache ({_gib(max(est.kv_cache, 0.0))} GiB after {_gib(est.vllm_weights)} GiB of weights) "
                     f"holds fewer than max_model_len={mml} tokens (vLLM refuses to start)",
                     f"set actor_rollout_ref.rollout.max_model_len={self.length} (prompt + response), "
-                    + ("" if est.states + est.vllm > capacity else "raise gpu_memory_utilization, ")
+                    + ("" if est.states_rollout + est.vllm > capacity else "raise gpu_memory_utilization, ")
                     + f"or raise TP above {tp}",
                 )
             at_once = int(max(est.kv_cache, 0.0) // (est.kv_per_token * self.length))
             self.notes.append(
-                f"memory >= {_gib(est.states + est.activations)} GiB training / {_gib(est.states + est.vllm)} GiB "
-                f"rollout of {gib} GiB per GPU; KV cache holds {min(at_once, int(self.rollout.max_num_seqs))} "
-                f"full-length sequences at once (max_num_seqs={self.rollout.max_num_seqs})"
+                f"memory >= {_gib(est.states_train + est.activations)} GiB training / "
+                f"{_gib(est.states_rollout + est.vllm)} GiB rollout of {gib} GiB per GPU; KV cache holds "
+                f"{min(at_once, int(self.rollout.max_num_seqs))} full-length sequences at once "
+                f"(max_num_seqs={self.rollout.max_num_seqs})"
             )
         else:
-            self.notes.append(f"memory >= {_gib(est.states + est.activations)} GiB training of {gib} GiB per GPU")
+            self.notes.append(f"memory >= {_gib(est.states_train + est.activations)} GiB training of {gib} GiB per GPU")
 
     def check_model(self) -> None:
         path = str(self.config.actor_rollout_ref.model.path)
@@ -483,9 +562,12 @@ def storage_load(config, workdir: Path) -> StorageLoad:
 
 @dataclass(frozen=True)
 class MemoryEstimate:
-    """Bytes per GPU (module docstring)."""
+    """Bytes per GPU (module docstring): the actor's FSDP states resident in each phase of verl's step, and the
+    rest."""
 
-    states: float
+    states_start: float  # when vLLM starts: fp32 parameters only
+    states_rollout: float  # during a rollout after the first update: parameters and AdamW moments
+    states_train: float  # during an update: parameters, gradients and AdamW moments
     activations: float
     vllm: float
     vllm_weights: float
@@ -493,13 +575,39 @@ class MemoryEstimate:
     kv_per_token: float
 
 
+def fsdp_states(config, params: float, world: int) -> tuple[float, float, float]:
+    """(start, rollout, update): bytes per GPU of the actor's FSDP states resident in each phase, as verl 0.9.1 runs
+    them (``verl/workers/engine/fsdp/transformer_impl.py``, ``verl/workers/engine/base.py``,
+    ``verl/workers/engine_workers.py``, ``verl/trainer/ppo/v1/trainer_base.py``):
+
+    - start: ``PPOTrainer._setup`` (v1 ``trainer_base.py``) runs the actor's ``init_model`` and then
+      ``LLMServerManager.create``, which starts vLLM. ``FSDPEngine.initialize`` has built the optimizer, but torch's
+      AdamW allocates its moments at the first ``step()``, and no gradient exists: the fp32 parameters alone
+      (none when ``param_offload``: ``initialize`` moves them to the host).
+    - rollout, from the second step on: ``EngineTrainModeCtx.__exit__`` calls ``optimizer_zero_grad``
+      (``Optimizer.zero_grad``: ``set_to_none=True``), so gradients are freed when each update ends; parameters and
+      moments stay. ``BaseEngineCtx.__exit__`` moves the optimizer to the host under ``optimizer_offload``, and
+      ``ActorRolloutRefWorker.update_weights`` the parameters under ``param_offload``, before the KV cache wakes.
+    - update: ``BaseEngineCtx.__enter__`` (train mode) loads offloaded parameters, gradients and optimizer back
+      onto the GPU, so offload does not lower this phase's peak.
+
+    FSDP2's ``offload_policy`` (``CPUOffloadPolicy``, read only with strategy fsdp2) keeps all of them on the host in
+    every phase."""
+    actor = config.actor_rollout_ref.actor
+    fsdp = actor.get("fsdp_config", {})
+    if str(actor.get("strategy", "fsdp")) == "fsdp2" and bool(fsdp.get("offload_policy", False)):
+        return 0.0, 0.0, 0.0
+    param_here = 0 if fsdp.get("param_offload", False) else PARAM_BYTES
+    moments_here = 0 if fsdp.get("optimizer_offload", False) else OPTIMIZER_BYTES
+    per_gpu = params / world
+    return (per_gpu * param_here, per_gpu * (param_here + moments_here),
+            per_gpu * (PARAM_BYTES + GRAD_BYTES + OPTIMIZER_BYTES))
+
+
 def estimate_memory(config, arch: Architecture, world: int) -> MemoryEstimate:
     """The per-GPU memory estimate of the module docstring for ``config`` on ``world`` GPUs."""
     actor, rollout = config.actor_rollout_ref.actor, config.actor_rollout_ref.rollout
-    fsdp = actor.get("fsdp_config", {})
-    per_param = (0 if fsdp.get("param_offload", False) else PARAM_GRAD_BYTES) + \
-        (0 if fsdp.get("optimizer_offload", False) else OPTIMIZER_BYTES)
-    states = arch.params * per_param / world
+    start, during_rollout, update = fsdp_states(config, arch.params, world)
     length = int(config.data.max_prompt_length) + int(config.data.max_response_length)
     micro = int(actor.ppo_micro_batch_size_per_gpu or 0)
     log_prob_micro = int(rollout.get("log_prob_micro_batch_size_per_gpu") or 0)
@@ -510,7 +618,8 @@ def estimate_memory(config, arch: Architecture, world: int) -> MemoryEstimate:
     tp = int(rollout.tensor_model_parallel_size)
     weights = ACT_BYTES * arch.params / tp
     kv_per_token = 2 * arch.num_hidden_layers * math.ceil(arch.num_key_value_heads / tp) * arch.head_dim * ACT_BYTES
-    return MemoryEstimate(states, float(max(train, infer)), vllm, weights, vllm - weights, float(kv_per_token))
+    return MemoryEstimate(start, during_rollout, update, float(max(train, infer)), vllm, weights, vllm - weights,
+                          float(kv_per_token))
 
 
 def _gib(nbytes: float) -> str:
@@ -552,6 +661,12 @@ def _engine_utils():
         spec.loader.exec_module(module)
         _ENGINE_UTILS = module
     return _ENGINE_UTILS
+
+
+def _tp_fits_heads(tp: int, heads: int, kv_heads: int) -> bool:
+    """Whether vLLM shards attention over ``tp``: the attention heads split, and the KV heads split (at least tp of
+    them) or replicate evenly (fewer)."""
+    return heads % tp == 0 and (kv_heads % tp == 0 if kv_heads >= tp else tp % kv_heads == 0)
 
 
 def _largest_divisor(n: int, at_most: int) -> int:

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import re
 import shlex
+import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +34,8 @@ TEMPLATE = "job.sbatch.template"
 DEFAULT_SIGNAL_LEAD_S = 900
 _PLACEHOLDER = re.compile(r"\{\{([A-Z_]+)\}\}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# every job of a run carries the run's name: Slurm never runs two of them at once, whoever submitted them
+SINGLETON = "singleton"
 
 # Appended to every training command. The job, not the recipe, knows the allocation: these come last so that
 # they win over the cluster preset (Hydra applies overrides in order). verl's ray.init then joins the job's
@@ -121,10 +125,9 @@ def sbatch_directives(
     workdir: Path,
     time_limit: str | None = None,
     signal_lead_s: int | None = DEFAULT_SIGNAL_LEAD_S,
-    dependency: str = "singleton",
 ) -> list[str]:
-    """The ``#SBATCH`` lines of a job. ``signal_lead_s`` None: no USR1 ahead of the limit; ``dependency``: sbatch's
-    --dependency (training jobs: singleton; evaluation jobs add afterany:<job>, fgrpo_verl/launch/eval_jobs.py)."""
+    """The ``#SBATCH`` lines of a job. ``signal_lead_s`` None: no USR1 ahead of the limit. Dependencies on other
+    jobs (known only once those are submitted) come on the command line, :func:`sbatch`."""
     log_dir_text = check_value("log dir", log_dir)
     if "%" in log_dir_text:
         raise ValueError(f"log dir {log_dir_text!r} contains '%', which sbatch expands in --output; pick another")
@@ -152,7 +155,7 @@ def sbatch_directives(
         options.append(("signal", f"B:USR1@{int(signal_lead_s)}"))
     options += [
         # never two jobs of one run (same name = same run identity) running at once, whoever submitted them
-        ("dependency", dependency),
+        ("dependency", SINGLETON),
         # a preempted or requeued job runs again (and resumes), appending to the same log
         ("requeue", None),
         ("open-mode", "append"),
@@ -170,6 +173,29 @@ def sbatch_directives(
             raise ValueError(f"resources.extra entry {extra!r}: expected --option or --option=value")
         lines.append(f"#SBATCH {name}" + (f"={sbatch_quote(f'sbatch {name}', value)}" if sep else ""))
     return lines
+
+
+def sbatch_command(script: Path | str, after: Sequence[str] = ()) -> list[str]:
+    """The sbatch command line that submits ``script``. ``after``: dependencies on other jobs (``afterany:<id>``);
+    sbatch's --dependency replaces the script's ``#SBATCH --dependency`` instead of adding to it, so singleton is
+    given again with them."""
+    command = ["sbatch", "--parsable"]
+    if after:
+        command.append(f"--dependency={','.join([*(check_value('dependency', a) for a in after), SINGLETON])}")
+    return [*command, str(script)]
+
+
+def sbatch(script: Path, after: Sequence[str] = ()) -> str:
+    """Submit ``script`` (:func:`sbatch_command`); returns its job id (RuntimeError when sbatch fails)."""
+    done = subprocess.run(sbatch_command(script, after), capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"sbatch {script} failed (exit {done.returncode}): "
+                           f"{done.stderr.strip() or done.stdout.strip()}")
+    # --parsable prints "<id>" or "<id>;<cluster>"
+    match = re.match(r"^(\d+)", done.stdout.strip())
+    if not match:
+        raise RuntimeError(f"sbatch {script}: unexpected output {done.stdout!r}")
+    return match.group(1)
 
 
 def train_command(overrides: tuple[str, ...] | list[str]) -> str:
