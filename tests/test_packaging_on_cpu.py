@@ -73,3 +73,31 @@ def test_installed_wheel_registers_and_composes(wheel_install, tmp_path):
     assert Path(cfg_dir) == target / "fgrpo_verl" / "hydra_configs"
     assert est_module == "fgrpo_verl.integration.estimator"
     assert gamma == "1.0"
+
+
+def test_installed_entry_point_runs_prepare_benchmarks(wheel_install, tmp_path):
+    """The README's `fgrpo-verl prepare-benchmarks` works from the installed console script alone (no checkout's
+    scripts/): with a stand-in `datasets` (the hub is not reachable here) it writes the benchmark files."""
+    _, target = wheel_install
+    script = target / "bin" / "fgrpo-verl"
+    assert script.is_file(), sorted(p.name for p in (target / "bin").iterdir()) if (target / "bin").is_dir() else target
+    standin = tmp_path / "standin"
+    standin.mkdir()
+    (standin / "datasets.py").write_text(
+        "def load_dataset(repo, config=None, split=None, data_files=None):\n"
+        "    assert repo == 'HuggingFaceH4/MATH-500', repo\n"
+        "    return [{'problem': 'What is 1 + 1?', 'answer': '2', 'unique_id': 'a'}]\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VERL_USE_EXTERNAL")}
+    env["PYTHONPATH"] = os.pathsep.join([str(standin), str(target)])
+    work = tmp_path / "work"
+    work.mkdir()
+    helped = subprocess.run([sys.executable, str(script), "prepare-benchmarks", "--help"], cwd=work, env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert helped.returncode == 0, helped.stderr[-3000:]
+    assert all(flag in helped.stdout for flag in ("--out", "--only", "--source", "--verl-parquet")), helped.stdout
+    done = subprocess.run([sys.executable, str(script), "prepare-benchmarks", "--out", "data/benchmarks", "--only",
+                           "MATH500", "--verl-parquet"], cwd=work, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "--bench MATH500=data/benchmarks/MATH500.jsonl"
+    assert (work / "data" / "benchmarks" / "MATH500.jsonl").is_file()
+    assert (work / "data" / "benchmarks" / "MATH500.parquet").is_file()

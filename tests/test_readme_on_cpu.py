@@ -75,6 +75,14 @@ def _every_paper_main_run(what: Callable[[str], int]) -> Callable[[str, str], No
     return check
 
 
+def _documented_in(path: str, *needles: str) -> Callable[[str, str], None]:
+    """A command that only sets a variable: what reads it says so (``path`` under the repository)."""
+    def check(out: str, err: str) -> None:
+        text = (REPO / path).read_text(encoding="utf-8")
+        assert all(n in text for n in needles), (path, needles)
+    return check
+
+
 CASES = {
     "make demo": Case("make", expect=("fgrpo-verl demo",)),
     "make test": Case("make", expect=("-m pytest tests",)),
@@ -103,9 +111,21 @@ CASES = {
              expect=("  gamma: 0\n", "  adv_estimator: fgrpo\n")),
     # the Hub is not reachable here: `hf download --help` must take the command as written (huggingface-cli, which
     # huggingface_hub 1.x no longer runs, failed this)
+    "hf download agentica-org/DeepScaleR-Preview-Dataset deepscaler.json --repo-type dataset --local-dir .":
+        Case("help"),
     "hf download Qwen/Qwen2.5-7B": Case("help"),
+    "hf download Qwen/Qwen3-4B-Base": Case("help"),
+    "hf auth login": Case("help"),
+    "hf download meta-llama/Llama-3.2-3B-Instruct": Case("help"),
     "fgrpo-verl prepare-deepscaler --input deepscaler.json --tokenizer Qwen/Qwen2.5-7B --out-dir data/deepscaler":
         Case("then", replace={"Qwen/Qwen2.5-7B": "tokenizer"}, expect=('"train"',)),
+    # the hub is not reachable here: tests/test_prepare_benchmarks_cli_on_cpu.py runs it with a stand-in `datasets`
+    "fgrpo-verl prepare-benchmarks --out data/benchmarks --verl-parquet": Case("help"),
+    # site settings: sbatch reads these variables; the recipes read FGRPO_SYNLOGIC_SCORER
+    "export SBATCH_PARTITION=gpu SBATCH_ACCOUNT=myproj": Case("run", check=_documented_in("docs/slurm.md",
+                                                                                         "SBATCH_PARTITION", "SBATCH_ACCOUNT")),
+    "export FGRPO_SYNLOGIC_SCORER=my_synlogic.verify:compute_score":
+        Case("run", check=_documented_in("recipes/paper_main.yaml", "scorer: \"${FGRPO_SYNLOGIC_SCORER}\"")),
     "fgrpo-verl recipes paper_main": Case("run", expect=("qwen25_7b-grpo-g0p5", "36 runs")),
     # 36 training job scripts (evaluation jobs print their own lines), 36 runs not started
     "fgrpo-verl launch paper_main --dry-run": Case("run", expect=("### 36 job(s) from recipe paper_main",), check=
@@ -122,7 +142,7 @@ CASES = {
     "WANDB_MODE=offline fgrpo-verl train algo=grpo algorithm.fgrpo.gamma=0.5 ...":
         Case("then", replace={"...": CPU_DATA + " backend=cpu"}, append="--cfg job",
              expect=("  project_name: fgrpo\n", "  experiment_name: fgrpo-g0.5-n8-Qwen2.5-7B-s1\n")),
-    "python scripts/prepare_benchmarks.py --out data/benchmarks": Case("help"),
+    "fgrpo-verl prepare-benchmarks --out data/benchmarks": Case("help"),
     "fgrpo-verl eval --model GRPO=ckpt/grpo_hf --model F-GRPO=ckpt/fgrpo_hf --bench AIME24=data/benchmarks/AIME24.jsonl "
     "--n 1024 --significance GRPO:F-GRPO --out results/": Case("help"),
     "fgrpo-verl eval --from-generations results/generations.jsonl --runs GRPO,F-GRPO --out table/":

@@ -24,6 +24,7 @@ COMMANDS = {
     "launch": "launch",
     "recipes": "recipes",
     "prepare-deepscaler": "prepare_deepscaler",
+    "prepare-benchmarks": "prepare_benchmarks",
     "eval": "eval",
     "report": "report",
     "rare-nll": "rare_nll",

@@ -7,8 +7,9 @@ Order of work, all in the driver before Ray starts:
    (Ray gives them to every actor; the driver needs them too, before ``import verl`` resolves verl's platform);
 3. import verl (its plugins load with that environment) and register fgrpo-verl strictly (a broken install or an
    unsupported verl fails here, not as "Unknown trainer" in a worker);
-4. validate: verl version, the ``algorithm.fgrpo`` block, verl's ``validate_config``, W&B usable when
-   ``trainer.logger`` has wandb;
+4. validate: verl version, the ``algorithm.fgrpo`` block, the GPU count against the batch sizes, verl's
+   ``validate_config``, the data files exist (not for Hydra's inspect flags), W&B usable when ``trainer.logger`` has
+   wandb;
 5. run verl's ``main_ppo`` with the same overrides and flags; a local Ray cluster that starts slowly on a busy
    machine is started again (``fgrpo_verl/job/ray_start.py``).
 
@@ -237,6 +238,41 @@ def check_wandb_usable(config) -> None:
         )
 
 
+# verl opens these in its TaskRunner (RLHFDataset), after Ray and every worker started
+DATA_FILE_KEYS = ("data.train_files", "data.val_files")
+# hdfs://, s3://, gs://, ...: verl copies them to local files itself; whether they exist is not known from here
+_REMOTE_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def check_data_files(config) -> None:
+    """Each local path under :data:`DATA_FILE_KEYS` (a path or a list of paths, ``~`` expanded, a ``*`` pattern
+    matching at least one file, as verl's loader reads them) exists, or a ``ValueError`` naming the key (and the
+    list index) and the path."""
+    import glob
+
+    from omegaconf import ListConfig, OmegaConf
+
+    for key in DATA_FILE_KEYS:
+        value = OmegaConf.select(config, key, default=None)
+        if value is None:
+            continue
+        many = isinstance(value, (list, tuple, ListConfig))
+        for index, path in enumerate(value if many else [value]):
+            text = str(path)
+            if _REMOTE_URI.match(text):
+                continue
+            local = os.path.expanduser(text)
+            if os.path.exists(local) or (glob.has_magic(local) and glob.glob(local)):
+                continue
+            if local != text:
+                where = f" ({local})"
+            elif not os.path.isabs(text):
+                where = f" (relative to {os.getcwd()})"
+            else:
+                where = ""
+            raise ValueError(f"{key}{f'[{index}]' if many else ''}={text}: no such file{where}")
+
+
 def prepare(overrides: list[str], inspect_only: bool = False):
     """Steps 1-4 of the module docstring; returns the composed, validated config. ``inspect_only``: compose and
     export only (Hydra's --info, which shows how a config is composed, also when it is not valid)."""
@@ -304,6 +340,8 @@ def run(args: argparse.Namespace) -> int:
             logging.getLogger().removeHandler(handler)
         _run_main_ppo(argv)
         return 0
+    # here, not in prepare(): the inspect flags above print a config, which may name another machine's files
+    check_data_files(config)
     check_wandb_usable(config)
     if quiet is None:
         quiet = sys.stdout.isatty() and not getattr(args, "debug", False)

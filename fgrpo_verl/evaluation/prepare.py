@@ -1,17 +1,20 @@
 """Conversion of the paper's benchmarks (§5.3) from their hub layouts to the local benchmark format.
 
 Pure functions (hub row dicts in, local records out) so they are testable without network access;
-``scripts/prepare_benchmarks.py`` downloads with ``datasets`` and calls them. Hub ids and column names below are
-the commonly used public copies; they could not be checked from the build machine (no hub access), so every
-source can be overridden (``--source NAME=REPO[:CONFIG]:SPLIT``) and the converters accept the usual column-name
-variants. Scorers: math -> ``math`` (math-verify), GPQA -> ``boxed`` (letter in \\boxed{}), IFEval -> ``ifeval``,
-SynLogic -> its task verifiers (``--bench-scorer SynLogic=module:function``).
+:func:`prepare_benchmarks` (``fgrpo-verl prepare-benchmarks``) downloads with ``datasets`` and calls them. Hub ids
+and column names below are the commonly used public copies; they could not be checked from the build machine (no
+hub access), so every source can be overridden (``--source NAME=REPO[:CONFIG]:SPLIT``) and the converters accept the
+usual column-name variants. Scorers: math -> ``math`` (math-verify), GPQA -> ``boxed`` (letter in \\boxed{}),
+IFEval -> ``ifeval``, SynLogic -> its task verifiers (``--bench-scorer SynLogic=module:function``).
 """
 
 from __future__ import annotations
 
+import json
 import random
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Iterable
 
 
@@ -174,3 +177,68 @@ def verl_rows(name: str, records: list[dict]) -> list[dict]:
     return [{"data_source": name, "prompt": prompt_messages(rec["problem"]), "ability": ABILITY,
              "reward_model": {"style": "rule", "ground_truth": str(rec["answer"])},
              "extra_info": {"split": "val", "index": i, "id": rec["id"]}} for i, rec in enumerate(records)]
+
+
+SOURCE_FORMAT = "NAME=REPO[:CONFIG]:SPLIT"
+
+
+def parse_source_overrides(items: Iterable[str]) -> dict[str, HubSource]:
+    """``["AIME24=repo:train", ...]`` (``--source``) -> {name: HubSource}; a ``ValueError`` naming the bad item."""
+    overrides = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or name not in BENCHMARKS:
+            raise ValueError(f"--source expects {SOURCE_FORMAT} with NAME in {list(BENCHMARKS)}, got {item!r}")
+        overrides[name] = parse_source(value)
+    return overrides
+
+
+def eval_flags(name: str, path: Path) -> str:
+    """The ``fgrpo-verl eval`` flags that read benchmark ``name`` from ``path`` with its scorer."""
+    scorer = BENCHMARKS[name].scorer
+    return f"--bench {name}={path}" + ("" if scorer == "math" else f" --bench-scorer {name}={scorer}")
+
+
+def prepare_benchmarks(out: str | Path, names: Iterable[str] | None = None,
+                       sources: dict[str, HubSource] | None = None, verl_parquet: bool = False,
+                       load_dataset: Callable | None = None, log=None) -> list[str]:
+    """Download each benchmark (all nine unless ``names``) with ``datasets``, write ``OUT/<NAME>.jsonl`` (and, with
+    ``verl_parquet``, ``OUT/<NAME>.parquet`` of each math benchmark in verl's RL format); returns each benchmark's
+    ``fgrpo-verl eval`` flags. ``sources`` replace the hub copies named above. Progress goes to ``log``
+    (stderr by default), so that a caller's stdout carries only the flags."""
+    def say(line: str) -> None:
+        (log or (lambda text: print(text, file=sys.stderr)))(line)
+
+    names = list(names or BENCHMARKS)
+    unknown = [n for n in names if n not in BENCHMARKS]
+    if unknown:
+        raise ValueError(f"unknown benchmark(s) {unknown}; known: {', '.join(BENCHMARKS)}")
+    sources = dict(sources or {})
+    if load_dataset is None:
+        from datasets import load_dataset  # the hub's client; imported only when something is downloaded
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    flags = []
+    for name in names:
+        spec = BENCHMARKS[name]
+        src = sources.get(name, spec.source)
+        if src.data_files and name not in sources:
+            rows = load_dataset(src.repo, data_files={src.split: src.data_files}, split=src.split)
+        else:
+            rows = load_dataset(src.repo, src.config, split=src.split)
+        records = convert_rows(name, rows)
+        path = out / f"{name}.jsonl"
+        with path.open("w", encoding="utf-8") as fh:
+            for rec in records:
+                fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+        say(f"{name}: {len(records)} problems -> {path}")
+        if verl_parquet and spec.scorer == "math":
+            from fgrpo_verl.data.parquet import write_rows
+
+            write_rows(verl_rows(name, records), out / f"{name}.parquet")
+            say(f"{name}: verl validation rows -> {out / f'{name}.parquet'}")
+        if spec.scorer == "MODULE:FUNCTION":
+            say(f"{name}: no verifier ships with fgrpo-verl; replace MODULE:FUNCTION with one taking "
+                "(data_source, solution_str, ground_truth, extra_info)")
+        flags.append(eval_flags(name, path))
+    return flags
