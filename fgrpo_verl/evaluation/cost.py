@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 REFERENCE_PARAMS = 7.62e9  # Qwen2.5-7B
-# Published problem counts of the paper's benchmarks (the public copies scripts/prepare_benchmarks.py fetches). Used
+# Published problem counts of the paper's benchmarks (the public copies fgrpo-verl prepare-benchmarks fetches). Used
 # only when a benchmark file is not on this machine; SynLogic's subset size is not known here, so it is left out of
 # an estimate (and the estimate says so) until its file exists.
 KNOWN_PROBLEMS = {"MATH500": 500, "AIME24": 30, "AIME25": 30, "AMC23": 40, "Minerva": 272, "Olympiad": 675,

@@ -14,7 +14,7 @@ Built-in names (``--scorer`` / ``--bench-scorer NAME=SCORER``):
     maze   the maze task's checker, ``fgrpo_verl.tasks.maze.reward:compute_score``.
     ifeval IFEval prompt-level strict accuracy through lm-eval's checkers (``pip install lm-eval``); the record's
            ``answer`` is ``{"instruction_id_list": [...], "kwargs": [...]}`` and ``problem`` the prompt, as
-           written by scripts/prepare_benchmarks.py. (The paper does not say strict or loose.)
+           written by fgrpo-verl prepare-benchmarks. (The paper does not say strict or loose.)
 Anything else is ``module:function`` (imported on use).
 """
 

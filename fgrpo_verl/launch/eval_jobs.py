@@ -354,7 +354,7 @@ def submission_problems(spec: EvalSpec, workdir: Path) -> list[str]:
             continue
         if not (Path(workdir) / b.file).is_file():
             problems.append(f"benchmark {b.name}: file {Path(workdir) / b.file} not found "
-                            "(scripts/prepare_benchmarks.py writes the paper's)")
+                            "(fgrpo-verl prepare-benchmarks writes the paper's)")
         try:
             resolve_scorer(b.scorer)
         except (ValueError, ImportError, AttributeError) as exc:
