@@ -119,6 +119,18 @@ def test_bad_input_is_rejected_naming_what_is_wrong(tmp_path, tokenizer):
         read_records(tmp_path / "missing.json")
 
 
+def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, tokenizer_dir, capsys):
+    """prepare-deepscaler raises and leaves the line and the exit status to fgrpo_verl/cli/errors.py."""
+    bad = tmp_path / "d.csv"
+    bad.write_text("problem,answer\n")
+    argv = ["prepare-deepscaler", "--input", str(bad), "--tokenizer", str(tokenizer_dir), "--out-dir", str(tmp_path)]
+    assert cli_main(argv) == 2
+    assert capsys.readouterr().err == (f"fgrpo-verl prepare-deepscaler: error: --input {bad}: unsupported file type "
+                                       "'.csv'; use .parquet, .jsonl or .json\n")
+    with pytest.raises(ValueError, match="unsupported file type"):
+        cli_main(["--debug", *argv])
+
+
 def test_jsonl_problems_may_hold_unicode_line_separators(tmp_path):
     # json.dumps(ensure_ascii=False) writes U+2028/U+2029/U+0085 raw; a record must not be cut there
     rows = [{"problem": "a\u2028b\u2029c\x85d", "answer": "1"}, {"problem": "e", "answer": "2"}]

@@ -347,3 +347,30 @@ def test_non_finite_threshold_and_temperature_are_rejected(tmp_path, capsys, opt
     gen = _write(tmp_path / "g.jsonl", FIXTURE[6:])
     assert main(["eval", "--from-generations", str(gen), f"{option}={value}", "--out", str(tmp_path / "o"), "--no-plots"]) == 2
     assert f"{option} must be a finite number" in capsys.readouterr().err
+
+
+def test_a_bad_option_is_one_line_and_exit_2_and_debug_shows_the_traceback(tmp_path, capsys):
+    """eval raises and leaves the line and the exit status to fgrpo_verl/cli/errors.py."""
+    argv = ["eval", "--model", "A=a", "--out", str(tmp_path / "o"), "--n", "0"]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == "fgrpo-verl eval: error: --n must be >= 1, got 0\n"
+    with pytest.raises(ValueError, match="--n must be >= 1"):
+        main(["--debug", *argv])
+
+
+@pytest.mark.parametrize("missing, line", [
+    ("vllm", "--backend vllm (the default) needs vLLM, which is not installed here: on a GPU machine pip install "
+             "'fgrpo-verl[gpu]'; on CPU use --backend transformers"),
+    ("some_dependency", "No module named 'some_dependency'"),
+])
+def test_a_missing_module_is_one_line_and_exit_1(missing, line, tmp_path, monkeypatch, capsys):
+    """A missing vLLM is named with the two ways out; any other missing module as Python names it."""
+    import fgrpo_verl.evaluation.pipeline as pipeline
+
+    def run_eval(args):
+        raise ModuleNotFoundError(f"No module named '{missing}'", name=missing)
+
+    monkeypatch.setattr(pipeline, "run_eval", run_eval)
+    gen = _write(tmp_path / "g.jsonl", FIXTURE[:6])
+    assert main(["eval", "--from-generations", str(gen), "--out", str(tmp_path / "o"), "--no-plots"]) == 1
+    assert capsys.readouterr().err == f"fgrpo-verl eval: error: {line}\n"

@@ -118,6 +118,19 @@ def test_rare_nll_cli_rejects_rollouts_without_prompts(tiny, tmp_path, capsys):
     assert "needs 'prompt'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv, line", [
+    (["--max-tokens-per-batch", "0"], "--max-tokens-per-batch must be >= 1, got 0"),
+    (["--rare-set", "{tmp}/missing.jsonl"], "--rare-set {tmp}/missing.jsonl: no such file"),
+])
+def test_rare_nll_bad_input_is_one_line_and_exit_2(argv, line, tmp_path, capsys):
+    """rare-nll raises and leaves the line and the exit status to fgrpo_verl/cli/errors.py (--debug: the traceback)."""
+    argv = ["rare-nll", *(a.format(tmp=tmp_path) for a in argv), "--out", str(tmp_path / "o")]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == f"fgrpo-verl rare-nll: error: {line.format(tmp=tmp_path)}\n"
+    with pytest.raises(ValueError):
+        main(["--debug", *argv])
+
+
 def test_eval_generates_with_transformers_on_cpu_without_vllm(tiny, tmp_path):
     import types
 

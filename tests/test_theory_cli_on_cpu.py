@@ -174,3 +174,22 @@ def test_simulate_names_levels_at_or_below_the_initial_q_pos_and_reads_only_the_
     assert block["start_q_pos"] > 0.05 and block["levels_at_or_below_start"] == [0.05] and block["levels"] == [0.99]
     assert {r["q_pos"] for r in block["rows"]} == {0.99}
     assert "0.050 at or below the initial Q_pos" in capsys.readouterr().out
+
+
+# Both commands raise and leave the line and the exit status to fgrpo_verl/cli/errors.py: the message names the flags
+# (the theory modules name their arguments), is one line, and --debug shows the traceback instead.
+@pytest.mark.parametrize("argv, line", [
+    (["tail-miss", "--mu", "0.5", "--tau", "0.6", "--n", "2"],
+     "--tau 0.6 is invalid for --mu 0.5: the rare subset's mass must satisfy 0 < --tau < --mu"),
+    (["tail-miss", "--mu", "0.5", "--n", "2"], "give --mu, --tau (or --rho) and --n; or --plot PATH for the figure"),
+    (["simulate", "--correct", "20000"],
+     "--correct 20000 is invalid for --actions 12800: need 1 <= --correct < --actions"),
+    (["simulate", "--zone-threshold", "2"], "--zone-threshold 2.0 is invalid: must be in (0, 1]"),
+])
+def test_bad_input_is_one_line_with_the_flags_named_and_exit_2(argv, line, tmp_path, capsys):
+    out = ["--out", str(tmp_path)] if argv[0] == "simulate" else []
+    assert main([*argv, *out]) == 2
+    assert capsys.readouterr().err == f"fgrpo-verl {argv[0]}: error: {line}\n"
+    with pytest.raises(ValueError, match="is invalid|give --mu") as raised:
+        main(["--debug", *argv, *out])
+    assert str(raised.value) == line

@@ -6,8 +6,6 @@ docs/evaluation.md.
 
 from __future__ import annotations
 
-import sys
-
 from fgrpo_verl.evaluation.options import add_arguments, validate  # noqa: F401  (the CLI registers add_arguments)
 
 HELP = "Sample n completions per problem (or load saved ones), score them, write unbiased pass@k tables and plots."
@@ -16,15 +14,13 @@ HELP = "Sample n completions per problem (or load saved ones), score them, write
 def run(args) -> int:
     from fgrpo_verl.evaluation.pipeline import run_eval
 
+    # errors: fgrpo_verl/cli/errors.py (a ValueError is the input's: exit 2; a missing tool: exit 1)
     try:
         validate(args)
         return run_eval(args)
-    except ValueError as err:
-        print(f"fgrpo-verl eval: error: {err}", file=sys.stderr)
-        return 2
     except ModuleNotFoundError as err:
         if err.name != "vllm":
             raise
-        print("fgrpo-verl eval: error: --backend vllm (the default) needs vLLM, which is not installed here: on a GPU "
-              "machine pip install 'fgrpo-verl[gpu]'; on CPU use --backend transformers", file=sys.stderr)
-        return 1
+        # "No module named 'vllm'" alone does not say that the default backend is the reason, nor the way around it
+        raise RuntimeError("--backend vllm (the default) needs vLLM, which is not installed here: on a GPU machine "
+                           "pip install 'fgrpo-verl[gpu]'; on CPU use --backend transformers") from err

@@ -17,19 +17,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import json
-    import sys
     from dataclasses import asdict
 
     from fgrpo_verl.data.deepscaler import prepare_files
 
     from fgrpo_verl.config.errors import require_files
 
-    try:
-        require_files("--input", args.input)
-        require_files("--val-input", args.val_input)
-        results = prepare_files(args.input, args.tokenizer, args.out_dir, args.val_input, args.max_prompt_tokens)
-    except ValueError as exc:
-        print(f"fgrpo-verl prepare-deepscaler: error: {exc}", file=sys.stderr)
-        return 2
+    # errors: fgrpo_verl/cli/errors.py (a ValueError is the input's: exit 2)
+    require_files("--input", args.input)
+    require_files("--val-input", args.val_input)
+    results = prepare_files(args.input, args.tokenizer, args.out_dir, args.val_input, args.max_prompt_tokens)
     print(json.dumps({split: asdict(stats) for split, stats in results.items()}, indent=2))
     return 0

@@ -6,7 +6,6 @@ Logic in ``fgrpo_verl.evaluation.rare_nll``; the workflow is in docs/evaluation.
 from __future__ import annotations
 
 import argparse
-import sys
 
 HELP = "ΔNLL_rare (paper App. M.2): NLL increase of each checkpoint on the base model's rarest correct rollouts."
 
@@ -30,14 +29,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    try:
-        return _run(args)
-    except ValueError as err:
-        print(f"fgrpo-verl rare-nll: error: {err}", file=sys.stderr)
-        return 2
-
-
-def _run(args) -> int:
     import csv
     from pathlib import Path
 
@@ -49,6 +40,7 @@ def _run(args) -> int:
 
     from fgrpo_verl.config.errors import require_files
 
+    # errors: fgrpo_verl/cli/errors.py (a ValueError is the input's: exit 2)
     require_files("--rare-set", [args.rare_set] if args.rare_set else [])
     require_files("--rollouts", args.rollouts)
     if args.max_tokens_per_batch < 1:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 HELP = "Categorical simulation of concentration (paper §5.1, Fig. 2): CSV/JSON numbers and Fig. 2 PNGs."
@@ -202,12 +201,12 @@ def run(args) -> int:
     from fgrpo_verl.cli.errors import with_flag_names
     from fgrpo_verl.evaluation.frontier import check_levels
 
+    # errors: fgrpo_verl/cli/errors.py (exit 2); the theory modules' argument names become the flags that set them
     try:
         config = _config(args)
         q_levels = None if args.q_levels is None else check_levels("--q-levels", args.q_levels)
     except ValueError as err:
-        print(f"fgrpo-verl simulate: error: {with_flag_names(str(err), FLAGS)}", file=sys.stderr)
-        return 2
+        raise ValueError(with_flag_names(str(err), FLAGS)) from err
     from fgrpo_verl.theory.categorical import simulate
 
     result = simulate(config, progress=not args.no_progress)

@@ -68,12 +68,11 @@ def run(args) -> int:
             if args.mu is None or args.n is None or (args.tau is None and args.rho is None):
                 return 0
         rows = _rows(args)
-    except ValueError as err:
+    except ValueError as err:  # errors: fgrpo_verl/cli/errors.py (exit 2), with the theory's names as the flags
         from fgrpo_verl.cli.errors import with_flag_names
 
         flags = {"mu": "--mu", "tau": "--tau", "rho": "--rho", "n_max": "--n-max", "n": "--n"}
-        print(f"fgrpo-verl tail-miss: error: {with_flag_names(str(err), flags)}", file=sys.stderr)
-        return 2
+        raise ValueError(with_flag_names(str(err), flags)) from err
     if args.json:
         print(json.dumps(rows))
         return 0

@@ -2,12 +2,14 @@
 ``fgrpo-verl report`` to print beside ours.
 
 Transcribed verbatim (the markdown rows below) from the project's digest of the paper, /work/shared/paper/F-GRPO.md
-§6.1-6.4 and its Appendix A, which recovered them from the v2 text: every cell is pass@1/pass@256 in % (Tables 1, 2,
-3), pass@1/pass@256 of the Math/OOD averages (Table 6), or baseline/focal pass@k in % for k = 1 ... 256 (Tables
-12-14, n = 1024). Bold and underline marks (significance) were lost in the extraction and are not here.
+§6.1-6.5 and its Appendix A, which recovered them from the v2 text: every cell is pass@1/pass@256 in % (Tables 1, 2,
+3), pass@1/pass@256 of the Math/OOD averages (Table 6), baseline/focal pass@k in % for k = 1 ... 256 (Tables
+12-14, n = 1024), or one pass@k in % of the maze (Table 4: k = 1, 128, 256 per group size N and gamma). Bold and
+underline marks (significance) were lost in the extraction and are not here.
 tests/test_paper_numbers_on_cpu.py checks the transcription against itself: every Math/OOD average recomputes
-from its benchmark cells within rounding, every Table 1 cell equals the k = 1 / k = 256 rows of Tables 12-14, and
-Table 6's selected-gamma rows equal Table 1.
+from its benchmark cells within rounding, every Table 1 cell equals the k = 1 / k = 256 rows of Tables 12-14,
+Table 6's selected-gamma rows equal Table 1, and Table 4's pass@k does not fall as k grows (Table 4 shares no cell
+with another table, so that and its grid being recipes/maze.yaml's are all it can be checked against).
 
 Names are normalised to the ones ``fgrpo-verl eval`` uses: the benchmark "AMC" of Tables 1-3 is AMC23 (Tables
 12-14), "Llama-3.2-3B-Instr." is Llama-3.2-3B-Instruct, Table 6's "Qwen2.5" / "Qwen3" / "Llama" are the full names.
@@ -77,6 +79,21 @@ TABLE_6 = """\
 | | 1.0 | 39.5/76.8 | 18.1/65.9 | 43.6/79.1 | 21.8/76.5 | 23.9/59.8 | 24.3/52.9 |
 | | 2.0 | 38.0/75.1 | 17.9/64.4 | 44.2/79.5 | 22.9/80.7 | 22.0/63.8 | 23.5/57.0 |
 """
+
+# The maze (paper §5.2): held-out 256 mazes, after 20K RL steps, in %. Columns: pass@k of GRPO (gamma = 0) and of
+# F-GRPO at gamma = 0.5 and 1.0, for k = 1, 128, 256; a row per group size N.
+TABLE_4 = """\
+| N | p@1 GRPO | p@1 γ=0.5 | p@1 γ=1.0 | p@128 GRPO | p@128 γ=0.5 | p@128 γ=1.0 | p@256 GRPO | p@256 γ=0.5 | p@256 γ=1.0 |
+|---|---|---|---|---|---|---|---|---|---|
+| 4 | 65.6 | 74.4 | 79.7 | 67.1 | 75.8 | 81.4 | 67.3 | 75.9 | 81.5 |
+| 8 | 72.2 | 83.4 | 76.3 | 73.3 | 84.0 | 76.6 | 73.4 | 84.0 | 76.6 |
+| 16 | 73.9 | 83.7 | 84.4 | 74.2 | 84.3 | 86.4 | 74.2 | 84.3 | 86.5 |
+| 32 | 74.5 | 85.1 | 84.9 | 74.9 | 85.8 | 85.8 | 75.1 | 85.8 | 85.8 |
+| 64 | 73.4 | 85.4 | 84.8 | 74.4 | 86.5 | 85.8 | 74.7 | 86.5 | 85.8 |
+| 128 | 75.8 | 93.6 | 91.2 | 76.7 | 96.4 | 95.7 | 76.9 | 96.5 | 95.7 |
+"""
+# the k of Table 4's columns
+TABLE_4_KS = (1, 128, 256)
 
 # (source table, model, base algorithm, selected gamma) -> rows k, cells baseline/focal
 TABLES_12_14 = {
@@ -289,3 +306,16 @@ def curves() -> dict[tuple[str, str, str, str], dict[int, float]]:
 def selected_gammas() -> dict[tuple[str, str], float]:
     """``{(model, base algorithm): gamma}`` the paper selected (Table 7, the headers of Tables 12-14)."""
     return {(model, base): gamma for (_table, model, base, gamma) in TABLES_12_14}
+
+
+@functools.lru_cache(maxsize=None)
+def table_4() -> dict[tuple[int, int, float], float]:
+    """``{(N, k, gamma): pass@k in %}`` of Table 4 (the maze); gamma 0 is GRPO."""
+    header, rows = _rows(TABLE_4)
+    out = {}
+    for row in rows:
+        for column, cell in zip(header[1:], row[1:]):
+            metric, method = column.split(" ", 1)
+            gamma = 0.0 if method == "GRPO" else float(method.split("=")[1])
+            out[(int(row[0]), int(metric.removeprefix("p@")), gamma)] = float(cell)
+    return out

@@ -20,8 +20,8 @@ protocol chooses checkpoints and γ (protocol.py, selection.py) and the tables a
              logs), N x γ, beside the paper's Table 4 (validation_report)
 
 Each table is written as markdown (ours and the paper's on two rows per method) and CSV (one row per cell and
-metric: ours, paper, the paper's source table, significance). The paper's numbers come from paper_numbers.py
-(Table 4: TABLE_4 below); a cell the paper does not have (another model, a benchmark it did not use) is "-". The
+metric: ours, paper, the paper's source table, significance). The paper's numbers, Table 4's included, come
+from paper_numbers.py; a cell the paper does not have (another model, a benchmark it did not use) is "-". The
 printed report (report.md) starts with the state of the sweep (runs started, finished, evaluated) and leaves out
 a table with no number of ours (its file is still written, with the paper's). Everything that keeps a cell empty
 is listed under "Missing": runs not started or not finished, checkpoints not evaluated, selections that cannot be
@@ -549,36 +549,10 @@ def build_report(recipe_arg: str, workdir: Path, out_dir: Path, significance: tu
 
 
 # ------------------------------------------------------------------------------------------------ validation (Table 4)
-# The paper's Table 4 (maze, held-out 256 mazes, %, after 20K steps), transcribed verbatim from the project's digest
-# of the paper (/work/shared/paper/F-GRPO.md §6.5). Columns: pass@k of GRPO (γ = 0) and F-GRPO γ = 0.5, 1.0.
-TABLE_4 = """\
-| N | p@1 GRPO | p@1 γ=0.5 | p@1 γ=1.0 | p@128 GRPO | p@128 γ=0.5 | p@128 γ=1.0 | p@256 GRPO | p@256 γ=0.5 | p@256 γ=1.0 |
-|---|---|---|---|---|---|---|---|---|---|
-| 4 | 65.6 | 74.4 | 79.7 | 67.1 | 75.8 | 81.4 | 67.3 | 75.9 | 81.5 |
-| 8 | 72.2 | 83.4 | 76.3 | 73.3 | 84.0 | 76.6 | 73.4 | 84.0 | 76.6 |
-| 16 | 73.9 | 83.7 | 84.4 | 74.2 | 84.3 | 86.4 | 74.2 | 84.3 | 86.5 |
-| 32 | 74.5 | 85.1 | 84.9 | 74.9 | 85.8 | 85.8 | 75.1 | 85.8 | 85.8 |
-| 64 | 73.4 | 85.4 | 84.8 | 74.4 | 86.5 | 85.8 | 74.7 | 86.5 | 85.8 |
-| 128 | 75.8 | 93.6 | 91.2 | 76.7 | 96.4 | 95.7 | 76.9 | 96.5 | 95.7 |
-"""
-TABLE_4_KS = (1, 128, 256)
+# (the paper's Table 4 is paper_numbers.TABLE_4; its cells are of this data source only)
 TABLE_4_SOURCE = "maze"  # the data_source of the maze's held-out set (fgrpo_verl/tasks/maze/data.py)
 _VAL_KEY = re.compile(r"^val-core/(.+)/pass@(\d+)$")
 _TAIL_START = 1 << 20  # a log is searched from its end: the last validation is near it
-
-
-def table4_cells() -> dict[tuple[int, int, float], float]:
-    """``{(N, k, γ): pass@k in %}`` of the paper's Table 4."""
-    lines = [line for line in TABLE_4.strip().splitlines() if not line.startswith("|---")]
-    header = [c.strip() for c in lines[0].strip("|").split("|")]
-    out = {}
-    for line in lines[1:]:
-        row = [c.strip() for c in line.strip("|").split("|")]
-        for column, cell in zip(header[1:], row[1:]):
-            metric, method = column.split(" ", 1)
-            gamma = 0.0 if method == "GRPO" else float(method.split("=")[1])
-            out[(int(row[0]), int(metric[2:]), gamma)] = float(cell)
-    return out
 
 
 def last_validation(log_dir: Path, job_name: str) -> tuple[int, dict[str, dict[int, float]]] | None:
@@ -694,10 +668,10 @@ def validation_report(recipe, jobs: list, log_dir: Path, out_dir: Path) -> str:
              f"samples per prompt), read from the runs' Slurm logs {log_dir}/<job name>-<job id>.out", ""]
     out_dir.mkdir(parents=True, exist_ok=True)
     sources = list(dict.fromkeys(s for r in runs if r.final for s in r.values)) or [TABLE_4_SOURCE]
-    ks = [k for k in TABLE_4_KS if k <= min(val_n)] or [1]
+    ks = [k for k in paper_numbers.TABLE_4_KS if k <= min(val_n)] or [1]
     gammas = sorted({r.gamma for r in runs})
     sizes = sorted({r.group_size for r in runs})
-    paper = table4_cells()
+    paper = paper_numbers.table_4()
     csv_rows, empty = [], []
     for source in sources:
         key = "table4" if len(sources) == 1 else f"table4_{source}"
