@@ -539,13 +539,7 @@ def build_report(recipe_arg: str, workdir: Path, out_dir: Path, significance: tu
             parts.append(md)
         else:
             empty.append("tables12_14")
-    if empty:
-        parts.append(f"no numbers of ours yet: {', '.join(empty)} not printed (the paper's numbers are in "
-                     f"{out_dir}/<table>.md)\n")
-    parts.append(_missing_section(reports, out_dir))
-    text = "\n".join(parts)
-    (out_dir / "report.md").write_text(text, encoding="utf-8")
-    return text
+    return _finish(parts, empty, reports, out_dir)
 
 
 # ------------------------------------------------------------------------------------------------ validation (Table 4)
@@ -704,9 +698,15 @@ def validation_report(recipe, jobs: list, log_dir: Path, out_dir: Path) -> str:
         else:
             empty.append(key)
     _write_csv(out_dir / "table4.csv", csv_rows)
+    return _finish(parts, empty, runs, out_dir)
+
+
+def _finish(parts: list[str], empty: list[str], runs, out_dir: Path) -> str:
+    """The report's text, written to report.md: ``parts``, one line naming the tables left out (no number of ours
+    yet; their files hold the paper's), then what is missing."""
     if empty:
-        parts.append(f"no numbers of ours yet: {', '.join(empty)} not printed (the paper's are in "
-                     f"{out_dir}/{empty[0]}.md)\n")
+        parts.append(f"no numbers of ours yet: {', '.join(empty)} not printed (the paper's numbers are in "
+                     f"{out_dir}/<table>.md)\n")
     parts.append(_missing_section(runs, out_dir))
     text = "\n".join(parts)
     (out_dir / "report.md").write_text(text, encoding="utf-8")
