@@ -133,8 +133,12 @@ def train_answers(tmp_path_factory) -> dict[str, Answer]:
     work = tmp_path_factory.mktemp("train_answers")
     wandb_env = _wandb_env(*WANDB_ENV_ARGS)
     no_wandb = {"HOME": str(work), "WANDB_CONFIG_DIR": str(work / "wandb-config"), "NETRC": str(work / "none")}
+    data = work / "train.parquet"
+    data.touch()
     cases = {
-        "wandb without setup": ([*TRAIN_CPU, "trainer.logger=[console,wandb]", "--verbose"], no_wandb),
+        # data files that exist: train checks them before W&B
+        "wandb without setup": ([*TRAIN_CPU, "trainer.logger=[console,wandb]", f"data.train_files={data}",
+                                 f"data.val_files={data}", "--verbose"], no_wandb),
         **{f"gamma={value}{' '.join(['', *extra])}": ([*TRAIN_CPU, f"algorithm.fgrpo.gamma={value}", *extra], {})
            for value, _ in BAD_GAMMAS for extra in ([], ["--cfg", "job"])},
         "gae discount": ([*TRAIN_CPU, "algorithm.gamma=0.99", "--cfg", "job"], {}),
