@@ -288,7 +288,8 @@ def test_dependencies_go_on_sbatchs_command_line_and_the_planned_script_is_submi
 
 
 def test_evaluation_jobs_request_the_host_memory_of_verls_model_merger(paper_main):
-    """(6 + 4/W) B per parameter + 4 GiB: Qwen2.5-7B (7.62B) trained on 2 x 8 GPUs; the recipe's value wins."""
+    """The larger of the merge, (6 + 4/W) B per parameter + 4 GiB (Qwen2.5-7B, 7.62B, trained on 2 x 8 GPUs: 49 GiB),
+    and the evaluation's vLLM engines, 8 GiB each + 4 (8 GPUs at TP 1: 68 GiB); the recipe's value wins."""
     import math
 
     _, jobs = paper_main
@@ -296,11 +297,16 @@ def test_evaluation_jobs_request_the_host_memory_of_verls_model_merger(paper_mai
     world = int(job.config.trainer.nnodes) * int(job.config.trainer.n_gpus_per_node)
     assert world == 16
     gib = math.ceil((6 + 4 / 16) * 7.62e9 / 2**30 + 4)
-    assert gib == 49 and ej.eval_host_memory(7.62e9, 16) == "49G"
+    assert gib == 49 and ej.eval_host_memory(7.62e9, 16) == "49G" and ej.eval_host_memory(7.62e9, 16, 2) == "49G"
+    assert ej.eval_host_memory(7.62e9, 16, 8) == "68G"
     for e in job.evaluation.jobs:
-        assert '#SBATCH --mem="49G"' in e.text
-    assert any(line.startswith("### eval job memory: --mem=49G = (6 + 4/16) B x 7.62B params")
-               for line in ej.dry_run_lines(job))
+        assert '#SBATCH --mem="68G"' in e.text
+    assert any(line.startswith("### eval job memory: --mem=68G = the larger of verl's model merger, (6 + 4/16) B x "
+                               "7.62B params + 4 GiB, and 8 vLLM engine(s)") for line in ej.dry_run_lines(job))
+    # a memory option of the recipe's own (sbatch refuses two): no --mem beside it
+    theirs = spec(resources={"extra": ["--mem-per-gpu=64G"]})
+    mem, line = ej.eval_memory(theirs, job.config, 7.62e9)
+    assert mem is None and "--mem-per-gpu=64G" in line
     # one rank holds the whole model: its shard is loaded twice
     assert ej.eval_host_memory(1e9, 1) == f"{math.ceil(10e9 / 2**30 + 4)}G"
     mine = spec(resources={"mem": "300G"})

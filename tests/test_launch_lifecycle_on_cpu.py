@@ -179,6 +179,16 @@ def test_total_steps_must_be_reachable_within_total_epochs():
         steps.step_plan(cfg, 100)
 
 
+@pytest.mark.parametrize("key,value", [("data.train_batch_size", 0), ("trainer.total_epochs", None),
+                                       ("trainer.total_epochs", -1), ("trainer.total_training_steps", 0)])
+def test_a_step_count_that_sizes_no_step_is_the_users_error_naming_its_key(key, value):
+    # a ValueError (exit 2, "invalid config" with the run's name), not a ZeroDivisionError or TypeError (a bug's exit)
+    cfg = OmegaConf.create({"data": {"train_batch_size": 256}, "trainer": {"total_epochs": 3}})
+    OmegaConf.update(cfg, key, value, force_add=True)
+    with pytest.raises(ValueError, match=rf"^{key}={value!r}: expected an integer >= 1$"):
+        steps.step_plan(cfg, 10_000)
+
+
 # ---------------------------------------------------------------- trainer hook
 
 

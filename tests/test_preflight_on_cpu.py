@@ -518,6 +518,22 @@ def test_offload_does_not_shrink_the_update(tmp_path):
     _refused([*one, policy], tmp_path)
 
 
+def test_the_states_follow_the_model_dtype_and_lora(tmp_path):
+    """Qwen2.5-7B on 2 GPUs: fp32 states (16 B/param in the update) do not fit; verl's fsdp_config.model_dtype=bf16
+    halves every state (gradients and AdamW moments take the parameters' dtype), and LoRA leaves the frozen base
+    weights without gradients or moments: both fit."""
+    two = ["algo=grpo", "base_model=qwen25_7b", "dataset=deepscaler", "cluster=1x8", "trainer.n_gpus_per_node=2",
+           "actor_rollout_ref.rollout.tensor_model_parallel_size=1"]
+    lines = _refused(two, tmp_path)
+    assert any("42.6 GiB per GPU of fp32 parameters and AdamW moments" in line for line in lines), lines
+    bf16 = _run([*two, "actor_rollout_ref.actor.fsdp_config.model_dtype=bf16"], tmp_path).summary()
+    # update: 7.62B x (2 + 2 + 4) B / 2 GPUs = 28.4 GiB of states + 27.8 GiB for a micro-batch
+    assert "memory >= 56.2 GiB training / 61.3 GiB rollout" in bf16, bf16
+    lora = _run([*two, "actor_rollout_ref.model.lora_rank=32"], tmp_path).summary()
+    # fp32 base weights alone, 14.2 GiB per GPU, in every phase
+    assert "memory >= 42.0 GiB training / 54.2 GiB rollout" in lora, lora
+
+
 def test_every_run_of_every_shipped_recipe_passes(tmp_path):
     """With the maze's data and (paper-size) model where the launcher looks for them, so that the TransferQueue and
     memory checks see everything; the LLMs' architectures are their published ones."""

@@ -171,12 +171,12 @@ def run(args: argparse.Namespace) -> int:
 
         incomplete = []
         for job in jobs:
-            print(f"### job {job.job_name} (run {job.run.name}): {job.nodes} node(s) x {job.gpus_per_node} GPU(s); "
+            print(f"### job {job.job_name} (run {job.run_label}): {job.nodes} node(s) x {job.gpus_per_node} GPU(s); "
                   f"{_disk_note(job)}")
             print(f"### {job.preflight}")
             missing = _not_final(recipe, job)
             if missing:
-                incomplete.append(job.run.name)
+                incomplete.append(job.run_label)
                 print(f"### NOT the script a submit renders: {missing}")
             print(job.text)
             for line in dry_run_lines(job):
@@ -205,6 +205,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"fgrpo-verl launch: error: {exc}", file=sys.stderr)
         return 1
     for job, job_id in submitted:
-        print(f"submitted {job.run.name}: job {job_id} {job.job_name} ({job.nodes} node(s) x {job.gpus_per_node} GPU(s))")
+        print(f"submitted {job.run_label}: job {job_id} {job.job_name} ({job.nodes} node(s) x {job.gpus_per_node} GPU(s))")
     print(f"{len(submitted)} job(s) submitted from recipe {recipe.name}; scripts in {script_dir}, logs in {log_dir}")
     return 0

@@ -163,6 +163,8 @@ def plan_jobs(
                 total_steps=None if plan is None else plan.total_steps,
                 fresh=None if fresh is None else (base_dir, fresh),
                 wandb_run_id=env["WANDB_RUN_ID"],
+                label=recipe.label(run, overrides),
+                command_line=tuple(overrides),
             )
         )
     verdicts = [("ok", "")] * len(jobs) if validator is None else validator.results()
@@ -241,10 +243,10 @@ def submit_jobs(
     train_ids: dict[str, str | None] = {}
     for job, status in zip(jobs, run_states(jobs)):
         if status.state == "done":
-            out(f"skipped {job.run.name}: {status.line(job.job_name)}")
+            out(f"skipped {job.run_label}: {status.line(job.job_name)}")
             continue
         if status.state in ("queued", "running") and not force:
-            out(f"skipped {job.run.name}: {status.line(job.job_name)}; --force submits another (held by singleton)")
+            out(f"skipped {job.run_label}: {status.line(job.job_name)}; --force submits another (held by singleton)")
             train_ids[job.job_name] = status.job
             continue
         write_record(job.checkpoint_dir, job.fingerprint, job.job_name, job.overrides, total_steps=job.total_steps,

@@ -62,30 +62,44 @@ EVAL_SIGNAL_LEAD_S = 120
 # (4 B/param + 4/W), less. The evaluation after it streams bf16 weights to the GPUs. A fixed allowance covers the
 # interpreter, torch and the tokenizer:
 #     mem = (6 + 4/W) x P B + 4 GiB, rounded up to whole GiB      (7.62B params, W = 16: 49 GiB)
+# The merge is over before the evaluation starts its workers (gpus_per_node / tensor_parallel_size vLLM engines,
+# each a process with its own CUDA context, engine core and tokenizer on the host); the job asks for the larger of
+# the two phases, with VLLM_WORKER_HOST_GIB per engine: an allowance, not a measurement (no GPU measured it here).
 # Without it a site's default memory per job (often a few GB) kills the merger. A recipe's
-# evaluation.resources.mem replaces it (an evaluator that needs more on the host: many CPU workers, say).
+# evaluation.resources.mem replaces it; a memory option in evaluation.resources.extra (--mem-per-gpu,
+# --mem-per-cpu: sbatch refuses them beside --mem) leaves it out.
 MERGE_BYTES_PER_PARAM = 6
 EVAL_MEM_ALLOWANCE_GIB = 4
+VLLM_WORKER_HOST_GIB = 8
 
 
-def eval_host_memory(params: float, world_size: int) -> str:
-    """sbatch --mem of an evaluation job of a ``params``-parameter model trained on ``world_size`` ranks (above)."""
-    gib = (MERGE_BYTES_PER_PARAM + 4 / max(1, world_size)) * params / 2**30 + EVAL_MEM_ALLOWANCE_GIB
-    return f"{math.ceil(gib)}G"
+def eval_host_memory(params: float, world_size: int, engines: int = 0) -> str:
+    """sbatch --mem of an evaluation job of a ``params``-parameter model trained on ``world_size`` ranks, evaluated
+    by ``engines`` vLLM engines (above)."""
+    merge = (MERGE_BYTES_PER_PARAM + 4 / max(1, world_size)) * params / 2**30 + EVAL_MEM_ALLOWANCE_GIB
+    evaluate = EVAL_MEM_ALLOWANCE_GIB + engines * VLLM_WORKER_HOST_GIB
+    return f"{math.ceil(max(merge, evaluate))}G"
 
 
 def eval_memory(spec: EvalSpec, config, params: float | None) -> tuple[str | None, str]:
     """(sbatch --mem of the run's evaluation jobs or None, the dry run's line saying where it comes from)."""
     if spec.resources.mem is not None:
         return spec.resources.mem, f"eval job memory: --mem={spec.resources.mem} (evaluation.resources.mem)"
+    given = [o for o in spec.resources.extra if o.startswith("--mem")]
+    if given:
+        return None, f"eval job memory: {given[0]} (evaluation.resources.extra; no --mem beside it)"
     model = str(config.actor_rollout_ref.model.path)
     if params is None:
         return None, (f"eval job memory: no --mem (parameter count of {model} not known here): the site's default "
                       "per job, which may be too small for verl's model merger; set evaluation.resources.mem")
     world = int(config.trainer.nnodes) * int(config.trainer.n_gpus_per_node)
-    mem = eval_host_memory(params, world)
-    return mem, (f"eval job memory: --mem={mem} = ({MERGE_BYTES_PER_PARAM} + 4/{world}) B x {params / 1e9:.2f}B "
-                 f"params + {EVAL_MEM_ALLOWANCE_GIB} GiB (verl's model merger; evaluation.resources.mem overrides)")
+    # vLLM engines on GPUs; the CPU back-end's workers hold the model in the same host memory the merge needed
+    engines = spec.gpus_per_node // int(spec.engine.get("tensor_parallel_size", 1)) if spec.backend == "vllm" else 0
+    mem = eval_host_memory(params, world, engines)
+    return mem, (f"eval job memory: --mem={mem} = the larger of verl's model merger, ({MERGE_BYTES_PER_PARAM} + "
+                 f"4/{world}) B x {params / 1e9:.2f}B params + {EVAL_MEM_ALLOWANCE_GIB} GiB, and {engines} vLLM "
+                 f"engine(s) x {VLLM_WORKER_HOST_GIB} GiB + {EVAL_MEM_ALLOWANCE_GIB} GiB (evaluation.resources.mem "
+                 "overrides)")
 
 
 # ------------------------------------------------------------------------------------------------ per-run plan
@@ -435,7 +449,7 @@ def decide(jobs: list, evaluations: list, train_ids: dict[str, str | None], acti
         name = job.job_name
         if active_evals.get(name):
             ids = ", ".join(i for i, _ in active_evals[name])
-            notes.append(f"{job.run.name}: evaluation job(s) {ids} already queued or running")
+            notes.append(f"{job.run_label}: evaluation job(s) {ids} already queued or running")
             continue
         plan = ev.jobs[0].plan
         if pass_complete(plan, "selection"):
@@ -526,7 +540,7 @@ def submit_eval_jobs(jobs: list, train_ids: dict[str, str | None], script_dir: P
         if d.phase == "selection":
             submitted_selection[d.job_name] = job_id
         after = f" after job(s) {', '.join(deps)}" if deps else ""
-        out(f"submitted {d.phase} evaluation of {job.run.name}: job {job_id} {job.job_name}{after}")
+        out(f"submitted {d.phase} evaluation of {job.run_label}: job {job_id} {job.job_name}{after}")
         done.append((job.run.name, d.phase, job_id))
     return done
 
@@ -538,12 +552,16 @@ def dry_run_lines(job) -> list[str]:
     ev = job.evaluation
     if ev is None:
         return []
-    lines = [f"### evaluation of {job.job_name} (run {job.run.name}): {ev.setting_line}"]
+    lines = [f"### evaluation of {job.job_name} (run {job.run_label}): {ev.setting_line}"]
     if ev.baseline:
         lines.append(f"### checkpoint selection against the γ = 0 baseline run {ev.baseline} (equal or less compute)")
     elif float(job.config.algorithm.fgrpo.gamma) > 0:
-        lines.append(f"### no γ = 0 baseline for {job.run.name} in the recipe (no run with the same config but γ = 0):"
-                     f" its checkpoint is selected on its own scores, with no compute limit")
+        # a command-line γ applies to every run of the plan, the recipe's γ = 0 twin included
+        why = ("algorithm.fgrpo.gamma on the command line sets every run's γ, the γ = 0 run's too"
+               if any(o.startswith("algorithm.fgrpo.gamma=") for o in job.command_line) else
+               "no run with the same config but γ = 0")
+        lines.append(f"### no γ = 0 baseline for {job.run_label} in the recipe ({why}): its checkpoint is selected"
+                     f" on its own scores, with no compute limit")
     for e in ev.jobs:
         p = e.plan["passes"][e.phase] if e.phase in e.plan["passes"] else None
         what = (f"n={p['n']} on every epoch checkpoint" if e.phase == "selection"

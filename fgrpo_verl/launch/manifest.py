@@ -53,7 +53,7 @@ def plan_key(recipe_path: Path, only: list[str] | None, overrides: list[str], ev
 
 
 def planned_runs(jobs: list) -> list[PlannedRun]:
-    return [PlannedRun(job.run.name, job.job_name, Path(job.checkpoint_dir), job.total_steps,
+    return [PlannedRun(job.run_label, job.job_name, Path(job.checkpoint_dir), job.total_steps,
                        None if job.evaluation is None else job.evaluation.jobs[0].plan) for job in jobs]
 
 

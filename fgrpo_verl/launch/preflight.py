@@ -104,6 +104,8 @@ GIB = 2**30
 PARAM_BYTES = 4
 GRAD_BYTES = 4
 OPTIMIZER_BYTES = 8
+# bytes per parameter of fsdp_config.model_dtype (verl's PrecisionType names)
+DTYPE_BYTES = {"fp32": 4, "float32": 4, "32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "16": 2}
 # bf16 activations
 ACT_BYTES = 2
 VLLM_NAMES = ("vllm", "sglang")
@@ -464,6 +466,7 @@ class _Checks:
         util = float(self.rollout.gpu_memory_utilization)
         name = str(self.rollout.name)
         held = not bool(self.rollout.free_cache_engine)  # vLLM keeps its memory through the update
+        dtype = str(self.actor.get("fsdp_config", {}).get("model_dtype") or "fp32")
         util_key = "actor_rollout_ref.rollout.gpu_memory_utilization"
         # the rollout phase binds (its resident states are the start's and more): the largest u that fits it
         headroom = math.floor(max(0.0, (capacity - est.states_rollout) / capacity) * 100) / 100
@@ -472,7 +475,7 @@ class _Checks:
             self.refuse(
                 util_key, util,
                 f"vLLM starts (verl's LLMServerManager.create, after the actor's init_model) beside "
-                f"{_gib(est.states_start)} GiB per GPU of fp32 parameters (AdamW's moments are not allocated before "
+                f"{_gib(est.states_start)} GiB per GPU of {dtype} parameters (AdamW's moments are not allocated before "
                 f"the first update) and asks for {_gib(est.vllm)} GiB free: {_gib(est.states_start + est.vllm)} GiB > "
                 f"{gib} GiB (slurm.gpu_memory_gib); vLLM's request_memory refuses to start",
                 f"{lower}use more GPUs, or set actor_rollout_ref.actor.fsdp_config.param_offload=true",
@@ -482,7 +485,7 @@ class _Checks:
                 util_key, util,
                 f"from the second step on, vLLM's {_gib(est.vllm)} GiB "
                 + ("stay" if held else "wake (free_cache_engine)")
-                + f" beside {_gib(est.states_rollout)} GiB per GPU of fp32 parameters and AdamW moments (verl frees "
+                + f" beside {_gib(est.states_rollout)} GiB per GPU of {dtype} parameters and AdamW moments (verl frees "
                 f"the gradients when each update ends): {_gib(est.states_rollout + est.vllm)} GiB > {gib} GiB "
                 "(slurm.gpu_memory_gib); the rollout runs out of GPU memory",
                 f"{lower}use more GPUs, or set actor_rollout_ref.actor.fsdp_config.optimizer_offload=true",
@@ -499,7 +502,7 @@ class _Checks:
                 fix = ("use more GPUs (trainer.nnodes / trainer.n_gpus_per_node), or FSDP2's CPU offload "
                        "(backend=gpu_fsdp2 with actor_rollout_ref.actor.fsdp_config.offload_policy=true)")
             self.refuse(key, value,
-                        f"a training step needs at least {_gib(training)} GiB per GPU ({tag}: fp32 parameters, "
+                        f"a training step needs at least {_gib(training)} GiB per GPU ({tag}: {dtype} parameters, "
                         f"gradients and AdamW moments, on the GPU for the update even with param/optimizer offload; "
                         f"{_gib(est.activations)} GiB for one micro-batch of {self.length}-token sequences"
                         + (f"; vLLM's {_gib(est.vllm)} GiB, free_cache_engine=false" if held else "")
@@ -592,16 +595,22 @@ def fsdp_states(config, params: float, world: int) -> tuple[float, float, float]
       onto the GPU, so offload does not lower this phase's peak.
 
     FSDP2's ``offload_policy`` (``CPUOffloadPolicy``, read only with strategy fsdp2) keeps all of them on the host in
-    every phase."""
+    every phase.
+
+    The bytes follow ``fsdp_config.model_dtype`` (``FSDPEngine._build_module`` loads the weights in it; fp32 by
+    default): gradients and torch's AdamW moments take the parameters' dtype. With LoRA (``model.lora_rank > 0``) the
+    base weights are frozen: no gradients or moments for them (the adapters' are not counted)."""
     actor = config.actor_rollout_ref.actor
     fsdp = actor.get("fsdp_config", {})
     if str(actor.get("strategy", "fsdp")) == "fsdp2" and bool(fsdp.get("offload_policy", False)):
         return 0.0, 0.0, 0.0
-    param_here = 0 if fsdp.get("param_offload", False) else PARAM_BYTES
-    moments_here = 0 if fsdp.get("optimizer_offload", False) else OPTIMIZER_BYTES
+    scale = DTYPE_BYTES.get(str(fsdp.get("model_dtype") or "fp32"), PARAM_BYTES) / PARAM_BYTES
+    trained = 0.0 if int(config.actor_rollout_ref.model.get("lora_rank", 0) or 0) > 0 else 1.0
+    param_here = 0 if fsdp.get("param_offload", False) else PARAM_BYTES * scale
+    moments_here = 0 if fsdp.get("optimizer_offload", False) else OPTIMIZER_BYTES * scale * trained
     per_gpu = params / world
     return (per_gpu * param_here, per_gpu * (param_here + moments_here),
-            per_gpu * (PARAM_BYTES + GRAD_BYTES + OPTIMIZER_BYTES))
+            per_gpu * scale * (PARAM_BYTES + (GRAD_BYTES + OPTIMIZER_BYTES) * trained))
 
 
 def estimate_memory(config, arch: Architecture, world: int) -> MemoryEstimate:

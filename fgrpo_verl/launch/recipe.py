@@ -139,7 +139,25 @@ class Recipe:
         (``--only R algorithm.fgrpo.gamma=0.7`` drops R's own ``gamma=0.5`` line)."""
         listed = [*self.common, *run.overrides, *extra, f"trainer.project_name={self.project}"]
         last = {_plain_key(o): i for i, o in enumerate(listed)}
-        return [o for i, o in enumerate(listed) if _plain_key(o) is None or last[_plain_key(o)] == i]
+        # a dict value merges into the node (Hydra: `a={x:1}` then `a={y:2}` keeps x): such a key stays as written
+        merged = {_plain_key(o) for o in listed if _plain_key(o) is not None and o.split("=", 1)[1].lstrip()[:1] == "{"}
+        return [o for i, o in enumerate(listed)
+                if _plain_key(o) is None or _plain_key(o) in merged or last[_plain_key(o)] == i]
+
+    def label(self, run: Run, extra: tuple[str, ...] | list[str] = ()) -> str:
+        """What the dry run, ``--status`` and a submit call ``run`` under the command-line overrides ``extra``: its
+        name, plus each of its own ``key=value`` lines that ``extra`` replaces, as it runs. A name spells its own
+        settings (``qwen25_7b-grpo-g0p5``: γ = 0.5), so ``algorithm.fgrpo.gamma=0.7`` on the command line shows as
+        ``qwen25_7b-grpo-g0p5 [algorithm.fgrpo.gamma=0.7]``."""
+        own = {_plain_key(o): o for o in run.overrides if _plain_key(o) is not None}
+        changed = {}
+        for override in extra:
+            key = _plain_key(override)
+            if key in own:
+                changed.pop(key, None)  # the last one is what runs
+                if override != own[key]:
+                    changed[key] = override
+        return f"{run.name} [{' '.join(changed.values())}]" if changed else run.name
 
     def select(self, names: list[str] | None) -> list[Run]:
         """The runs named in ``names`` (all runs for None), in recipe order."""

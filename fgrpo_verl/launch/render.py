@@ -74,6 +74,15 @@ class JobScript:
     evaluation: object = None
     # the JobScript of its γ = 0 twin, the baseline its checkpoint is selected against (None: γ = 0, or none)
     baseline_job: object = None
+    # what the dry run, --status and a submit call the run (Recipe.label: its name and what the command line
+    # changed in it); "": the run's name
+    label: str = ""
+    # the overrides given on the command line (every run of the plan got them)
+    command_line: tuple[str, ...] = ()
+
+    @property
+    def run_label(self) -> str:
+        return self.label or self.run.name
 
 
 _SLURM_TIME = re.compile(r"^(?:(\d+)-(\d+)(?::(\d+)(?::(\d+))?)?|(\d+)(?::(\d+)(?::(\d+))?)?)$")
