@@ -45,8 +45,18 @@ WORKER = textwrap.dedent("""
 
     fcntl.flock = no_flock
     from fgrpo_verl.evaluation import checkpoint_eval as ce
+    from fgrpo_verl.job import locks
 
     plan, shard, record = json.loads(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
+    read = locks._read
+
+    def contended_read(owner):  # read only when the owner file already exists: this worker had to wait
+        if owner.name.endswith(locks.OWNER_SUFFIX):
+            with record.open("a") as fh:
+                fh.write(f"waited {shard}\\n")
+        return read(owner)
+
+    locks._read = contended_read
 
     def merge(ckpt, signature):
         with record.open("a") as fh:
@@ -60,6 +70,8 @@ WORKER = textwrap.dedent("""
     ce.pass_options = lambda *args, **kwargs: None
     ce._run_eval = lambda options: None
     go = record.with_name("go")
+    with record.open("a") as fh:
+        fh.write(f"ready {shard}\\n")
     while not go.exists():
         time.sleep(0.01)
     ce.run_shard(plan, "selection", 2, shard, 2)
@@ -78,14 +90,19 @@ def test_two_workers_merge_one_at_a_time_without_flock(tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
     workers = [subprocess.Popen([sys.executable, "-c", WORKER, json.dumps(plan), str(shard), str(record)], env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for shard in (0, 1)]
-    time.sleep(1.5)  # both started (imports done) and waiting for the go
+    deadline = time.monotonic() + 60
+    while not (record.exists() and record.read_text().count("ready") == 2):  # both imported, waiting for the go
+        assert time.monotonic() < deadline and all(w.poll() is None for w in workers), "a worker did not start"
+        time.sleep(0.05)
     (tmp_path / "go").touch()
     outputs = [w.communicate(timeout=120) for w in workers]
     for worker, (stdout, stderr) in zip(workers, outputs):
         assert worker.returncode == 0, stdout + stderr
         assert "no flock on" in stdout and "locking with the owner file" in stdout
-    lines = record.read_text().split()
-    events = list(zip(lines[::2], lines[1::2]))
+    lines = [tuple(line.split()) for line in record.read_text().splitlines()]
+    # the merges contended: one worker found the other's owner file and waited for it
+    assert any(kind == "waited" for kind, _ in lines), lines
+    events = [line for line in lines if line[0] in ("enter", "exit")]
     assert len(events) == 4
     # never two merges at once: each enter is followed by the same worker's exit
     assert [kind for kind, _ in events] == ["enter", "exit", "enter", "exit"], events
@@ -107,6 +124,11 @@ def test_the_eval_lock_refuses_a_second_writer_without_flock(tmp_path, no_flock)
 
 
 def test_flock_is_used_where_it_works(tmp_path):
+    with open(tmp_path / "probe", "a") as fh:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            pytest.skip(f"this machine's temporary directory {tmp_path} has no flock ({err}): nothing to test here")
     with exclusive(tmp_path / "l") as how:
         assert how == "flock"
         with pytest.raises(LockHeld):
@@ -153,6 +175,8 @@ def test_a_live_holder_here_is_refused_without_wait(tmp_path, no_flock):
 
 def test_an_abandoned_owner_file_of_another_host_is_removed_after_stale_after(tmp_path, no_flock):
     owner = _owner(tmp_path / "l", host="elsewhere", pid=1)
+    old = time.time() - 3600
+    os.utime(owner, (old, old))
     start = time.monotonic()
     with exclusive(tmp_path / "l", stale_after=1.0):
         assert json.loads(owner.read_text())["host"] == socket.gethostname()
@@ -163,9 +187,11 @@ def test_a_holder_on_another_host_that_keeps_its_file_fresh_is_not_removed(tmp_p
     owner = _owner(tmp_path / "l", host="elsewhere", pid=1)
     stop = threading.Event()
 
-    def heartbeat():
+    def heartbeat():  # whole seconds apart, so a file system with coarse mtimes sees every change
+        t = int(time.time()) - 3600
         while not stop.wait(0.1):
-            os.utime(owner)
+            t += 1
+            os.utime(owner, (t, t))
 
     beat = threading.Thread(target=heartbeat)
     beat.start()
@@ -182,12 +208,124 @@ def test_a_holder_on_another_host_that_keeps_its_file_fresh_is_not_removed(tmp_p
 def test_the_holder_keeps_its_owner_file_fresh(tmp_path, no_flock):
     with exclusive(tmp_path / "l", stale_after=0.6):
         owner = tmp_path / "l.owner"
-        before = owner.stat().st_mtime_ns
-        time.sleep(0.4)
-        assert owner.stat().st_mtime_ns != before
+        old = int(time.time()) - 3600  # whole seconds in the past: any refresh is seen, whatever the granularity
+        os.utime(owner, (old, old))
+        deadline = time.monotonic() + 5
+        while owner.stat().st_mtime_ns == old * 10**9 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert owner.stat().st_mtime_ns != old * 10**9
 
 
 def test_stale_after_must_be_positive(tmp_path):
     with pytest.raises(ValueError, match=r"stale_after=0 is invalid: expected a number of seconds > 0"):
         with exclusive(tmp_path / "l", stale_after=0):
             pass
+
+
+def _take(owner: Path, token: str) -> bool:
+    """Create the owner file as another holder would (O_EXCL); whether it got it."""
+    try:
+        fd = os.open(owner, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return False
+    os.write(fd, json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "token": token}).encode())
+    os.close(fd)
+    return True
+
+
+def test_two_breakers_and_a_newcomer_never_give_the_lock_to_two(tmp_path, monkeypatch):
+    """B and C both judged the same owner file stale; C breaks it and takes the lock just as B removes what it
+    judged; D arrives before B is done. C and D must never both hold the lock."""
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    owner = _owner(tmp_path / "l", pid=int(dead.stdout))
+    signature, holder = locks._read(owner)
+    holders = []
+    real = {name: getattr(os, name) for name in ("rename", "unlink", "link")}
+    busy = []  # the hooks act for B's own calls only, not for those of C and D they run
+
+    def hooked(name):
+        def call(src, *args, **kwargs):
+            if busy:  # an action of C's or D's, run as is
+                return real[name](src, *args, **kwargs)
+            busy.append(name)
+            try:
+                if name in ("rename", "unlink") and Path(src) == owner:
+                    # B is about to remove the file it judged stale: C, which judged it stale too, goes first
+                    locks._break(owner, signature, holder, None)
+                    if _take(owner, "C"):
+                        holders.append("C")
+                if name == "link" and args and Path(args[0]) == owner and _take(owner, "D"):
+                    holders.append("D")  # B puts back what it took by mistake: D came in between
+            finally:
+                busy.clear()
+            return real[name](src, *args, **kwargs)
+        return call
+
+    for name in real:
+        monkeypatch.setattr(os, name, hooked(name))
+    locks._break(owner, signature, holder, None)  # B
+    monkeypatch.undo()
+    if _take(owner, "D"):
+        holders.append("D")
+    assert len(holders) <= 1, f"{holders} both hold the lock"
+    if holders:
+        assert json.loads(owner.read_text())["token"] == holders[0]
+
+
+def test_a_holder_whose_lock_was_taken_stops_refreshing_the_new_holders_file(tmp_path, no_flock):
+    messages = []
+    owner = tmp_path / "l.owner"
+    old = int(time.time()) - 3600
+    with exclusive(tmp_path / "l", stale_after=0.6, log=messages.append):
+        owner.unlink()  # judged stale and broken meanwhile; another holder took the lock
+        assert _take(owner, "other")
+        os.utime(owner, (old, old))
+        deadline = time.monotonic() + 3
+        while not any("lost the lock" in m for m in messages) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)  # three more heartbeats' worth: none may touch the other file
+        assert owner.stat().st_mtime_ns == old * 10**9, "the heartbeat refreshed another holder's owner file"
+    assert json.loads(owner.read_text())["token"] == "other"  # not removed at release either
+    assert any("lost the lock" in m for m in messages)
+    assert any("was taken from this process" in m for m in messages)
+
+
+def test_without_wait_a_reused_pid_here_does_not_hold_the_lock_forever(tmp_path, no_flock):
+    # the pid of this very process runs, but the file has not changed since long ago: a pid reused after a requeue
+    owner = _owner(tmp_path / "l", pid=os.getpid())
+    old = int(time.time()) - 3600
+    os.utime(owner, (old, old))
+    start = time.monotonic()
+    with exclusive(tmp_path / "l", wait=False, stale_after=1.0) as how:
+        assert how == "owner-file" and json.loads(owner.read_text())["token"] != "t0"
+    assert 1.0 <= time.monotonic() - start < 10
+
+
+def test_a_release_racing_a_removal_never_hides_the_body_exception(tmp_path, no_flock, monkeypatch):
+    messages = []
+    owner = tmp_path / "l.owner"
+    real_unlink = os.unlink
+
+    def raced_unlink(path, *args, **kwargs):  # another process removed it between the release's read and unlink
+        if Path(path) == owner:
+            real_unlink(path)
+        return real_unlink(path, *args, **kwargs)
+
+    with pytest.raises(RuntimeError, match="the body failed"):
+        with exclusive(tmp_path / "l", log=messages.append):
+            monkeypatch.setattr(os, "unlink", raced_unlink)
+            raise RuntimeError("the body failed")
+    monkeypatch.undo()
+    assert not owner.exists() and any(owner.name in m for m in messages[1:]), messages
+
+
+def test_a_break_file_left_by_a_killed_breaker_is_removed_after_stale_after(tmp_path, no_flock):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    owner = _owner(tmp_path / "l", pid=int(dead.stdout))
+    brk = tmp_path / ("l.owner" + locks.BREAK_SUFFIX)
+    brk.write_text("{}")
+    start = time.monotonic()
+    with exclusive(tmp_path / "l", stale_after=1.0) as how:
+        assert how == "owner-file" and json.loads(owner.read_text())["pid"] == os.getpid()
+    assert 1.0 <= time.monotonic() - start < 10
+    assert [p.name for p in tmp_path.iterdir()] == ["l"]

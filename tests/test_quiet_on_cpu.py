@@ -42,28 +42,41 @@ def test_a_terminal_slower_than_any_timeout_gets_every_line_and_no_write_after_c
 
 def test_output_written_after_the_command_ended_does_not_keep_the_follower_alive(tmp_path, monkeypatch, capfd):
     """A child process that outlives the command (a Ray worker) may still append to the log: the follower ends at
-    what the command's own output reached."""
+    what the command's own output reached, so leaving ``quiet_terminal`` returns while that child still writes."""
     errors = _thread_errors(monkeypatch)
     log = tmp_path / "train.log"
     stop = threading.Event()
+    written = threading.Event()
+    left = threading.Event()
 
-    def worker():
+    def child():  # at most one line a millisecond: the part echoed (up to the end) stays small
         with open(log, "a") as f:
-            while not stop.is_set():
+            for n in range(100_000):
+                if stop.is_set():
+                    return
                 f.write(STEP.format(99))
                 f.flush()
+                if n == 50:
+                    written.set()
+                time.sleep(0.001)
 
-    with quiet.quiet_terminal(log, total_steps=2):
-        os.write(1, STEP.format(1).encode())
-        thread = threading.Thread(target=worker, daemon=True)
-        thread.start()
-        time.sleep(0.3)
-    started = time.monotonic()
+    def command():
+        with quiet.quiet_terminal(log, total_steps=2):
+            os.write(1, STEP.format(1).encode())
+            writer.start()
+            written.wait(10)
+        left.set()
+
+    writer = threading.Thread(target=child, daemon=True)
+    body = threading.Thread(target=command, daemon=True)
+    body.start()
     try:
-        assert not any(t.is_alive() for t in threading.enumerate() if isinstance(t, quiet._Follower))
+        body.join(10)  # the child goes on writing all along
+        assert left.is_set() and not body.is_alive(), "leaving quiet_terminal waited for the child's later output"
+        assert writer.is_alive(), "the child stopped writing before the command ended: nothing was tested"
     finally:
         stop.set()
-        thread.join()
-    assert time.monotonic() - started < 1
-    assert capfd.readouterr().out.splitlines()[0].startswith("step 1/2")
+        writer.join(10)
+    out = capfd.readouterr().out.splitlines()
+    assert out[0].startswith("step 1/2")
     assert errors == []

@@ -16,9 +16,15 @@ waiter treats the owner file as stale, and removes it, when
   killed, or whose node died). Only changes are compared, never times, so clocks of different nodes need not
   agree.
 
-A stale owner file is renamed away (one waiter wins the rename) and checked to be the file judged stale; a live
-holder's file taken by mistake (replaced in between) is linked back. A holder whose file was removed anyway
-(its heartbeat stalled for ``stale_after``, e.g. a file system that hung that long) is told at release. Every
+Whoever removes the owner file (a waiter breaking a stale one, the holder releasing its own) first creates
+``<path>.owner.break`` with ``O_EXCL``, re-reads the owner file under it and removes it only if it still reads the
+same; as new owner files are only created where none exists, the file removed is the one judged. A ``.break``
+file left unchanged for ``stale_after`` (its creator was killed) is removed. The heartbeat checks that the owner
+file still carries the holder's token and touches it through the holder's own descriptor, so it never refreshes
+another holder's file; a holder whose file was removed anyway (its heartbeat stalled for ``stale_after``, e.g. a
+file system that hung that long) stops refreshing and logs it, at once and at release. With ``wait=False`` a
+holder whose pid runs here is refused at once only while its file is fresh by this host's clock: a pid that merely
+looks alive (reused after a requeue, another user's) is judged by the rule above. Every
 process that shares the lock must see the same flock support (the same mount options), which holds for the nodes
 of one cluster: a process using flock and another using the owner file do not exclude each other.
 """
@@ -39,6 +45,7 @@ from pathlib import Path
 # what a file system without flock answers (ENOTSUP is EOPNOTSUPP on Linux)
 NO_FLOCK = frozenset({errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL, errno.ENOLCK})
 OWNER_SUFFIX = ".owner"
+BREAK_SUFFIX = ".break"  # taken (O_EXCL) by whoever removes the owner file
 STALE_AFTER = 120.0  # seconds an owner file of another host may stay unchanged before it counts as abandoned
 
 
@@ -115,27 +122,75 @@ def _describe(holder: dict) -> str:
     return f"pid {holder.get('pid', '?')} on {holder.get('host', '?')} since {holder.get('since', '?')}"
 
 
-def _break(owner: Path, signature: tuple, holder: dict, log) -> None:
-    """Remove the stale owner file ``owner`` (read as ``signature``), unless another waiter got there first."""
-    now = _read(owner)
-    if now is None or now[0] != signature:  # replaced or removed meanwhile: judge again
-        return
-    me = _identity()
-    tomb = owner.with_name(f"{owner.name}.stale-{me['host']}-{me['pid']}-{me['token']}")
+def _try_lock_breaking(brk: Path, stale_after: float, seen: dict) -> bool:
+    """Take the ``.break`` file that serializes every removal of the owner file (breakers and the holder's release).
+
+    It is held for a read and an unlink only, so one left unchanged for ``stale_after`` (as watched through
+    ``seen``, signature -> first seen) belongs to a process killed meanwhile and is removed."""
     try:
-        os.rename(owner, tomb)
-    except FileNotFoundError:
-        return
-    taken = _read(tomb)
-    if taken is not None and taken[1].get("token") != holder.get("token"):
-        # a new holder's file replaced the stale one between the check and the rename: give it back
-        with contextlib.suppress(FileExistsError):
-            os.link(tomb, owner)
-    else:
+        fd = os.open(brk, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        state = _read(brk)
+        if state is None:
+            return False
+        first = seen.setdefault(state[0], time.monotonic())
+        if time.monotonic() - first >= stale_after:
+            again = _read(brk)
+            if again is not None and again[0] == state[0]:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(brk)
+        return False
+    with contextlib.suppress(OSError):
+        os.write(fd, json.dumps(_identity()).encode())
+    os.close(fd)
+    return True
+
+
+def _break(owner: Path, signature: tuple, holder: dict, log, stale_after: float = STALE_AFTER,
+           seen: dict | None = None) -> bool:
+    """Remove the stale owner file ``owner`` (read as ``signature``) unless it changed; False when another process
+    is removing or releasing it right now (judge again)."""
+    brk = owner.with_name(owner.name + BREAK_SUFFIX)
+    if not _try_lock_breaking(brk, stale_after, {} if seen is None else seen):
+        return False
+    try:
+        # every unlink of the owner file happens under the .break file, and a new owner file can only be created
+        # once it is gone: what reads the same here is still the stale file when unlinked below
+        now = _read(owner)
+        if now is None or now[0] != signature:  # removed, refreshed or replaced meanwhile
+            return True
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(owner)
         if log is not None:
             log(f"removed the stale lock {owner} of {_describe(holder)}")
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(tomb)
+        return True
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(brk)
+
+
+def _release(owner: Path, token: str, stale_after: float, log) -> None:
+    """Remove the owner file if it is still this holder's; never raises (it runs over the body's exception)."""
+    brk = owner.with_name(owner.name + BREAK_SUFFIX)
+    seen: dict = {}
+    poll = min(0.05, stale_after / 10)
+    try:
+        while not _try_lock_breaking(brk, stale_after, seen):
+            time.sleep(poll)
+        try:
+            state = _read(owner)
+            if state is not None and state[1].get("token") == token:
+                os.unlink(owner)
+                return
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(brk)
+    except OSError as err:
+        if log is not None:
+            log(f"warning: could not release the lock {owner}: {err}")
+        return
+    if log is not None:
+        log(f"warning: the lock {owner} was taken from this process while it held it (removed as stale)")
 
 
 @contextlib.contextmanager
@@ -144,6 +199,7 @@ def _owner_file(owner: Path, wait: bool, stale_after: float, log) -> Iterator[No
     poll = min(1.0, stale_after / 10)
     seen: tuple | None = None  # the owner file's signature and when this process first saw it so
     seen_at = 0.0
+    break_seen: dict = {}
     while True:
         try:
             fd = os.open(owner, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -151,12 +207,11 @@ def _owner_file(owner: Path, wait: bool, stale_after: float, log) -> Iterator[No
             pass
         else:
             try:
-                with os.fdopen(fd, "w") as fh:
-                    json.dump(me, fh)
-                    fh.flush()
-                    os.fsync(fh.fileno())
+                os.write(fd, json.dumps(me).encode())
+                os.fsync(fd)
             except BaseException:
                 # an empty owner file would hold everyone off for stale_after
+                os.close(fd)
                 with contextlib.suppress(OSError):
                     os.unlink(owner)
                 raise
@@ -170,10 +225,13 @@ def _owner_file(owner: Path, wait: bool, stale_after: float, log) -> Iterator[No
                 raise LockHeld(f"another process holds {owner} ({_describe(holder)})")
             seen, seen_at = signature, time.monotonic()
         if _dead_here(holder) or time.monotonic() - seen_at >= stale_after:
-            _break(owner, signature, holder, log)
-            seen = None
-            continue
-        if not wait and _alive_here(holder):
+            if _break(owner, signature, holder, log, stale_after, break_seen):
+                seen = None
+                continue
+        elif not wait and _alive_here(holder) and _fresh(signature, stale_after):
+            # a running pid here with a file touched lately (same host, same clock): refuse at once. A pid that
+            # only looks alive (reused after a requeue, another user's process) leaves its file unchanged and is
+            # judged by the rule above
             raise LockHeld(f"another process holds {owner} ({_describe(holder)})")
         time.sleep(poll)
 
@@ -181,8 +239,18 @@ def _owner_file(owner: Path, wait: bool, stale_after: float, log) -> Iterator[No
 
     def heartbeat() -> None:
         while not stop.wait(stale_after / 6):
+            try:
+                state = _read(owner)
+            except OSError:  # a passing file system error: try again at the next beat
+                continue
+            if state is None or state[1].get("token") != me["token"]:
+                # removed as stale (or replaced by a new holder's): stop, never touch another holder's file
+                if log is not None:
+                    log(f"warning: lost the lock {owner} while holding it (removed as stale)")
+                return
+            # through this holder's own descriptor, so a file that replaced it since the read is never touched
             with contextlib.suppress(OSError):
-                os.utime(owner)
+                os.utime(fd)
 
     beat = threading.Thread(target=heartbeat, name=f"lock-heartbeat:{owner.name}", daemon=True)
     beat.start()
@@ -191,8 +259,11 @@ def _owner_file(owner: Path, wait: bool, stale_after: float, log) -> Iterator[No
     finally:
         stop.set()
         beat.join()
-        state = _read(owner)
-        if state is not None and state[1].get("token") == me["token"]:
-            os.unlink(owner)
-        elif log is not None:
-            log(f"warning: the lock {owner} was taken from this process while it held it (removed as stale)")
+        with contextlib.suppress(OSError):
+            os.close(fd)
+        _release(owner, me["token"], stale_after, log)
+
+
+def _fresh(signature: tuple, stale_after: float) -> bool:
+    """Whether the owner file (as read, ``signature``) was modified less than ``stale_after`` ago by this clock."""
+    return time.time() - signature[1] / 1e9 < stale_after
