@@ -218,7 +218,7 @@ def _fake(name, gamma, run_dir, protocol="select"):
             "benchmarks": {"A": {"file": "a", "scorer": "math", "group": "math"}}, "sampling": {"backend": "t"},
             "protocol": protocol}
     jobs = tuple(ej.EvalJob(p, plan, ()) for p in (("selection", "final") if protocol == "select" else ("selection",)))
-    return SimpleNamespace(job_name=name, run=SimpleNamespace(name=name), evaluation=SimpleNamespace(jobs=jobs))
+    return SimpleNamespace(job_name=name, run=SimpleNamespace(name=name), run_label=name, evaluation=SimpleNamespace(jobs=jobs))
 
 
 def test_a_fresh_launch_submits_selection_after_training_and_final_after_both_selections(tmp_path):
@@ -288,25 +288,30 @@ def test_dependencies_go_on_sbatchs_command_line_and_the_planned_script_is_submi
 
 
 def test_evaluation_jobs_request_the_host_memory_of_verls_model_merger(paper_main):
-    """The larger of the merge, (6 + 4/W) B per parameter + 4 GiB (Qwen2.5-7B, 7.62B, trained on 2 x 8 GPUs: 49 GiB),
-    and the evaluation's vLLM engines, 8 GiB each + 4 (8 GPUs at TP 1: 68 GiB); the recipe's value wins."""
+    """verl's model merger, (6 + 4/W) B per parameter (Qwen2.5-7B, 7.62B, trained on 2 x 8 GPUs: 44.4 GiB), beside
+    the other workers' vLLM engines (a worker merges the next checkpoint while the others sample), 8 GiB each for
+    8 GPUs at TP 1, + 4 GiB: 113 GiB; the recipe's value wins."""
     import math
 
     _, jobs = paper_main
     job = jobs["qwen25_7b-grpo-g0p0"]
     world = int(job.config.trainer.nnodes) * int(job.config.trainer.n_gpus_per_node)
     assert world == 16
-    gib = math.ceil((6 + 4 / 16) * 7.62e9 / 2**30 + 4)
-    assert gib == 49 and ej.eval_host_memory(7.62e9, 16) == "49G" and ej.eval_host_memory(7.62e9, 16, 2) == "49G"
-    assert ej.eval_host_memory(7.62e9, 16, 8) == "68G"
+    gib = math.ceil((6 + 4 / 16) * 7.62e9 / 2**30 + 8 * 8 + 4)
+    assert gib == 113 and ej.eval_host_memory(7.62e9, 16, 8) == "113G"
+    assert ej.eval_host_memory(7.62e9, 16) == "49G"
     for e in job.evaluation.jobs:
-        assert '#SBATCH --mem="68G"' in e.text
-    assert any(line.startswith("### eval job memory: --mem=68G = the larger of verl's model merger, (6 + 4/16) B x "
-                               "7.62B params + 4 GiB, and 8 vLLM engine(s)") for line in ej.dry_run_lines(job))
-    # a memory option of the recipe's own (sbatch refuses two): no --mem beside it
+        assert '#SBATCH --mem="113G"' in e.text
+    assert any(line.startswith("### eval job memory: --mem=113G = verl's model merger, (6 + 4/16) B x 7.62B params, "
+                               "beside 8 vLLM engine(s) x 8 GiB") for line in ej.dry_run_lines(job))
+    # a memory option of the recipe's own (sbatch refuses two): no --mem beside it; --mem-bind is no amount
     theirs = spec(resources={"extra": ["--mem-per-gpu=64G"]})
     mem, line = ej.eval_memory(theirs, job.config, 7.62e9)
     assert mem is None and "--mem-per-gpu=64G" in line
+    assert ej.eval_memory(spec(resources={"extra": ["--mem-bind=local"]}), job.config, 7.62e9)[0] == "113G"
+    with pytest.raises(ValueError, match=r"^evaluation.resources.mem=200G and evaluation.resources.extra "
+                                         r"--mem-per-cpu=4G: sbatch takes one memory option; keep one$"):
+        ej.eval_memory(spec(resources={"mem": "200G", "extra": ["--mem-per-cpu=4G"]}), job.config, 7.62e9)
     # one rank holds the whole model: its shard is loaded twice
     assert ej.eval_host_memory(1e9, 1) == f"{math.ceil(10e9 / 2**30 + 4)}G"
     mine = spec(resources={"mem": "300G"})
@@ -414,7 +419,7 @@ def _job(name, gamma, lr=1e-6):
 
     config = OmegaConf.create({"algorithm": {"fgrpo": {"gamma": gamma}}, "trainer": {"experiment_name": name},
                                "actor_rollout_ref": {"actor": {"optim": {"lr": lr}}}})
-    return SimpleNamespace(job_name=name, config=config, run=SimpleNamespace(name=name))
+    return SimpleNamespace(job_name=name, config=config, run=SimpleNamespace(name=name), run_label=name, command_line=())
 
 
 def test_a_baseline_written_as_an_integer_gamma_is_still_the_focal_runs_twin():

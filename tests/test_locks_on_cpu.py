@@ -48,15 +48,18 @@ WORKER = textwrap.dedent("""
     from fgrpo_verl.job import locks
 
     plan, shard, record = json.loads(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
-    read = locks._read
+    real_open = os.open
 
-    def contended_read(owner):  # read only when the owner file already exists: this worker had to wait
-        if owner.name.endswith(locks.OWNER_SUFFIX):
-            with record.open("a") as fh:
-                fh.write(f"waited {shard}\\n")
-        return read(owner)
+    def contended_open(path, flags, *args):  # the owner file already existed: this worker had to wait
+        try:
+            return real_open(path, flags, *args)
+        except FileExistsError:
+            if str(path).endswith(locks.OWNER_SUFFIX):
+                with record.open("a") as fh:
+                    fh.write(f"waited {shard}\\n")
+            raise
 
-    locks._read = contended_read
+    os.open = contended_open
 
     def merge(ckpt, signature):
         with record.open("a") as fh:
@@ -329,3 +332,27 @@ def test_a_break_file_left_by_a_killed_breaker_is_removed_after_stale_after(tmp_
         assert how == "owner-file" and json.loads(owner.read_text())["pid"] == os.getpid()
     assert 1.0 <= time.monotonic() - start < 10
     assert [p.name for p in tmp_path.iterdir()] == ["l"]
+
+
+def test_a_break_file_of_a_live_process_here_is_kept_and_one_of_a_dead_process_is_removed_at_once(tmp_path):
+    brk = tmp_path / ("l" + locks.OWNER_SUFFIX + locks.BREAK_SUFFIX)
+    live = {"host": socket.gethostname(), "pid": os.getpid(), "token": "t1"}
+    brk.write_text(json.dumps(live))
+    old = time.time() - 3600
+    os.utime(brk, (old, old))
+    seen: dict = {}
+    for _ in range(3):
+        assert locks._try_lock_breaking(brk, 0.001, seen) is None
+        time.sleep(0.01)
+    assert json.loads(brk.read_text()) == live  # a stalled but live breaker keeps it
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    brk.write_text(json.dumps({**live, "pid": int(gone.stdout)}))
+    assert locks._try_lock_breaking(brk, 3600, {}) is None and not brk.exists()  # removed, taken next time
+    token = locks._try_lock_breaking(brk, 3600, {})
+    assert token is not None and json.loads(brk.read_text())["token"] == token
+    # a holder whose .break was replaced meanwhile removes only its own
+    brk.write_text(json.dumps({**live, "token": "someone else"}))
+    locks._drop_break(brk, token)
+    assert brk.exists()
+    locks._drop_break(brk, "someone else")
+    assert not brk.exists()

@@ -58,6 +58,8 @@ def test_the_label_shows_what_the_command_line_changed_in_the_run():
     assert recipe.label(run, ["algorithm.fgrpo.gamma=0.7", "algorithm.fgrpo.gamma=1.0", "trainer.total_epochs=3",
                               "+x.y=1"]) == "qwen25_7b-grpo-g0p5 [algorithm.fgrpo.gamma=1.0]"
     assert recipe.label(run, ["algorithm.fgrpo.gamma=0.7", "algorithm.fgrpo.gamma=0.5"]) == run.name
+    assert recipe.label(run, ["++algorithm.fgrpo.gamma=0.7"]) == "qwen25_7b-grpo-g0p5 [algorithm.fgrpo.gamma=0.7]"
+    assert recipe.label(run, ["++algorithm.fgrpo.gamma=0.5"]) == run.name
 
 
 def test_dry_run_and_status_name_the_run_as_it_runs_and_say_why_its_baseline_is_gone(tmp_path, monkeypatch, capsys):

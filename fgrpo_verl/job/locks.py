@@ -122,28 +122,41 @@ def _describe(holder: dict) -> str:
     return f"pid {holder.get('pid', '?')} on {holder.get('host', '?')} since {holder.get('since', '?')}"
 
 
-def _try_lock_breaking(brk: Path, stale_after: float, seen: dict) -> bool:
-    """Take the ``.break`` file that serializes every removal of the owner file (breakers and the holder's release).
+def _try_lock_breaking(brk: Path, stale_after: float, seen: dict) -> str | None:
+    """Take the ``.break`` file that serializes every removal of the owner file (breakers and the holder's release);
+    returns its token, or None when another process holds it.
 
-    It is held for a read and an unlink only, so one left unchanged for ``stale_after`` (as watched through
-    ``seen``, signature -> first seen) belongs to a process killed meanwhile and is removed."""
+    It is held for a read and an unlink only. One whose process is gone from this host is removed at once; one of
+    another host's process left unchanged for ``stale_after`` (as watched through ``seen``, signature -> first seen)
+    belongs to a process killed meanwhile and is removed. A live process of this host keeps it."""
+    me = _identity()
     try:
         fd = os.open(brk, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except FileExistsError:
         state = _read(brk)
-        if state is None:
-            return False
+        if state is None or _alive_here(state[1]):
+            return None
         first = seen.setdefault(state[0], time.monotonic())
-        if time.monotonic() - first >= stale_after:
+        if _dead_here(state[1]) or time.monotonic() - first >= stale_after:
             again = _read(brk)
             if again is not None and again[0] == state[0]:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(brk)
-        return False
-    with contextlib.suppress(OSError):
-        os.write(fd, json.dumps(_identity()).encode())
-    os.close(fd)
-    return True
+        return None
+    try:
+        os.write(fd, json.dumps(me).encode())
+    finally:
+        os.close(fd)
+    return me["token"]
+
+
+def _drop_break(brk: Path, token: str) -> None:
+    """Remove the ``.break`` file if it is still the one this process took (a stalled holder's may have been
+    removed as stale and taken by another process)."""
+    state = _read(brk)
+    if state is not None and state[1].get("token") == token:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(brk)
 
 
 def _break(owner: Path, signature: tuple, holder: dict, log, stale_after: float = STALE_AFTER,
@@ -151,7 +164,8 @@ def _break(owner: Path, signature: tuple, holder: dict, log, stale_after: float 
     """Remove the stale owner file ``owner`` (read as ``signature``) unless it changed; False when another process
     is removing or releasing it right now (judge again)."""
     brk = owner.with_name(owner.name + BREAK_SUFFIX)
-    if not _try_lock_breaking(brk, stale_after, {} if seen is None else seen):
+    token = _try_lock_breaking(brk, stale_after, {} if seen is None else seen)
+    if token is None:
         return False
     try:
         # every unlink of the owner file happens under the .break file, and a new owner file can only be created
@@ -165,8 +179,7 @@ def _break(owner: Path, signature: tuple, holder: dict, log, stale_after: float 
             log(f"removed the stale lock {owner} of {_describe(holder)}")
         return True
     finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(brk)
+        _drop_break(brk, token)
 
 
 def _release(owner: Path, token: str, stale_after: float, log) -> None:
@@ -175,16 +188,17 @@ def _release(owner: Path, token: str, stale_after: float, log) -> None:
     seen: dict = {}
     poll = min(0.05, stale_after / 10)
     try:
-        while not _try_lock_breaking(brk, stale_after, seen):
+        brk_token = _try_lock_breaking(brk, stale_after, seen)
+        while brk_token is None:
             time.sleep(poll)
+            brk_token = _try_lock_breaking(brk, stale_after, seen)
         try:
             state = _read(owner)
             if state is not None and state[1].get("token") == token:
                 os.unlink(owner)
                 return
         finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(brk)
+            _drop_break(brk, brk_token)
     except OSError as err:
         if log is not None:
             log(f"warning: could not release the lock {owner}: {err}")

@@ -62,30 +62,36 @@ EVAL_SIGNAL_LEAD_S = 120
 # (4 B/param + 4/W), less. The evaluation after it streams bf16 weights to the GPUs. A fixed allowance covers the
 # interpreter, torch and the tokenizer:
 #     mem = (6 + 4/W) x P B + 4 GiB, rounded up to whole GiB      (7.62B params, W = 16: 49 GiB)
-# The merge is over before the evaluation starts its workers (gpus_per_node / tensor_parallel_size vLLM engines,
-# each a process with its own CUDA context, engine core and tokenizer on the host); the job asks for the larger of
-# the two phases, with VLLM_WORKER_HOST_GIB per engine: an allowance, not a measurement (no GPU measured it here).
+# Each evaluation worker (gpus_per_node / tensor_parallel_size vLLM engines, each a process with its own CUDA
+# context, engine core and tokenizer on the host) merges a checkpoint under the merge lock and then samples from
+# it, so one worker's merge of the next checkpoint runs beside the other workers' engines: the job asks for both,
+# with VLLM_WORKER_HOST_GIB per engine: an allowance, not a measurement (no GPU measured it here).
 # Without it a site's default memory per job (often a few GB) kills the merger. A recipe's
 # evaluation.resources.mem replaces it; a memory option in evaluation.resources.extra (--mem-per-gpu,
 # --mem-per-cpu: sbatch refuses them beside --mem) leaves it out.
+#     mem = (6 + 4/W) x P B + E x 8 GiB + 4 GiB, rounded up                 (7.62B, W = 16, E = 8: 113 GiB)
 MERGE_BYTES_PER_PARAM = 6
 EVAL_MEM_ALLOWANCE_GIB = 4
 VLLM_WORKER_HOST_GIB = 8
+# sbatch's memory amounts, of which a job takes one (not --mem-bind, a placement)
+MEMORY_OPTIONS = ("--mem", "--mem-per-cpu", "--mem-per-gpu")
 
 
 def eval_host_memory(params: float, world_size: int, engines: int = 0) -> str:
     """sbatch --mem of an evaluation job of a ``params``-parameter model trained on ``world_size`` ranks, evaluated
     by ``engines`` vLLM engines (above)."""
-    merge = (MERGE_BYTES_PER_PARAM + 4 / max(1, world_size)) * params / 2**30 + EVAL_MEM_ALLOWANCE_GIB
-    evaluate = EVAL_MEM_ALLOWANCE_GIB + engines * VLLM_WORKER_HOST_GIB
-    return f"{math.ceil(max(merge, evaluate))}G"
+    merge = (MERGE_BYTES_PER_PARAM + 4 / max(1, world_size)) * params / 2**30
+    return f"{math.ceil(merge + engines * VLLM_WORKER_HOST_GIB + EVAL_MEM_ALLOWANCE_GIB)}G"
 
 
 def eval_memory(spec: EvalSpec, config, params: float | None) -> tuple[str | None, str]:
     """(sbatch --mem of the run's evaluation jobs or None, the dry run's line saying where it comes from)."""
+    given = [o for o in spec.resources.extra if o.partition("=")[0] in MEMORY_OPTIONS]
     if spec.resources.mem is not None:
+        if given:
+            raise ValueError(f"evaluation.resources.mem={spec.resources.mem} and evaluation.resources.extra {given[0]}: "
+                             "sbatch takes one memory option; keep one")
         return spec.resources.mem, f"eval job memory: --mem={spec.resources.mem} (evaluation.resources.mem)"
-    given = [o for o in spec.resources.extra if o.startswith("--mem")]
     if given:
         return None, f"eval job memory: {given[0]} (evaluation.resources.extra; no --mem beside it)"
     model = str(config.actor_rollout_ref.model.path)
@@ -96,10 +102,9 @@ def eval_memory(spec: EvalSpec, config, params: float | None) -> tuple[str | Non
     # vLLM engines on GPUs; the CPU back-end's workers hold the model in the same host memory the merge needed
     engines = spec.gpus_per_node // int(spec.engine.get("tensor_parallel_size", 1)) if spec.backend == "vllm" else 0
     mem = eval_host_memory(params, world, engines)
-    return mem, (f"eval job memory: --mem={mem} = the larger of verl's model merger, ({MERGE_BYTES_PER_PARAM} + "
-                 f"4/{world}) B x {params / 1e9:.2f}B params + {EVAL_MEM_ALLOWANCE_GIB} GiB, and {engines} vLLM "
-                 f"engine(s) x {VLLM_WORKER_HOST_GIB} GiB + {EVAL_MEM_ALLOWANCE_GIB} GiB (evaluation.resources.mem "
-                 "overrides)")
+    return mem, (f"eval job memory: --mem={mem} = verl's model merger, ({MERGE_BYTES_PER_PARAM} + 4/{world}) B x "
+                 f"{params / 1e9:.2f}B params, beside {engines} vLLM engine(s) x {VLLM_WORKER_HOST_GIB} GiB, + "
+                 f"{EVAL_MEM_ALLOWANCE_GIB} GiB (evaluation.resources.mem overrides)")
 
 
 # ------------------------------------------------------------------------------------------------ per-run plan
@@ -558,7 +563,8 @@ def dry_run_lines(job) -> list[str]:
     elif float(job.config.algorithm.fgrpo.gamma) > 0:
         # a command-line γ applies to every run of the plan, the recipe's γ = 0 twin included
         why = ("algorithm.fgrpo.gamma on the command line sets every run's γ, the γ = 0 run's too"
-               if any(o.startswith("algorithm.fgrpo.gamma=") for o in job.command_line) else
+               if any(o.lstrip("+").startswith(("algorithm.fgrpo.gamma=", "algorithm.fgrpo={", "algorithm={"))
+                      for o in job.command_line) else
                "no run with the same config but γ = 0")
         lines.append(f"### no γ = 0 baseline for {job.run_label} in the recipe ({why}): its checkpoint is selected"
                      f" on its own scores, with no compute limit")

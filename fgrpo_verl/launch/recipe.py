@@ -152,11 +152,13 @@ class Recipe:
         own = {_plain_key(o): o for o in run.overrides if _plain_key(o) is not None}
         changed = {}
         for override in extra:
-            key = _plain_key(override)
+            # `++key=v` sets the key whether or not it exists: for a key the run sets, the same as `key=v`
+            plain = override[2:] if override.startswith("++") else override
+            key = _plain_key(plain)
             if key in own:
                 changed.pop(key, None)  # the last one is what runs
-                if override != own[key]:
-                    changed[key] = override
+                if plain != own[key]:
+                    changed[key] = plain
         return f"{run.name} [{' '.join(changed.values())}]" if changed else run.name
 
     def select(self, names: list[str] | None) -> list[Run]:
