@@ -4,6 +4,8 @@ verl's to fetch; `--cfg job` stays a print of the config."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from omegaconf import OmegaConf
 
@@ -50,6 +52,20 @@ def test_a_missing_file_names_the_key_and_the_path(data, monkeypatch, train_file
     assert message in str(exc.value) and "\n" not in str(exc.value)
     if str(train_files).startswith("~"):
         assert str(data / "data" / "trian.parquet") in str(exc.value)  # where `~` points
+
+
+@pytest.fixture(autouse=True)
+def own_process_state(monkeypatch):
+    """`train` exports its groups' environment (backend=cpu: VERL_PLATFORM=cpu) and resolves verl's platform, as it
+    does in its own process. Here it runs inside the suite's process: it starts from an unresolved platform, and
+    both go back afterwards, so nothing leaks into the tests that follow."""
+    from verl.plugin.platform import platform_manager
+
+    saved = dict(os.environ)
+    monkeypatch.setattr(platform_manager, "_current_platform", None)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
 
 
 @pytest.fixture
