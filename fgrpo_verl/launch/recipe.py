@@ -138,11 +138,11 @@ class Recipe:
         Hydra applies the later one anyway, and the job script then holds only the value that runs
         (``--only R algorithm.fgrpo.gamma=0.7`` drops R's own ``gamma=0.5`` line)."""
         listed = [*self.common, *run.overrides, *extra, f"trainer.project_name={self.project}"]
-        last = {_plain_key(o): i for i, o in enumerate(listed)}
+        keys = [_plain_key(o) for o in listed]
+        last = {key: i for i, key in enumerate(keys)}
         # a dict value merges into the node (Hydra: `a={x:1}` then `a={y:2}` keeps x): such a key stays as written
-        merged = {_plain_key(o) for o in listed if _plain_key(o) is not None and o.split("=", 1)[1].lstrip()[:1] == "{"}
-        return [o for i, o in enumerate(listed)
-                if _plain_key(o) is None or _plain_key(o) in merged or last[_plain_key(o)] == i]
+        merged = {key for key, o in zip(keys, listed) if key is not None and o.split("=", 1)[1].lstrip()[:1] == "{"}
+        return [o for i, (key, o) in enumerate(zip(keys, listed)) if key is None or key in merged or last[key] == i]
 
     def label(self, run: Run, extra: tuple[str, ...] | list[str] = ()) -> str:
         """What the dry run, ``--status`` and a submit call ``run`` under the command-line overrides ``extra``: its
