@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from fgrpo_verl.config.compose import compose
 from fgrpo_verl.launch.recipe import load_recipe
 
@@ -70,6 +72,13 @@ def test_dry_run_and_status_name_the_run_as_it_runs_and_say_why_its_baseline_is_
     assert main([*args, "--dry-run"]) == 0
     out = capsys.readouterr().out
     label = "qwen25_7b-grpo-g0p5 [algorithm.fgrpo.gamma=0.7]"
+    # the summary: the run's row and, in one line, why its evaluation has no baseline
+    assert any(line.startswith(label + " ") for line in out.splitlines()), out
+    assert (f"no γ = 0 baseline for {label} (algorithm.fgrpo.gamma on the command line sets every run's γ, the γ = 0 "
+            "run's too)") in out
+    # each job's details and scripts, on request
+    assert main([*args, "--dry-run", "--script-dir", "-"]) == 0
+    out = capsys.readouterr().out
     assert f"(run {label})" in out
     assert (f"### no γ = 0 baseline for {label} in the recipe (algorithm.fgrpo.gamma on the command line sets every "
             "run's γ, the γ = 0 run's too)") in out
@@ -83,3 +92,23 @@ def test_dry_run_and_status_name_the_run_as_it_runs_and_say_why_its_baseline_is_
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     assert main([*args, "--status"]) == 0
     assert capsys.readouterr().out.startswith(label + "  ")
+
+
+@pytest.mark.parametrize("pasted", [
+    ["qwen25_7b-grpo-g0p5 [algorithm.fgrpo.gamma=0.7]"],           # quoted, as one argument
+    ["qwen25_7b-grpo-g0p5", "[algorithm.fgrpo.gamma=0.7]"],         # unquoted
+])
+def test_a_label_pasted_into_only_is_the_run_it_names(pasted):
+    from fgrpo_verl.cli.launch import split_only
+
+    assert split_only(pasted, []) == (["qwen25_7b-grpo-g0p5"], ["algorithm.fgrpo.gamma=0.7"])
+
+
+def test_labels_with_several_overrides_and_list_values_split_back():
+    from fgrpo_verl.cli.launch import split_only
+
+    assert split_only(["a", "[x.y=1", "trainer.logger=[console,wandb]]"], ["z=2"]) == (
+        ["a"], ["x.y=1", "trainer.logger=[console,wandb]", "z=2"])
+    assert split_only(["a [trainer.logger=[console,wandb]]", "b"], []) == (["a", "b"], ["trainer.logger=[console,wandb]"])
+    # an override whose value is a list is not a label's part
+    assert split_only(["a", "trainer.logger=[console,wandb]"], []) == (["a"], ["trainer.logger=[console,wandb]"])

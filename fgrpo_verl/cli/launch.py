@@ -4,9 +4,11 @@ job per recipe run; the run lifecycle (identity, requeue, status) is described i
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
-HELP = "Submit a recipe's runs as Slurm jobs (one job each, Ray over all nodes); --dry-run prints the scripts."
+HELP = ("Submit a recipe's runs as Slurm jobs (one job each, Ray over all nodes); --dry-run prints what a submit "
+        "would do and what it still needs.")
 
 
 def _add_arguments(parser: argparse.ArgumentParser, overrides_nargs) -> None:
@@ -20,7 +22,11 @@ def _add_arguments(parser: argparse.ArgumentParser, overrides_nargs) -> None:
         help="submit only these runs (names as in the recipe; repeatable: --only A --only B means both); "
         "arguments containing '=' after it are overrides",
     )
-    parser.add_argument("--dry-run", action="store_true", help="submit nothing; print every job's sbatch script")
+    parser.add_argument(
+        "--dry-run", action="store_true",
+        help="submit nothing; print a table of the runs (GPUs, steps, GPU-hours, storage, preflight) and what a "
+        "submit needs that is not here",
+    )
     parser.add_argument(
         "--status", action="store_true", help="submit nothing; print each run's state: queued, running, done, failed, not started (checks no config "
         "with verl: --dry-run does)"
@@ -36,7 +42,9 @@ def _add_arguments(parser: argparse.ArgumentParser, overrides_nargs) -> None:
         help="submit training only, not the recipe's evaluation jobs (a later launch submits them)",
     )
     parser.add_argument(
-        "--script-dir", default=None, help="where the job scripts are written (default: slurm_jobs/<recipe>)"
+        "--script-dir", default=None,
+        help="where the job scripts are written (default: slurm_jobs/<recipe>); with --dry-run the scripts are "
+        "written only when this is given ('-': printed, with the details of each job)",
     )
     parser.add_argument("--log-dir", default=None, help="job output files, <job name>-<job id>.out (default: slurm_logs)")
     parser.add_argument(
@@ -72,10 +80,34 @@ def _reparse(args: argparse.Namespace) -> argparse.Namespace:
     )
 
 
+# a run label as the dry run, --status and a submit print it: `name [key=value ...]` (Recipe.label)
+_LABEL = re.compile(r"^(?P<name>[^\s=\[\]]+)\s+\[(?P<changed>.*=.*)\]$")
+
+
+def _unlabel(values: list[str]) -> list[str]:
+    """A pasted label's parts as a name and overrides: ``"a [x=1 y=2]"`` (quoted) and ``a`` ``[x=1`` ``y=2]``
+    (unquoted) both give ``a x=1 y=2``."""
+    out = []
+    for value in values:
+        text = value.strip()
+        match = _LABEL.match(text)
+        if match:
+            out += [match["name"], *match["changed"].split()]
+            continue
+        if "=" in text and text.startswith("["):  # no Hydra override starts with '[': the label's bracket
+            text = text[1:]
+        if "=" in text and text.endswith("]") and text.count("]") > text.count("["):
+            text = text[:-1]
+        out.append(text)
+    return out
+
+
 def split_only(only: list[str] | None, overrides: list[str]) -> tuple[list[str] | None, list[str]]:
-    """``--only a b x=1`` gives only=[a, b] and the override x=1 (run names never contain '=')."""
+    """``--only a b x=1`` gives only=[a, b] and the override x=1 (run names never contain '='); a label as the dry
+    run prints it, ``a [x=1]``, gives the same."""
     if only is None:
         return None, list(overrides)
+    only = _unlabel(only)
     names = [o for o in only if "=" not in o]
     moved = [o for o in only if "=" in o]
     if not names:
@@ -91,6 +123,70 @@ def _not_final(recipe, job) -> str:
         return ""
     return (f"training data {job.config.data.train_files} not found here, so trainer.save_freq=<steps per epoch> "
             "(recipe save_per_epoch) is missing below; prepare the data (docs/recipes.md) to see the exact script")
+
+
+def _print_scripts(recipe, jobs) -> None:
+    """Every job's scripts with what the dry run knows about each (``--dry-run --script-dir -``)."""
+    import sys
+
+    from fgrpo_verl.launch.eval_jobs import dry_run_lines, dry_run_total
+
+    incomplete = []
+    for job in jobs:
+        print(f"### job {job.job_name} (run {job.run_label}): {job.nodes} node(s) x {job.gpus_per_node} GPU(s); "
+              f"{_disk_note(job)}")
+        print(f"### {job.preflight}")
+        missing = _not_final(recipe, job)
+        if missing:
+            incomplete.append(job.run_label)
+            print(f"### NOT the script a submit renders: {missing}")
+        print(job.text)
+        for line in dry_run_lines(job):
+            print(line)
+    for line in dry_run_total(jobs):
+        print(line)
+    print(f"### {len(jobs)} job(s) from recipe {recipe.name} ({recipe.reproduces}); dry run, nothing submitted")
+    if incomplete:
+        print(f"fgrpo-verl launch: note: {len(incomplete)} of {len(jobs)} script(s) cannot be rendered exactly yet "
+              f"(their training data is not here, see the '### NOT' lines): {', '.join(incomplete)}",
+              file=sys.stderr)
+
+
+def _dry_run(recipe, jobs, script_dir: str | None, workdir: Path) -> int:
+    """The summary table, each distinct preflight, what a submit still needs; the scripts only on request."""
+    from fgrpo_verl.launch import summary
+    from fgrpo_verl.launch.eval_jobs import missing_baseline
+
+    if script_dir == "-":
+        _print_scripts(recipe, jobs)
+    for line in summary.table_lines(recipe, jobs):
+        print(line)
+    preflight = summary.preflight_lines(jobs)
+    if preflight:
+        print("\npreflight (what verl's start-up and the GPUs' memory allow; docs/slurm.md):")
+        for line in preflight:
+            print(f"  {line}")
+    baseless: dict[str, list[str]] = {}
+    for job in jobs:
+        why = missing_baseline(job)
+        if why:
+            baseless.setdefault(why, []).append(job.run_label)
+    for why, labels in baseless.items():
+        print(f"\nno γ = 0 baseline for {', '.join(labels[:3])}{f' and {len(labels) - 3} more' if len(labels) > 3 else ''}"
+              f" ({why}): checkpoints selected on their own scores, with no compute limit")
+    if script_dir and script_dir != "-":
+        written = summary.write_scripts(jobs, Path(script_dir).resolve())
+        print(f"\n{len(written)} script(s) written to {Path(script_dir).resolve()} (as a submit would name them)")
+    elif script_dir != "-":
+        print("\nscripts: not printed; --script-dir DIR writes them, --script-dir - prints them with each job's details")
+    missing = summary.readiness(jobs, workdir)
+    if missing:
+        print(f"\nNOT READY: a submit from {workdir} would refuse until these are fixed:")
+        for line in missing:
+            print(line)
+    else:
+        print("\nready: a submit from here has every input it checks (data, models, benchmarks, scorers)")
+    return 0
 
 
 def _disk_note(job) -> str:
@@ -167,28 +263,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"fgrpo-verl launch: error: {exc}", file=sys.stderr)
         return 2
     if args.dry_run:
-        from fgrpo_verl.launch.eval_jobs import dry_run_lines, dry_run_total
-
-        incomplete = []
-        for job in jobs:
-            print(f"### job {job.job_name} (run {job.run_label}): {job.nodes} node(s) x {job.gpus_per_node} GPU(s); "
-                  f"{_disk_note(job)}")
-            print(f"### {job.preflight}")
-            missing = _not_final(recipe, job)
-            if missing:
-                incomplete.append(job.run_label)
-                print(f"### NOT the script a submit renders: {missing}")
-            print(job.text)
-            for line in dry_run_lines(job):
-                print(line)
-        for line in dry_run_total(jobs):
-            print(line)
-        print(f"### {len(jobs)} job(s) from recipe {recipe.name} ({recipe.reproduces}); dry run, nothing submitted")
-        if incomplete:
-            print(f"fgrpo-verl launch: note: {len(incomplete)} of {len(jobs)} script(s) cannot be rendered exactly yet "
-                  f"(their training data is not here, see the '### NOT' lines): {', '.join(incomplete)}",
-                  file=sys.stderr)
-        return 0
+        return _dry_run(recipe, jobs, args.script_dir, workdir)
     if args.status:
         from fgrpo_verl.launch.manifest import planned_runs
 

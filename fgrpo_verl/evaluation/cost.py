@@ -35,6 +35,8 @@ KNOWN_PROBLEMS = {"MATH500": 500, "AIME24": 30, "AIME25": 30, "AMC23": 40, "Mine
 class CostAssumptions:
     tokens_per_gpu_second_7b: float = 5000.0
     mean_response_fraction: float = 0.25
+    # training's sustained FLOP/s per GPU (fgrpo_verl/launch/summary.py): ~40 % of an H100's dense bf16 peak
+    training_flops_per_gpu_second: float = 4e14
 
     @classmethod
     def from_dict(cls, data: dict | None, where: str) -> CostAssumptions:

@@ -33,7 +33,7 @@ def model_params(path: str) -> float | None:
     return None if arch is None else arch.params
 
 
-def _size(nbytes: float) -> str:
+def size_text(nbytes: float) -> str:
     for unit in ("B", "KB", "MB", "GB", "TB"):
         if nbytes < 1000 or unit == "TB":
             return f"{nbytes:.0f} {unit}" if unit == "B" else f"{nbytes:.1f} {unit}"
@@ -41,27 +41,42 @@ def _size(nbytes: float) -> str:
     raise AssertionError
 
 
+def checkpoint_storage(config, total_steps: int | None) -> tuple[float, int | None, float | None] | None:
+    """(bytes per checkpoint, checkpoints kept, total bytes) of a run; None when its parameter count is unknown
+    here. The count is None when the step count is (no data here and no checkpoint each epoch); a run that saves
+    once per epoch (``trainer.save_per_epoch``) keeps ``total_epochs`` checkpoints whatever its data."""
+    params = model_params(str(config.actor_rollout_ref.model.path))
+    if params is None:
+        return None
+    each = BYTES_PER_PARAM * params
+    save_freq = int(config.trainer.save_freq)
+    if total_steps is not None and save_freq > 0:
+        count = math.ceil(total_steps / save_freq)
+    elif config.trainer.get("save_per_epoch") and config.trainer.get("total_training_steps") is None:
+        count = int(config.trainer.total_epochs)
+    else:
+        return each, None, None
+    keep = config.trainer.get("max_actor_ckpt_to_keep")
+    if keep is not None:
+        count = min(count, int(keep))
+    if os.environ.get("FGRPO_KEEP_OPTIMIZER_STATES", "0") == "1":
+        return each, count, each * count
+    full = min(count, 2)
+    return each, count, full * each + (count - full) * WEIGHT_BYTES_PER_PARAM * params
+
+
 def checkpoint_disk(config, total_steps: int | None) -> str:
     """One line: per-checkpoint size, how many are kept, the total."""
     path = str(config.actor_rollout_ref.model.path)
-    params = model_params(path)
-    if params is None:
+    storage = checkpoint_storage(config, total_steps)
+    if storage is None:
         return f"checkpoint disk: unknown (parameter count of {path} not known here)"
-    each = BYTES_PER_PARAM * params
-    save_freq = int(config.trainer.save_freq)
-    if save_freq <= 0 or total_steps is None:
-        count = None
-    else:
-        count = math.ceil(total_steps / save_freq)
-        keep = config.trainer.get("max_actor_ckpt_to_keep")
-        if keep is not None:
-            count = min(count, int(keep))
-    head = f"checkpoint disk: {_size(each)} per checkpoint ({params / 1e9:.2f}B params x {BYTES_PER_PARAM} B)"
+    each, count, total = storage
+    head = (f"checkpoint disk: {size_text(each)} per checkpoint ({each / BYTES_PER_PARAM / 1e9:.2f}B params x "
+            f"{BYTES_PER_PARAM} B)")
     if count is None:
         return head
     if os.environ.get("FGRPO_KEEP_OPTIMIZER_STATES", "0") == "1":
-        return f"{head}, {count} kept = {_size(each * count)}"
-    full = min(count, 2)
-    total = full * each + (count - full) * WEIGHT_BYTES_PER_PARAM * params
+        return f"{head}, {count} kept = {size_text(total)}"
     return (f"{head}, {count} kept, optimizer states only in the resume point and a newer one "
-            f"({WEIGHT_BYTES_PER_PARAM} B per param in the others) = {_size(total)}")
+            f"({WEIGHT_BYTES_PER_PARAM} B per param in the others) = {size_text(total)}")

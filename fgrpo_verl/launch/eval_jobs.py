@@ -361,24 +361,33 @@ def plan_evaluation(spec: EvalSpec, recipe, jobs: list, log_dir: Path, workdir: 
     return out
 
 
-def submission_problems(spec: EvalSpec, workdir: Path) -> list[str]:
-    """What stops evaluation jobs from working, found before anything is submitted: unset variables, missing
-    benchmark files, scorers that do not resolve."""
+def benchmark_gaps(spec: EvalSpec, workdir: Path) -> dict[str, list]:
+    """What stops evaluation jobs from working, by kind: ``unset`` (benchmark, variables), ``absent``
+    (benchmark, file), ``unresolved`` (benchmark, scorer, why)."""
     from fgrpo_verl.evaluation.scorers import resolve_scorer
 
-    problems = []
+    gaps = {"unset": [], "absent": [], "unresolved": []}
     for b in spec.benchmarks.values():
         if b.unset:
-            problems.append(f"benchmark {b.name}: environment variable(s) {list(b.unset)} not set")
+            gaps["unset"].append((b.name, list(b.unset)))
             continue
         if not (Path(workdir) / b.file).is_file():
-            problems.append(f"benchmark {b.name}: file {Path(workdir) / b.file} not found "
-                            "(fgrpo-verl prepare-benchmarks writes the paper's)")
+            gaps["absent"].append((b.name, Path(workdir) / b.file))
         try:
             resolve_scorer(b.scorer)
         except (ValueError, ImportError, AttributeError) as exc:
-            problems.append(f"benchmark {b.name}: scorer {b.scorer!r} does not resolve ({exc})")
-    return problems
+            gaps["unresolved"].append((b.name, b.scorer, exc))
+    return gaps
+
+
+def submission_problems(spec: EvalSpec, workdir: Path) -> list[str]:
+    """:func:`benchmark_gaps` as one sentence each, found before anything is submitted."""
+    gaps = benchmark_gaps(spec, workdir)
+    return ([f"benchmark {name}: environment variable(s) {names} not set" for name, names in gaps["unset"]]
+            + [f"benchmark {name}: file {path} not found (fgrpo-verl prepare-benchmarks writes the paper's)"
+               for name, path in gaps["absent"]]
+            + [f"benchmark {name}: scorer {scorer!r} does not resolve ({exc})"
+               for name, scorer, exc in gaps["unresolved"]])
 
 
 # ------------------------------------------------------------------------------------------------ what is done
@@ -550,6 +559,19 @@ def submit_eval_jobs(jobs: list, train_ids: dict[str, str | None], script_dir: P
     return done
 
 
+def missing_baseline(job) -> str:
+    """Why a focal run's evaluation has no γ = 0 baseline to select its checkpoint against; "" when it has one,
+    is not focal, or has no evaluation."""
+    ev = job.evaluation
+    if ev is None or ev.baseline or float(job.config.algorithm.fgrpo.gamma) <= 0:
+        return ""
+    # a command-line γ applies to every run of the plan, the recipe's γ = 0 twin included
+    if any(o.lstrip("+").startswith(("algorithm.fgrpo.gamma=", "algorithm.fgrpo={", "algorithm={"))
+           for o in job.command_line):
+        return "algorithm.fgrpo.gamma on the command line sets every run's γ, the γ = 0 run's too"
+    return "no run with the same config but γ = 0"
+
+
 def dry_run_lines(job) -> list[str]:
     """What ``--dry-run`` prints about a run's evaluation after its training script."""
     from fgrpo_verl.launch.render import sbatch_command
@@ -558,14 +580,10 @@ def dry_run_lines(job) -> list[str]:
     if ev is None:
         return []
     lines = [f"### evaluation of {job.job_name} (run {job.run_label}): {ev.setting_line}"]
+    why = missing_baseline(job)
     if ev.baseline:
         lines.append(f"### checkpoint selection against the γ = 0 baseline run {ev.baseline} (equal or less compute)")
-    elif float(job.config.algorithm.fgrpo.gamma) > 0:
-        # a command-line γ applies to every run of the plan, the recipe's γ = 0 twin included
-        why = ("algorithm.fgrpo.gamma on the command line sets every run's γ, the γ = 0 run's too"
-               if any(o.lstrip("+").startswith(("algorithm.fgrpo.gamma=", "algorithm.fgrpo={", "algorithm={"))
-                      for o in job.command_line) else
-               "no run with the same config but γ = 0")
+    elif why:
         lines.append(f"### no γ = 0 baseline for {job.run_label} in the recipe ({why}): its checkpoint is selected"
                      f" on its own scores, with no compute limit")
     for e in ev.jobs:

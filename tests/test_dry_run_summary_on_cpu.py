@@ -1,0 +1,145 @@
+"""``launch --dry-run`` as a person reads it: a table per recipe with totals, each distinct preflight once, and the
+inputs a submit needs that are missing here (each with the command that fixes it); scripts only on request."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from omegaconf import OmegaConf
+
+
+@pytest.fixture(scope="module")
+def paper_main_dry_run(tmp_path_factory):
+    """``launch paper_main --dry-run --script-dir DIR`` in a folder with none of the sweep's inputs (in-process:
+    the command's own code, one verl validation process for the 36 runs)."""
+    import contextlib
+    import io
+    import os
+
+    from fgrpo_verl.cli import main
+
+    workdir = tmp_path_factory.mktemp("empty_launch_dir")
+    scripts = workdir / "scripts"
+    out, err = io.StringIO(), io.StringIO()
+    cwd = os.getcwd()
+    env = os.environ.pop("FGRPO_SYNLOGIC_SCORER", None)
+    try:
+        os.chdir(workdir)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            rc = main(["launch", "paper_main", "--dry-run", "--script-dir", str(scripts)])
+    finally:
+        os.chdir(cwd)
+        if env is not None:
+            os.environ["FGRPO_SYNLOGIC_SCORER"] = env
+    return {"rc": rc, "out": out.getvalue(), "err": err.getvalue(), "workdir": workdir, "scripts": scripts}
+
+
+def test_the_dry_run_is_a_table_with_totals_and_a_readiness_list(paper_main_dry_run):
+    r = paper_main_dry_run
+    assert r["rc"] == 0, r["err"]
+    lines = r["out"].splitlines()
+    assert len(lines) < 100, len(lines)  # a screenful or two, not a wall of scripts
+    assert "#SBATCH" not in r["out"] and "### job" not in r["out"]
+    header = next(line for line in lines if line.startswith("run "))
+    for column in ("nodes x GPUs", "steps", "train GPU-h", "eval GPU-h", "checkpoints", "preflight"):
+        assert column in header
+    rows = [line for line in lines if line.startswith(("qwen25_7b-", "qwen3_4b_base-", "llama32_3b_instruct-"))]
+    assert len(rows) == 36 and all("2 x 8" in row and row.rstrip().endswith("passed") for row in rows), rows
+    # no data here: steps unknown, training cost per step; checkpoints: one per epoch, 10 epochs
+    assert all("/step)" in row for row in rows)
+    total = next(line for line in lines if line.startswith("total (36 runs)"))
+    assert "/step)" in total and "6,524" in total and "TB" in total, total
+    assert "FLOP/s per GPU" in r["out"]
+    ready = lines.index(next(line for line in lines if line.startswith("NOT READY")))
+    missing = "\n".join(lines[ready:])
+    assert "training data data/deepscaler/train.parquet" in missing and "prepare-deepscaler" in missing
+    for model in ("Qwen/Qwen2.5-7B", "Qwen/Qwen3-4B-Base", "meta-llama/Llama-3.2-3B-Instruct"):
+        assert f"model {model}: not in the Hugging Face cache" in missing
+    assert "gated" in next(line for line in lines if "meta-llama/Llama-3.2-3B-Instruct" in line)
+    assert "prepare-benchmarks --out" in missing and "FGRPO_SYNLOGIC_SCORER=module:function" in missing
+
+
+def test_the_scripts_go_to_the_folder_named_as_a_submit_names_them(paper_main_dry_run):
+    r = paper_main_dry_run
+    written = sorted(p.name for p in r["scripts"].glob("*.sbatch"))
+    training = [n for n in written if not n.endswith(("-selection.sbatch", "-final.sbatch"))]
+    assert len(training) == 36 and len(written) == 36 * 3, written[:5]
+    assert f"{len(written)} script(s) written to {r['scripts']}" in r["out"]
+    one = r["scripts"] / training[0]
+    assert one.read_text().startswith("#!") and "#SBATCH" in one.read_text()
+
+
+def test_a_submit_refuses_what_the_dry_run_lists(paper_main_dry_run, capsys):
+    """The readiness list is made of the submit's own checks: the first one it meets stops the submit."""
+    import os
+
+    from fgrpo_verl.cli import main
+
+    cwd = os.getcwd()
+    try:
+        os.chdir(paper_main_dry_run["workdir"])
+        rc = main(["launch", "paper_main", "--only", "qwen25_7b-grpo-g0p0"])
+    finally:
+        os.chdir(cwd)
+    err = capsys.readouterr().err
+    assert rc == 2 and "training data data/deepscaler/train.parquet not found" in err, err
+
+
+def _config(kl: bool):
+    return OmegaConf.create({
+        "data": {"train_batch_size": 4, "max_prompt_length": 100, "max_response_length": 300},
+        "actor_rollout_ref": {"rollout": {"n": 2}, "actor": {"use_kl_loss": kl}},
+        "algorithm": {"use_kl_in_reward": False},
+    })
+
+
+def test_training_gpu_hours_follow_the_documented_formula():
+    from fgrpo_verl.evaluation.cost import REFERENCE_PARAMS, CostAssumptions
+    from fgrpo_verl.launch.summary import training_gpu_hours_per_step
+
+    a = CostAssumptions(tokens_per_gpu_second_7b=1000.0, mean_response_fraction=0.5,
+                        training_flops_per_gpu_second=1e12)
+    p = REFERENCE_PARAMS / 2  # half the reference size: twice the reference decode rate
+    samples = 4 * 2
+    rollout_s = samples * 0.5 * 300 / 2000.0
+    update_s = 8 * p * samples * 0.5 * 400 / 1e12
+    assert training_gpu_hours_per_step(_config(False), p, a) == pytest.approx((rollout_s + update_s) / 3600)
+    with_kl = (rollout_s + update_s * 10 / 8) / 3600  # the reference model's forward pass
+    assert training_gpu_hours_per_step(_config(True), p, a) == pytest.approx(with_kl)
+
+
+def test_a_recipe_may_set_the_training_throughput_and_bad_values_are_named():
+    from fgrpo_verl.evaluation.cost import CostAssumptions
+
+    assert CostAssumptions.from_dict({"training_flops_per_gpu_second": 2e14}, "evaluation.cost") \
+        .training_flops_per_gpu_second == 2e14
+    with pytest.raises(ValueError, match=r"evaluation.cost.training_flops_per_gpu_second must be a number > 0"):
+        CostAssumptions.from_dict({"training_flops_per_gpu_second": 0}, "evaluation.cost")
+
+
+def test_readiness_is_empty_when_every_input_is_here_and_names_each_missing_one(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from fgrpo_verl.launch.summary import readiness
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"vocab_size": 8, "hidden_size": 4, "num_hidden_layers": 1, '
+                                       '"num_attention_heads": 1, "intermediate_size": 8}')
+    (model / "model.safetensors").write_bytes(b"\0" * 8)
+    (tmp_path / "data").mkdir()
+    pq.write_table(pa.table({"x": [1, 2]}), tmp_path / "data" / "train.parquet")
+
+    def job(train, path):
+        config = OmegaConf.create({"data": {"train_files": train}, "actor_rollout_ref": {"model": {"path": path}}})
+        return SimpleNamespace(config=config, run_label=f"run-{train}", evaluation=None)
+
+    assert readiness([job("data/train.parquet", str(model))], tmp_path) == []
+    lines = readiness([job("data/nope.parquet", str(model)), job("data/nope.parquet", str(tmp_path / "absent"))],
+                      tmp_path)
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("- training data data/nope.parquet not found") and lines[0].endswith("[2 runs]")
+    assert f"model {tmp_path / 'absent'}: does not exist here" in lines[1] and lines[1].endswith("[run-data/nope.parquet]")
