@@ -25,6 +25,7 @@ W&B names: ``FGRPO_PROJECT_NAME`` / ``FGRPO_EXPERIMENT_NAME`` (exported by ``fgr
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import re
@@ -273,9 +274,42 @@ def check_data_files(config) -> None:
             raise ValueError(f"{key}{f'[{index}]' if many else ''}={text}: no such file{where}")
 
 
+# verl's platform detection warns in a process without an accelerator (a login node, a CPU machine); before a
+# config error those lines only bury the error, so they are held until the config passed
+PLATFORM_LOGGER = "verl.plugin.platform.platform_manager"
+
+
+@contextlib.contextmanager
+def platform_warnings_after_success():
+    """Hold what verl's platform detection logs inside the block; pass it on when the block succeeds, drop it when
+    the block raises (the error says what to fix)."""
+    held: list[logging.LogRecord] = []
+
+    class Hold(logging.Handler):
+        def emit(self, record):
+            held.append(record)
+
+    platform_logger = logging.getLogger(PLATFORM_LOGGER)
+    handler, propagate = Hold(), platform_logger.propagate
+    platform_logger.addHandler(handler)
+    platform_logger.propagate = False
+    try:
+        yield
+    finally:
+        platform_logger.removeHandler(handler)
+        platform_logger.propagate = propagate
+    for record in held:  # not reached when the block raised
+        platform_logger.handle(record)
+
+
 def prepare(overrides: list[str], inspect_only: bool = False):
     """Steps 1-4 of the module docstring; returns the composed, validated config. ``inspect_only``: compose and
     export only (Hydra's --info, which shows how a config is composed, also when it is not valid)."""
+    with platform_warnings_after_success():
+        return _prepare(overrides, inspect_only)
+
+
+def _prepare(overrides: list[str], inspect_only: bool):
     from fgrpo_verl.config.compose import compose
     from fgrpo_verl.integration.validation import validate
 

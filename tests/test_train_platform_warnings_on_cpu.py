@@ -1,0 +1,38 @@
+"""verl's platform detection warns in a process without an accelerator; ``fgrpo-verl train`` holds those lines until
+the config passed its checks, so a config error is the only line a user sees."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+def test_held_platform_lines_pass_on_success_and_are_dropped_on_error(caplog):
+    from fgrpo_verl.cli.train import PLATFORM_LOGGER, platform_warnings_after_success
+
+    platform_logger = logging.getLogger(PLATFORM_LOGGER)
+    caplog.set_level(logging.WARNING)
+    with pytest.raises(ValueError, match="bad"):
+        with platform_warnings_after_success():
+            platform_logger.warning("no accelerator (dropped)")
+            raise ValueError("bad")
+    assert "dropped" not in caplog.text
+    with platform_warnings_after_success():
+        platform_logger.warning("no accelerator (kept)")
+        assert "kept" not in caplog.text  # held while the checks run
+    assert "kept" in caplog.text
+    assert platform_logger.propagate and not [h for h in platform_logger.handlers if type(h).__name__ == "Hold"]
+
+
+def test_a_config_error_on_a_machine_without_gpus_is_one_line():
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_", "CUDA_"))}
+    done = subprocess.run([sys.executable, "-m", "fgrpo_verl", "train", "algo=grpo", "algorithm.fgrpo.gamma=-1"],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        "fgrpo-verl train: error: algorithm.fgrpo.gamma=-1.0 is invalid: the focal strength must be a finite number >= 0"
+    ], done.stderr
