@@ -43,7 +43,7 @@ def test_defaults_follow_the_paper():
     ({"selection": {"n": 8, "benchmarks": ["AIME24"]}}, r"lacks \['MATH500'\]"),
     ({"protocol": "cheap"}, "protocol='cheap'"),
     ({"backend": "sglang"}, "backend='sglang'"),
-    ({"final": {"n": 0}}, "final.n must be a positive integer"),
+    ({"final": {"n": 0}}, r"final.n=0: expected an integer >= 1"),
     ({"gpus_per_node": 6, "engine": {"tensor_parallel_size": 4}}, "not a multiple"),
     ({"engine": {"tp": 2}}, r"unknown key\(s\) \['tp'\]"),
     ({"tables": ["table9"]}, "tables="),

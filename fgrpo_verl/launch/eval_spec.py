@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from fgrpo_verl.evaluation.cost import CostAssumptions
 from fgrpo_verl.launch.recipe import Resources
+from fgrpo_verl.launch.steps import positive_int
 
 PROTOCOLS = ("select", "full")
 TABLES = ("table1", "table2", "table3", "table6", "curves")
@@ -84,12 +85,6 @@ class EvalSpec:
         return {"selection": self.selection, "final": self.final}
 
 
-def _positive_int(value, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{where} must be a positive integer, got {value!r}")
-    return value
-
-
 def _names(value, where: str, known) -> tuple[str, ...]:
     if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
         raise ValueError(f"{where} must be a non-empty list of benchmark names, got {value!r}")
@@ -150,7 +145,7 @@ def load_eval_spec(raw: dict, where: str) -> EvalSpec:
         data = raw.get(key) or {}
         if not isinstance(data, dict) or set(data) - {"n", "benchmarks"}:
             raise ValueError(f"{where}.{key} must be a mapping with n and optional benchmarks, got {data!r}")
-        n = _positive_int(data.get("n", default_n), f"{where}.{key}.n")
+        n = positive_int(data.get("n", default_n), f"{where}.{key}.n")
         benches = _names(data["benchmarks"], f"{where}.{key}.benchmarks", benchmarks) if "benchmarks" in data \
             else tuple(default_benches)
         return PassSpec(n, benches)
@@ -184,8 +179,8 @@ def load_eval_spec(raw: dict, where: str) -> EvalSpec:
     if not isinstance(engine, dict) or set(engine) - set(ENGINE_KEYS):
         raise ValueError(f"{where}.engine: unknown key(s) {sorted(set(engine) - set(ENGINE_KEYS))}; valid: "
                          f"{list(ENGINE_KEYS)} (fgrpo-verl eval options)")
-    tp = _positive_int(engine.get("tensor_parallel_size", 1), f"{where}.engine.tensor_parallel_size")
-    gpus = _positive_int(raw.get("gpus_per_node", 8 if backend == "vllm" else 1), f"{where}.gpus_per_node")
+    tp = positive_int(engine.get("tensor_parallel_size", 1), f"{where}.engine.tensor_parallel_size")
+    gpus = positive_int(raw.get("gpus_per_node", 8 if backend == "vllm" else 1), f"{where}.gpus_per_node")
     if backend == "vllm" and gpus % tp:
         raise ValueError(f"{where}: gpus_per_node={gpus} is not a multiple of engine.tensor_parallel_size={tp}")
     resources = Resources().merged(raw.get("resources"), f"{where}.resources")
@@ -197,5 +192,5 @@ def load_eval_spec(raw: dict, where: str) -> EvalSpec:
         benchmarks=benchmarks, averages=averages, select_by=select_by, selection=selection, final=final,
         protocol=protocol, backend=backend, sampling=sampling, prompt_preset=raw.get("prompt_preset"),
         max_new_tokens=max_new_tokens, engine=dict(engine), gpus_per_node=gpus,
-        workers=_positive_int(raw.get("workers", 1), f"{where}.workers"), resources=resources,
+        workers=positive_int(raw.get("workers", 1), f"{where}.workers"), resources=resources,
         cost=CostAssumptions.from_dict(raw.get("cost"), f"{where}.cost"), tables=tuple(tables))

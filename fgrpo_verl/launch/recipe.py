@@ -33,6 +33,7 @@ from pathlib import Path
 
 from fgrpo_verl.config.paths import recipes_dir
 from fgrpo_verl.config.suggest import did_you_mean
+from fgrpo_verl.launch.steps import positive_int
 
 # Slurm job names and experiment names end up in paths, W&B and shell scripts: keep them plain.
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -74,9 +75,8 @@ class Resources:
                 raise ValueError(f"{where}: resources.extra must be a list of '--option[=value]' strings, got {extra!r}")
             data["extra"] = tuple(extra)
         for key in ("cpus_per_task", "ray_num_cpus", "ray_join_timeout"):
-            value = data.get(key)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-                raise ValueError(f"{where}: resources.{key} must be a positive integer, got {value!r}")
+            if data.get(key) is not None:
+                positive_int(data[key], f"{where}: resources.{key}")
         for key in ("exclusive", "request_gpus"):
             if key in data and not isinstance(data[key], bool):
                 raise ValueError(f"{where}: resources.{key} must be true or false, got {data[key]!r}")

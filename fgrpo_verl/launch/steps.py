@@ -54,8 +54,8 @@ def train_rows(config, workdir: Path) -> int | None:
     return parquet_rows(config.data.train_files, workdir)
 
 
-def _positive_int(value, key: str) -> int:
-    """``value`` as the step count it sizes; a ValueError naming ``key`` for anything else (no step fits)."""
+def positive_int(value, key: str) -> int:
+    """``value`` when it is an integer >= 1 (not a bool); else a ValueError naming ``key`` and the value."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{key}={value!r}: expected an integer >= 1")
     return value
@@ -63,15 +63,15 @@ def _positive_int(value, key: str) -> int:
 
 def step_plan(config, rows: int) -> StepPlan:
     """:class:`StepPlan` of ``config`` for ``rows`` training rows; ValueError when T is unreachable."""
-    batch = _positive_int(config.data.train_batch_size, "data.train_batch_size")
+    batch = positive_int(config.data.train_batch_size, "data.train_batch_size")
     per_epoch = rows // batch
     if per_epoch < 1:
         raise ValueError(f"data.train_batch_size={batch} is larger than the {rows} training rows: no step fits")
-    epochs = _positive_int(config.trainer.total_epochs, "trainer.total_epochs")
+    epochs = positive_int(config.trainer.total_epochs, "trainer.total_epochs")
     requested = config.trainer.get("total_training_steps")
     if requested is None:
         return StepPlan(rows, per_epoch, per_epoch * epochs)
-    requested = _positive_int(requested, "trainer.total_training_steps")
+    requested = positive_int(requested, "trainer.total_training_steps")
     if requested > per_epoch * epochs:
         raise ValueError(
             f"trainer.total_training_steps={requested} is not reachable: verl also stops after "
