@@ -206,25 +206,20 @@ def _recorded_runs(recipe_arg: str, only, overrides, workdir: Path, evaluation: 
 
 def _print_status(runs) -> int:
     """Each run's state (and its evaluation's progress) from Slurm and its checkpoint dir."""
-    import sys
-
     from fgrpo_verl.launch import run_states
     from fgrpo_verl.launch.eval_jobs import progress_line
 
-    try:
-        for planned, status in zip(runs, run_states(runs)):
-            print(f"{planned.run_name}  {status.line(planned.job_name)}")
-            if planned.eval_plan is not None:
-                print(f"{' ' * len(planned.run_name)}  {progress_line(planned.eval_plan)}")
-    except (RuntimeError, ValueError) as exc:
-        print(f"fgrpo-verl launch: error: {exc}", file=sys.stderr)
-        return 1
+    for planned, status in zip(runs, run_states(runs)):
+        print(f"{planned.run_name}  {status.line(planned.job_name)}")
+        if planned.eval_plan is not None:
+            print(f"{' ' * len(planned.run_name)}  {progress_line(planned.eval_plan)}")
     return 0
 
 
 def run(args: argparse.Namespace) -> int:
+    """Errors are raised and mapped to a line and an exit status by fgrpo_verl.cli.errors (bad input 2, the
+    environment 1)."""
     import os
-    import sys
     import time
 
     from fgrpo_verl.launch import plan_jobs, submit_jobs
@@ -236,49 +231,36 @@ def run(args: argparse.Namespace) -> int:
     if args.status:
         from fgrpo_verl.launch.queue import require_slurm
 
-        try:
-            require_slurm()  # before dozens of configs are composed
-        except RuntimeError as exc:
-            print(f"fgrpo-verl launch: error: {exc}", file=sys.stderr)
-            return 1
-    try:
-        only, overrides = split_only(args.only, args.overrides)
-        if args.status and not args.fresh:
-            recorded = _recorded_runs(args.recipe, only, overrides, workdir, evaluation=not args.no_eval)
-            if recorded is not None:
-                return _print_status(recorded)
-        recipe, jobs = plan_jobs(
-            args.recipe,
-            only,
-            overrides,
-            log_dir,
-            workdir,
-            fresh=time.strftime("%Y%m%dT%H%M%S", time.gmtime()) if args.fresh else None,
-            wandb_run_id=os.environ.get("WANDB_RUN_ID") or None,
-            require_data=submit,
-            evaluation=not args.no_eval,
-            check=not args.status,  # a status submits nothing: verl's verdicts are the submit's and the dry run's
-        )
-    except ValueError as exc:
-        print(f"fgrpo-verl launch: error: {exc}", file=sys.stderr)
-        return 2
+        require_slurm()  # before dozens of configs are composed
+    only, overrides = split_only(args.only, args.overrides)
+    if args.status and not args.fresh:
+        recorded = _recorded_runs(args.recipe, only, overrides, workdir, evaluation=not args.no_eval)
+        if recorded is not None:
+            return _print_status(recorded)
+    recipe, jobs = plan_jobs(
+        args.recipe,
+        only,
+        overrides,
+        log_dir,
+        workdir,
+        fresh=time.strftime("%Y%m%dT%H%M%S", time.gmtime()) if args.fresh else None,
+        wandb_run_id=os.environ.get("WANDB_RUN_ID") or None,
+        require_data=submit,
+        evaluation=not args.no_eval,
+        check=not args.status,  # a status submits nothing: verl's verdicts are the submit's and the dry run's
+    )
     if args.dry_run:
         return _dry_run(recipe, jobs, args.script_dir, workdir)
     if args.status:
         from fgrpo_verl.launch.manifest import planned_runs
 
         return _print_status(planned_runs(jobs))
-    try:
-        from fgrpo_verl.launch.manifest import manifest_path, plan_key, write_manifest
+    from fgrpo_verl.launch.manifest import manifest_path, plan_key, write_manifest
 
-        script_dir = Path(args.script_dir) if args.script_dir else workdir / "slurm_jobs" / recipe.name
-        submitted = submit_jobs(jobs, script_dir.resolve(), log_dir, force=args.force)
-        # what --status reads instead of composing the runs again (the names are the same until the plan changes)
-        write_manifest(manifest_path(workdir, recipe.name), plan_key(recipe.path, only, overrides, not args.no_eval),
-                       jobs)
-    except (RuntimeError, ValueError) as exc:
-        print(f"fgrpo-verl launch: error: {exc}", file=sys.stderr)
-        return 1
+    script_dir = Path(args.script_dir) if args.script_dir else workdir / "slurm_jobs" / recipe.name
+    submitted = submit_jobs(jobs, script_dir.resolve(), log_dir, force=args.force)
+    # what --status reads instead of composing the runs again (the names are the same until the plan changes)
+    write_manifest(manifest_path(workdir, recipe.name), plan_key(recipe.path, only, overrides, not args.no_eval), jobs)
     for job, job_id in submitted:
         print(f"submitted {job.run_label}: job {job_id} {job.job_name} ({job.nodes} node(s) x {job.gpus_per_node} GPU(s))")
     print(f"{len(submitted)} job(s) submitted from recipe {recipe.name}; scripts in {script_dir}, logs in {log_dir}")
