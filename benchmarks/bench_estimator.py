@@ -1,7 +1,7 @@
 """Time the fgrpo estimator against verl's own `grpo` (loop) and `grpo_vectorized`, in one process.
 
 Batches look like verl's: uid strings (uuid4), groups of N = 8, 0/1 outcome on the last response token.
-Reports the median of repeats and the ratios targeted (issue 9 tightened the first from 1.10):
+Reports the median of repeats and the ratios targeted:
     time(fgrpo) / time(grpo_vectorized) <= 1.0        time(grpo) / time(fgrpo) >= 3
 and the machine's load average before and after, since other processes on the machine skew both.
 Usage: python benchmarks/bench_estimator.py [--repeats 15] [--json out.json]

@@ -5,7 +5,7 @@ Side by side, in one run: ``python -c "import verl"`` with fgrpo-verl's entry po
 environment otherwise identical. The two variants alternate (A B B A ...) so load from other processes hits both
 alike; each child's wall time is measured by this process around the child, its peak RSS with ``os.wait4``.
 Also checked once per variant: the platform verl auto-detects afterwards, the environment variables the import
-changed, and the modules it imported. Targets (issue 9): wall ratio <= 1.05, peak RSS difference <= +10 MB,
+changed, and the modules it imported. Targets: wall ratio <= 1.05, peak RSS difference <= +10 MB,
 identical platform, no environment variable changed by the plugin.
 
 Usage: python benchmarks/bench_import.py [--repeats 10] [--json out.json]

@@ -6,7 +6,7 @@
             here verbatim as the reference point
     naive   a per-problem Python loop over problems, numpy over the budgets k
 
-Workload (issue 11): 10,000 problems x n = 1,024 samples, k = 1, 2, 4, ..., 1,024 (the table rows), benchmark
+Workload: 10,000 problems x n = 1,024 samples, k = 1, 2, 4, ..., 1,024 (the table rows), benchmark
 means; ``--ks all`` times every k = 1..n instead (the slow two then take about a minute each). All three must agree to
 1e-12 relative; the script checks that before timing. Timings are medians of --repeats runs; run under load they
 are only comparable as ratios within one run.
@@ -30,7 +30,7 @@ from fgrpo_verl.pass_at_k import pass_at_k_curve  # noqa: E402
 
 
 def legacy_pass_at_k(n, c, k):
-    """The implementation before issue 11 (per-problem x max-c work array, log1p / expm1)."""
+    """A per-problem x max-c work array with log1p / expm1: the straightforward implementation, as the reference."""
     n_f, c_f, k_f = (a.reshape(-1) for a in np.broadcast_arrays(np.asarray(n), np.asarray(c), np.asarray(k)))
     out = np.ones(n_f.shape, dtype=np.float64)
     live = np.flatnonzero(n_f - c_f >= k_f)

@@ -117,7 +117,7 @@ def focal_weight(mu_hat: torch.Tensor, gamma) -> torch.Tensor:
 
 @dataclass
 class FocalResult:
-    """Everything one call computes; the diagnostics (issue: focal metrics) read the group tensors."""
+    """Everything one call computes; the diagnostics read the group tensors."""
 
     advantages: torch.Tensor  # (B, T) focal-scaled advantage, masked
     base_scalars: torch.Tensor  # (B,) base advantage per rollout before focal scaling

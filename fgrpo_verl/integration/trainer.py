@@ -170,7 +170,7 @@ class FocalMetricsMixin:
             tracking.log(data={MU_HAT_HISTOGRAM: histogram}, step=global_steps, backend=["wandb"])
 
 
-# issue 10: on the Slurm job's stop request (time limit), checkpoint at the step boundary and leave the loop
+# on the Slurm job's stop request (time limit), checkpoint at the step boundary and leave the loop
 stop_at_step_boundary(FocalMetricsMixin)
 
 
