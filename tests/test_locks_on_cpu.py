@@ -11,6 +11,7 @@ import fcntl
 import json
 import os
 import socket
+import signal
 import subprocess
 import sys
 import textwrap
@@ -356,3 +357,39 @@ def test_a_break_file_of_a_live_process_here_is_kept_and_one_of_a_dead_process_i
     assert brk.exists()
     locks._drop_break(brk, "someone else")
     assert not brk.exists()
+
+
+# an evaluation process holding the owner-file lock (no flock) when its job script sends SIGTERM before a requeue
+HOLDER = textwrap.dedent("""
+    import errno, fcntl, os, sys, time
+    from pathlib import Path
+
+    def no_flock(fd, operation):
+        raise OSError(errno.ENOSYS, os.strerror(errno.ENOSYS))
+
+    fcntl.flock = no_flock
+    from fgrpo_verl.evaluation import checkpoint_eval as ce
+    from fgrpo_verl.job import locks
+
+    def body(argv):
+        with locks.exclusive(Path(sys.argv[1])):
+            print("held", flush=True)
+            time.sleep(120)
+        return 0
+
+    ce._main = body
+    sys.exit(ce.main([]))
+""")
+
+
+def test_sigterm_to_an_evaluation_releases_its_owner_file(tmp_path):
+    lock = tmp_path / "merge.lock"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(lock)], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held", holder.stderr.read()
+    owners = [p for p in tmp_path.iterdir() if p != lock]
+    assert owners, "the lock without flock is an owner file beside the lock"
+    holder.send_signal(signal.SIGTERM)
+    assert holder.wait(timeout=60) == 128 + signal.SIGTERM, holder.stderr.read()
+    assert [p for p in tmp_path.iterdir() if p != lock] == [], "the owner file outlived its holder"

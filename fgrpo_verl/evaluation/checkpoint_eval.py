@@ -41,8 +41,10 @@ import datetime
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from fgrpo_verl.job import checkpoints as ck
@@ -414,7 +416,23 @@ def run_phase(plan: dict, phase: str, plan_path: Path | None = None) -> int:
     return 1 if failed else 0
 
 
+def _exit_on_sigterm(signum, frame):
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
+    # the job script sends SIGTERM before a requeue: as SystemExit it unwinds the `finally` blocks, which release
+    # the merge and eval locks (on a file system without flock an unreleased owner file blocks for stale_after)
+    if threading.current_thread() is not threading.main_thread():
+        return _main(argv)
+    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    try:
+        return _main(argv)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fgrpo_verl.evaluation.checkpoint_eval",
                                      description="evaluate a run's checkpoints (launched by fgrpo-verl launch)")
     parser.add_argument("phase", choices=PHASES)
