@@ -309,9 +309,9 @@ def test_evaluation_jobs_request_the_host_memory_of_verls_model_merger(paper_mai
     mem, line = ej.eval_memory(theirs, job.config, 7.62e9)
     assert mem is None and "--mem-per-gpu=64G" in line
     assert ej.eval_memory(spec(resources={"extra": ["--mem-bind=local"]}), job.config, 7.62e9)[0] == "113G"
-    with pytest.raises(ValueError, match=r"^evaluation.resources.mem=200G and evaluation.resources.extra "
-                                         r"--mem-per-cpu=4G: sbatch takes one memory option; keep one$"):
-        ej.eval_memory(spec(resources={"mem": "200G", "extra": ["--mem-per-cpu=4G"]}), job.config, 7.62e9)
+    with pytest.raises(ValueError, match=r"^r.yaml: evaluation.resources: resources mem=200G and --mem-per-cpu=4G: sbatch "
+                                         r"takes one memory option; keep one$"):
+        spec(resources={"mem": "200G", "extra": ["--mem-per-cpu=4G"]})
     # one rank holds the whole model: its shard is loaded twice
     assert ej.eval_host_memory(1e9, 1) == f"{math.ceil(10e9 / 2**30 + 4)}G"
     mine = spec(resources={"mem": "300G"})
@@ -439,3 +439,15 @@ def test_the_dry_run_says_when_a_focal_run_has_no_baseline():
     control = _job("exp-control", 0.0)
     control.evaluation = focal.evaluation
     assert not any("baseline" in line for line in ej.dry_run_lines(control))
+
+
+@pytest.mark.parametrize("resources, named", [
+    ({"mem": "200G", "extra": ["--mem-per-gpu=8G"]}, "mem=200G and --mem-per-gpu=8G"),
+    ({"extra": ["--mem=10G", "--mem-per-cpu=4G"]}, "--mem=10G and --mem-per-cpu=4G"),
+])
+def test_a_training_jobs_resources_take_one_memory_option_too(resources, named):
+    from fgrpo_verl.launch.recipe import Resources
+
+    with pytest.raises(ValueError, match=rf"^recipes/x.yaml: resources {named}: sbatch takes one memory option"):
+        Resources.from_dict(resources, "recipes/x.yaml")
+    assert Resources.from_dict({"mem": "200G", "extra": ["--mem-bind=local"]}, "recipes/x.yaml").mem == "200G"

@@ -49,6 +49,7 @@ from pathlib import Path
 
 from fgrpo_verl.evaluation.cost import KNOWN_PROBLEMS, PassPlan, pass_gpu_hours, protocol_hours
 from fgrpo_verl.launch.eval_spec import EvalSpec, PassSpec, load_eval_spec  # noqa: F401 (load_eval_spec: callers)
+from fgrpo_verl.launch.recipe import MEMORY_OPTIONS
 
 TEMPLATE = "eval.sbatch.template"
 # Signal lead of an evaluation job: enough to stop a generation call and requeue
@@ -73,8 +74,6 @@ EVAL_SIGNAL_LEAD_S = 120
 MERGE_BYTES_PER_PARAM = 6
 EVAL_MEM_ALLOWANCE_GIB = 4
 VLLM_WORKER_HOST_GIB = 8
-# sbatch's memory amounts, of which a job takes one (not --mem-bind, a placement)
-MEMORY_OPTIONS = ("--mem", "--mem-per-cpu", "--mem-per-gpu")
 
 
 def eval_host_memory(params: float, world_size: int, engines: int = 0) -> str:
@@ -86,11 +85,9 @@ def eval_host_memory(params: float, world_size: int, engines: int = 0) -> str:
 
 def eval_memory(spec: EvalSpec, config, params: float | None) -> tuple[str | None, str]:
     """(sbatch --mem of the run's evaluation jobs or None, the dry run's line saying where it comes from)."""
+    # Resources refuses a --mem beside another memory option (sbatch takes one)
     given = [o for o in spec.resources.extra if o.partition("=")[0] in MEMORY_OPTIONS]
     if spec.resources.mem is not None:
-        if given:
-            raise ValueError(f"evaluation.resources.mem={spec.resources.mem} and evaluation.resources.extra {given[0]}: "
-                             "sbatch takes one memory option; keep one")
         return spec.resources.mem, f"eval job memory: --mem={spec.resources.mem} (evaluation.resources.mem)"
     if given:
         return None, f"eval job memory: {given[0]} (evaluation.resources.extra; no --mem beside it)"

@@ -39,6 +39,10 @@ from fgrpo_verl.launch.steps import positive_int
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
+# sbatch's memory amounts, of which a job takes one (not --mem-bind, a placement)
+MEMORY_OPTIONS = ("--mem", "--mem-per-cpu", "--mem-per-gpu")
+
+
 @dataclass(frozen=True)
 class Resources:
     """sbatch settings of one job. Every field is optional except what Slurm itself requires."""
@@ -84,6 +88,11 @@ class Resources:
             value = data.get(key)
             if value is not None and not isinstance(value, str):
                 raise ValueError(f"{where}: resources.{key} must be a string, got {value!r}")
+        amounts = [o for o in data.get("extra", ()) if o.partition("=")[0] in MEMORY_OPTIONS]
+        if data.get("mem") is not None:
+            amounts.insert(0, f"mem={data['mem']}")
+        if len(amounts) > 1:
+            raise ValueError(f"{where}: resources {' and '.join(amounts)}: sbatch takes one memory option; keep one")
         return cls(**data)
 
     def merged(self, data: dict | None, where: str) -> Resources:
