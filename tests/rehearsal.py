@@ -105,11 +105,13 @@ def scale(cluster, gpus: int) -> dict[str, int]:
 
 
 def rehearsal(recipe_name: str, run_name: str, workdir: Path, model_path: str | None, env: dict[str, str],
-              backend: str = BACKEND) -> Rehearsal:
+              backend: str = BACKEND, scaled_also: dict[str, object] | None = None) -> Rehearsal:
     """The rehearsal of ``run_name`` of ``recipe_name``: its overrides and what it keeps and scales.
 
     ``env`` points the recipe's data (and the maze's model) at the stand-ins built in ``workdir``; ``model_path``
-    replaces a Hub model (None: the recipe's path, resolved through ``env``)."""
+    replaces a Hub model (None: the recipe's path, resolved through ``env``). ``scaled_also``: keys scaled beyond
+    the above (a kept key among them is overridden), before the TransferQueue bound is computed, so the bound is
+    the scaled run's."""
     from fgrpo_verl.config.compose import compose
     from fgrpo_verl.environment import environment_with
     from fgrpo_verl.launch.preflight import storage_load
@@ -148,6 +150,8 @@ def rehearsal(recipe_name: str, run_name: str, workdir: Path, model_path: str | 
         if model_path is not None:
             scaled_values["actor_rollout_ref.model.path"] = model_path
             scaled_values["data.max_response_length"] = LLM_RESPONSE_TOKENS
+        scaled_values.update(scaled_also or {})
+        kept = {k: v for k, v in kept.items() if k not in scaled_values}
         overrides = [f"backend={backend}", *base, *(f"{k}={v}" for k, v in kept.items())]
         overrides += [f"{k}={v}" for k, v in scaled_values.items()]
         # the tightest TransferQueue the preflight accepts for the scaled run

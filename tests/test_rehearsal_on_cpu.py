@@ -15,8 +15,11 @@ serves TP 2, which the ``hf`` rollout of ``backend=cpu`` does not; the preflight
 in-process test pins its TP rule to verl's ``init_model``.
 
 The TransferQueue bound is pinned by the maze rehearsal itself (it runs at the preflight's bound, the tightest
-capacity it accepts) and by the same run one storage slot per unit below it, which must fail in verl with
-TransferQueue's "Storage capacity exceeded" (and is refused by the preflight).
+capacity it accepts) and by the maze run one storage slot per unit below its bound, which must fail in verl with
+TransferQueue's "Storage capacity exceeded" (and is refused by the preflight). That run keeps the recipe's storage
+units and validation and takes a group of 16 (as many samples as validation): the same refusal by the preflight and
+the same failure in verl as at n=128, with an eighth of its rollouts and micro-batches (the n=128 step is the run at
+the bound).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from pathlib import Path
 
 import pytest
 from fgrpo_verl.environment import environment_with
-from rehearsal import BACKEND, rehearsal, standin_llm, standin_maze
+from rehearsal import BACKEND, VAL_SAMPLES, rehearsal, standin_llm, standin_maze
 from verl_runs import metrics as _metrics
 from verl_runs import run_train
 
@@ -34,6 +37,10 @@ pytestmark = pytest.mark.e2e
 
 MAZE_RUN = ("maze", "n128-g0p5")
 LLM_RUN = ("paper_main", "qwen3_4b_base-dapo-g0p5")
+# the below-bound run's group size: the smallest training batch (one prompt) the preflight refuses on
+# total_storage_size as it refuses the n=128 run (a validation larger than the training batch is refused on
+# data.val_batch_size instead): as many samples as the one validation batch holds
+BELOW_BOUND_N = VAL_SAMPLES
 PROBLEMS = [(f"What is {a} + {b} ?", str(a + b)) for a in range(1, 5) for b in range(1, 5)]
 
 
@@ -86,17 +93,25 @@ def test_maze_recipe_starts_trains_and_validates_at_the_storage_bound(maze):
 
 
 def test_one_slot_per_storage_unit_below_the_bound_fails_in_verl_and_in_the_preflight(maze):
-    """The other side of the TransferQueue bound: the same run with each storage unit one sample smaller than the
+    """The other side of the TransferQueue bound: the maze run with each storage unit one sample smaller than the
     preflight's bound needs. verl's TransferQueue refuses it mid-validation; the preflight refuses it up front."""
     from fgrpo_verl.config.compose import compose
     from fgrpo_verl.launch import preflight
 
     root, env = maze
-    # TransferQueue does not depend on the rollout engine: the hf rollout's faster start does
-    reh = rehearsal(*MAZE_RUN, root / "below_bound", None, env, backend="cpu")
+    # TransferQueue does not depend on the rollout engine: the hf rollout's faster start does. Nor on the group
+    # size beyond the samples it stores: the recipe's storage units and validation with a group of BELOW_BOUND_N
+    # fail the same way after an eighth of the n=128 step's rollouts and micro-batches (the n=128 step runs at its
+    # bound in the test above)
+    reh = rehearsal(*MAZE_RUN, root / "below_bound", None, env, backend="cpu",
+                    scaled_also={"actor_rollout_ref.rollout.n": BELOW_BOUND_N})
     key = "transfer_queue.backend.SimpleStorage"
     units = reh.kept[f"{key}.num_data_storage_units"]
     live = reh.scaled[f"{key}.total_storage_size"][1]
+    # the step's training batch and the validation batch each fit one slot per unit below the bound; the
+    # validation put, while the training batch is still held, does not. More than one unit: the per-unit capacity
+    # (ceil(total / units)), not only the total, is what both sides pin
+    assert units > 1 and live == BELOW_BOUND_N + VAL_SAMPLES, (units, live)
     # per-unit capacity ceil(total / units) one below ceil(live / units)
     total = units * (-(-live // units) - 1)
     overrides = [*reh.overrides, f"{key}.total_storage_size={total}"]
