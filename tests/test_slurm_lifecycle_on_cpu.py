@@ -1,8 +1,9 @@
 """The run lifecycle of `fgrpo-verl launch` on a real Slurm cluster (issue 10; scripts/slurm_cluster.sh, loopback only):
 
-(e) a job with a 2-minute time limit and `--signal=B:USR1@100`: on the signal verl's trainer checkpoints at the step
-    boundary and stops, the job requeues itself and finishes; steps 1..T are trained exactly once (job log,
-    checkpoints) and the W&B offline files of all starts hold one run whose history is exactly steps 1..T;
+(e) a job with a 1-minute time limit and `--signal=B:USR1@50`: on the signal the trainer (a stand-in for verl's,
+    tests/slurm_jobs/standin_trainer.py) checkpoints at the step boundary and stops, the job requeues itself and
+    finishes; steps 1..T are trained exactly once (job log, checkpoints) and the W&B offline files of all starts
+    hold one run whose history is exactly steps 1..T;
 (f) the same config launched twice: the second launch skips it (queued), `--force` submits one that singleton
     holds; a different override is a different run; `--status` reports queued / running / done / failed /
     not started; a finished run is never resubmitted;
@@ -174,10 +175,12 @@ def test_g_hostile_values_reach_slurm_quoted_and_never_execute(slurm, tmp_path):
 
 
 STEPS = 2  # the runs of test (f)
-# (e): Slurm checks limits periodically (here USR1 came ~30 s after a nominal 20 s): with a 1-minute limit and a
-# 50 s lead, USR1 comes 10-40 s into each start; 20 steps of 2.5 s take 50 s, so the first start is always
-# interrupted, and the job needs at least one self-requeue to finish.
-E_LIMIT_MIN, E_LEAD_S, E_STEPS, E_STEP_S = 1, 50, 20, 2.5
+# (e): Slurm checks limits periodically (every 30 s here): with a 1-minute limit and a 50 s lead, USR1 comes 10-40 s
+# into a start. Step E_HOLD_STEP lasts until the stop request exists (tests/slurm_jobs/standin_trainer.py), so
+# the first start is always interrupted, wherever in that window the signal lands, and the job needs at least one
+# self-requeue to finish; the steps around it are short, so the start after it usually finishes before the next
+# check (when it does not, it is stopped and requeued too, which the assertions allow).
+E_LIMIT_MIN, E_LEAD_S, E_STEPS, E_STEP_S, E_HOLD_STEP = 1, 50, 6, 0.5, 3
 STANDIN = REPO / "tests" / "slurm_jobs" / "standin_trainer.py"
 
 
@@ -232,7 +235,7 @@ def _standin_job(maze_dir: Path, overrides: list[str]):
     assert command.startswith('"$FGRPO_PYTHON" -m fgrpo_verl train')
     assert "\nfgrpo_ray_up\n" in head
     text = head.replace("\nfgrpo_ray_up\n", "\n") + (
-        f'fgrpo_train "$FGRPO_PYTHON" {STANDIN} "$FGRPO_CHECKPOINT_DIR" {E_STEPS} 1000 {E_STEP_S}\n'
+        f'fgrpo_train "$FGRPO_PYTHON" {STANDIN} "$FGRPO_CHECKPOINT_DIR" {E_STEPS} 1000 {E_STEP_S} {E_HOLD_STEP}\n'
     )
     return dataclasses.replace(job, text=text)
 

@@ -9,7 +9,11 @@ log, ``global_steps += 1``; loop while ``global_steps <= total_training_steps``)
 (fgrpo_verl.job.preempt.stop_at_step_boundary) and logs every step to W&B (offline, the job's
 WANDB_RUN_ID/WANDB_RESUME) and to the console as ``step:N - score:x``.
 
-    standin_trainer.py CHECKPOINT_DIR TOTAL_STEPS SAVE_FREQ STEP_SECONDS
+Step HOLD_STEP (optional) lasts until the job's stop request ($FGRPO_STOP_FILE) exists, at most HOLD_MAX_S: a
+step longer than the time left, so the start that reaches it is always the one the time limit's USR1 stops, at
+whatever moment Slurm's periodic limit check sends it; a start that resumes after it does not run it again.
+
+    standin_trainer.py CHECKPOINT_DIR TOTAL_STEPS SAVE_FREQ STEP_SECONDS [HOLD_STEP]
 """
 
 from __future__ import annotations
@@ -19,7 +23,10 @@ import sys
 import time
 from pathlib import Path
 
-from fgrpo_verl.job.preempt import stop_at_step_boundary
+from fgrpo_verl.job.preempt import stop_at_step_boundary, stop_requested
+
+# longer than a time limit of one minute: a hold that outlasts it ends in TIMEOUT, which the test reports
+HOLD_MAX_S = 300
 
 
 class _VerlShapedBase:
@@ -29,8 +36,8 @@ class _VerlShapedBase:
 
 @stop_at_step_boundary
 class StandInTrainer(_VerlShapedBase):
-    def __init__(self, checkpoint_dir: Path, total: int, save_freq: int, step_s: float):
-        self.checkpoint_dir, self.step_s = checkpoint_dir, step_s
+    def __init__(self, checkpoint_dir: Path, total: int, save_freq: int, step_s: float, hold_step: int = 0):
+        self.checkpoint_dir, self.step_s, self.hold_step = checkpoint_dir, step_s, hold_step
         self.total_training_steps = total
         self.config = type("C", (), {"trainer": type("T", (), {"save_freq": save_freq})()})()
         marker = checkpoint_dir / "latest_checkpointed_iteration.txt"
@@ -47,6 +54,10 @@ class StandInTrainer(_VerlShapedBase):
         while self.global_steps <= self.total_training_steps:
             is_last_step = self.global_steps >= self.total_training_steps
             time.sleep(self.step_s)  # the step's work
+            if self.global_steps == self.hold_step:
+                deadline = time.monotonic() + HOLD_MAX_S
+                while stop_requested() is None and time.monotonic() < deadline:
+                    time.sleep(0.2)
             # a value that depends only on the step: the history must hold exactly these, once each
             score = round(1.0 / self.global_steps, 6)
             save_freq = self.config.trainer.save_freq
@@ -64,8 +75,9 @@ def main() -> int:
     import wandb
 
     checkpoint_dir, total, save_freq, step_s = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+    hold_step = int(sys.argv[5]) if len(sys.argv) > 5 else 0
     checkpoint_dir.mkdir(parents=True, exist_ok=True)
-    trainer = StandInTrainer(checkpoint_dir, total, save_freq, step_s)
+    trainer = StandInTrainer(checkpoint_dir, total, save_freq, step_s, hold_step)
     run = wandb.init(project=os.environ["FGRPO_PROJECT"], name=os.environ["FGRPO_EXPERIMENT"])
     trainer.fit(run)
     run.finish()
