@@ -5,21 +5,22 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import side_by_side
 import torch
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 # ---------------------------------------------------------------- selection: GPU runs never import the backend
-def _python(code: str, **env) -> subprocess.CompletedProcess:
+def _python_run(code: str, **env) -> dict:
+    """``subprocess.run`` arguments for a fresh interpreter running ``code`` (``None`` unsets a variable)."""
     full_env = {**os.environ, "PYTHONPATH": str(REPO), **env}
     full_env = {k: v for k, v in full_env.items() if v is not None}
-    return subprocess.run([sys.executable, "-c", code], env=full_env, capture_output=True, text=True, timeout=180)
+    return {"args": [sys.executable, "-c", code], "env": full_env, "timeout": 600}
 
 
 PROBE = (
@@ -39,17 +40,81 @@ PROBE = (
 _CLEAN = {"VERL_USE_EXTERNAL_MODULES": None, "VERL_PLATFORM": None, "VERL_USE_EXTERNAL_PLUGINS": "none"}
 
 
+def _free_port() -> str:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return str(sock.getsockname()[1])
+
+
+GLOO = (
+    "import verl, torch, torch.distributed as dist\n"
+    "from verl.utils.device import get_device_name, get_nccl_backend, get_torch_device, get_resource_name\n"
+    "from verl.utils.distributed import initialize_global_process_group_ray\n"
+    "from fgrpo_verl.backends.cpu import verl_patches\n"
+    "print(get_device_name(), get_nccl_backend(), get_resource_name())\n"
+    "m = get_torch_device(); m.empty_cache(); m.synchronize(); free, total = m.mem_get_info()\n"
+    "assert 0 < free <= total\n"
+    "assert torch.ones(2).to(m.current_device()).device.type == 'cpu'\n"
+    "try:\n"
+    "    verl_patches._ORIGINALS['initialize_global_process_group_ray']()\n"
+    "except ValueError as e:\n"
+    "    print('verl string rejected', 'Duplicate device type cpu' in str(e))\n"
+    "initialize_global_process_group_ray()\n"
+    "print('backend', dist.get_backend())\n"
+    "x = torch.tensor([3.0]); dist.all_reduce(x); print('sum', float(x))\n"
+    "dist.destroy_process_group()\n"
+)
+REPLAY = (
+    "import sys, verl\n"
+    "assert 'verl.trainer.ppo.v1.replay_buffer' not in sys.modules\n"
+    "from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer\n"
+    "from verl.utils.device import get_device_name\n"
+    "args = dict(trainer_mode='sync', trainer_config={}, max_off_policy_threshold=None,\n"
+    "            max_off_policy_strategy='drop', sampler_kwargs={})\n"
+    "print(get_device_name(), ReplayBuffer(**args).poll_interval, ReplayBuffer(**args, poll_interval=1.5).poll_interval)\n"
+)
+
+
+@pytest.fixture(scope="module")
+def fresh(request):
+    """The fresh interpreters this module asserts on, one per environment (each imports verl anew: which backend
+    a process loads is decided at its ``import verl``), started together when the first test needs one."""
+    cpu = {**_CLEAN, "VERL_USE_EXTERNAL_MODULES": "fgrpo_verl.backends.cpu"}
+    started = side_by_side.start(side_by_side.selected(request, {
+        "probe-none": ("test_plain_import_of_verl_does_not_load_any_backend",
+                       _python_run(PROBE, **{**_CLEAN, "VERL_USE_EXTERNAL_PLUGINS": "none"})),
+        "probe-auto": ("test_plain_import_of_verl_does_not_load_any_backend",
+                       _python_run(PROBE, **{**_CLEAN, "VERL_USE_EXTERNAL_PLUGINS": "auto"})),
+        "probe-cpu": ("test_verl_external_modules_loads_the_cpu_backend", _python_run(PROBE, **cpu)),
+        "probe-gpu_hf": ("test_gpu_hf_backend_installs_the_rollout_and_no_cpu_code",
+                         _python_run(PROBE, **{**_CLEAN, "VERL_USE_EXTERNAL_MODULES": "fgrpo_verl.backends.gpu_hf"})),
+        "misspelt": ("test_a_misspelt_backend_module_fails_import_verl_loudly",
+                     _python_run("import verl", **{**_CLEAN, "VERL_USE_EXTERNAL_MODULES": "fgrpo_verl.backends.cpuu"})),
+        "gloo": ("test_cpu_platform_resolves_and_gloo_process_group_initialises",
+                 _python_run(GLOO, VERL_USE_EXTERNAL_MODULES="fgrpo_verl.backends.cpu", VERL_PLATFORM="cpu", RANK="0",
+                             WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=_free_port())),
+        "replay-cpu": ("test_replay_buffer_polls_fast_on_the_cpu_platform_only",
+                       _python_run(REPLAY, **{**cpu, "VERL_PLATFORM": "cpu"})),
+        "replay-nvidia": ("test_replay_buffer_polls_fast_on_the_cpu_platform_only",
+                          _python_run(REPLAY, **{**cpu, "VERL_PLATFORM": "nvidia"})),
+    }))
+    yield started
+    started.close()
+
+
 @pytest.mark.parametrize("plugins", ["none", "auto"])
-def test_plain_import_of_verl_does_not_load_any_backend(plugins):
+def test_plain_import_of_verl_does_not_load_any_backend(plugins, fresh):
     """Also with fgrpo-verl's entry point loaded (``auto``): it calls ``backends.register_selected()``."""
-    out = _python(PROBE, **{**_CLEAN, "VERL_USE_EXTERNAL_PLUGINS": plugins})
+    out = fresh.result(f"probe-{plugins}")
     assert out.returncode == 0, out.stderr
     assert "cpu_module False" in out.stdout and "platform False" in out.stdout and "rollout False" in out.stdout
     assert "patched False" in out.stdout
 
 
-def test_verl_external_modules_loads_the_cpu_backend():
-    out = _python(PROBE, **{**_CLEAN, "VERL_USE_EXTERNAL_MODULES": "fgrpo_verl.backends.cpu"})
+def test_verl_external_modules_loads_the_cpu_backend(fresh):
+    out = fresh.result("probe-cpu")
     assert out.returncode == 0, out.stderr
     assert "cpu_module True" in out.stdout and "platform True" in out.stdout and "rollout True" in out.stdout
     assert "patched True" in out.stdout
@@ -57,18 +122,18 @@ def test_verl_external_modules_loads_the_cpu_backend():
     assert "frozen_by_import False" in out.stdout
 
 
-def test_gpu_hf_backend_installs_the_rollout_and_no_cpu_code():
+def test_gpu_hf_backend_installs_the_rollout_and_no_cpu_code(fresh):
     """GPU nodes (backend=gpu_hf) get the hf rollout only: no cpu platform, no wrapped verl function."""
-    out = _python(PROBE, **{**_CLEAN, "VERL_USE_EXTERNAL_MODULES": "fgrpo_verl.backends.gpu_hf"})
+    out = fresh.result("probe-gpu_hf")
     assert out.returncode == 0, out.stderr
     assert "rollout True" in out.stdout
     assert "cpu_module False" in out.stdout and "platform False" in out.stdout and "patched False" in out.stdout
     assert "frozen_by_import False" in out.stdout
 
 
-def test_a_misspelt_backend_module_fails_import_verl_loudly():
+def test_a_misspelt_backend_module_fails_import_verl_loudly(fresh):
     """verl's loader raises (unlike entry-point plugins, whose errors verl swallows)."""
-    out = _python("import verl", **{**_CLEAN, "VERL_USE_EXTERNAL_MODULES": "fgrpo_verl.backends.cpuu"})
+    out = fresh.result("misspelt")
     assert out.returncode != 0
     assert "No module named 'fgrpo_verl.backends.cpuu'" in out.stderr
 
@@ -88,58 +153,22 @@ def test_register_selected_names_the_valid_backend_modules(monkeypatch):
 
 
 # ---------------------------------------------------------------- platform + gloo process group
-def _free_port() -> str:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return str(sock.getsockname()[1])
-
-
-def test_cpu_platform_resolves_and_gloo_process_group_initialises():
+def test_cpu_platform_resolves_and_gloo_process_group_initialises(fresh):
     """verl's own backend string is rejected on the cpu platform (the wall); the wrapped init gives gloo."""
-    code = (
-        "import verl, torch, torch.distributed as dist\n"
-        "from verl.utils.device import get_device_name, get_nccl_backend, get_torch_device, get_resource_name\n"
-        "from verl.utils.distributed import initialize_global_process_group_ray\n"
-        "from fgrpo_verl.backends.cpu import verl_patches\n"
-        "print(get_device_name(), get_nccl_backend(), get_resource_name())\n"
-        "m = get_torch_device(); m.empty_cache(); m.synchronize(); free, total = m.mem_get_info()\n"
-        "assert 0 < free <= total\n"
-        "assert torch.ones(2).to(m.current_device()).device.type == 'cpu'\n"
-        "try:\n"
-        "    verl_patches._ORIGINALS['initialize_global_process_group_ray']()\n"
-        "except ValueError as e:\n"
-        "    print('verl string rejected', 'Duplicate device type cpu' in str(e))\n"
-        "initialize_global_process_group_ray()\n"
-        "print('backend', dist.get_backend())\n"
-        "x = torch.tensor([3.0]); dist.all_reduce(x); print('sum', float(x))\n"
-        "dist.destroy_process_group()\n"
-    )
-    out = _python(code, VERL_USE_EXTERNAL_MODULES="fgrpo_verl.backends.cpu", VERL_PLATFORM="cpu", RANK="0", WORLD_SIZE="1",
-                  MASTER_ADDR="127.0.0.1", MASTER_PORT=_free_port())
+    out = fresh.result("gloo")
     assert out.returncode == 0, out.stderr[-3000:]
     assert "cpu gloo GPU" in out.stdout
     assert "verl string rejected True" in out.stdout
     assert "backend gloo" in out.stdout and "sum 3.0" in out.stdout
 
 
-def test_replay_buffer_polls_fast_on_the_cpu_platform_only():
+def test_replay_buffer_polls_fast_on_the_cpu_platform_only(fresh):
     """verl polls TransferQueue every 2 s for a step's rollouts; the cpu backend shortens the default only."""
-    code = (
-        "import sys, verl\n"
-        "assert 'verl.trainer.ppo.v1.replay_buffer' not in sys.modules\n"
-        "from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer\n"
-        "from verl.utils.device import get_device_name\n"
-        "args = dict(trainer_mode='sync', trainer_config={}, max_off_policy_threshold=None,\n"
-        "            max_off_policy_strategy='drop', sampler_kwargs={})\n"
-        "print(get_device_name(), ReplayBuffer(**args).poll_interval, ReplayBuffer(**args, poll_interval=1.5).poll_interval)\n"
-    )
-    cpu = _python(code, **{**_CLEAN, "VERL_USE_EXTERNAL_MODULES": "fgrpo_verl.backends.cpu", "VERL_PLATFORM": "cpu"})
+    cpu = fresh.result("replay-cpu")
     assert cpu.returncode == 0, cpu.stderr[-3000:]
     assert cpu.stdout.split()[-3:] == ["cpu", "0.02", "1.5"]
     # backend loaded, but a GPU platform: verl's own default stays
-    gpu = _python(code, **{**_CLEAN, "VERL_USE_EXTERNAL_MODULES": "fgrpo_verl.backends.cpu", "VERL_PLATFORM": "nvidia"})
+    gpu = fresh.result("replay-nvidia")
     assert gpu.returncode == 0, gpu.stderr[-3000:]
     assert gpu.stdout.split()[-3:] == ["cuda", "2.0", "1.5"]
 

@@ -82,7 +82,8 @@ def _workdir(tmp_path: Path, rows: int = 1000) -> tuple[Path, list[str]]:
     return work, overrides
 
 
-def _job(tmp_path: Path, work: Path, overrides: list[str], job_id: int = 125, **env) -> tuple[subprocess.CompletedProcess, list[str]]:
+def _job_run(tmp_path: Path, work: Path, overrides: list[str], job_id: int = 125, **env) -> tuple[dict, Path]:
+    """The ``subprocess.run`` arguments of one plain job under the stand-ins, and the log they record to."""
     bin_dir = tmp_path / "bin"
     log = tmp_path / f"fake-{job_id}.log"
     full = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", SLURM_JOB_ID=str(job_id), SLURM_JOB_NODELIST="n1",
@@ -92,9 +93,18 @@ def _job(tmp_path: Path, work: Path, overrides: list[str], job_id: int = 125, **
     for var in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "HF_HUB_OFFLINE", "FGRPO_RAY_PORT_BASE", "WANDB_MODE"):
         if var not in env:
             full.pop(var, None)
-    done = subprocess.run(["bash", str(REPO / "slurm" / "train.sbatch"), *overrides], cwd=work, env=full,
-                          capture_output=True, text=True, timeout=300)
-    return done, (log.read_text().splitlines() if log.exists() else [])
+    return {"args": ["bash", str(REPO / "slurm" / "train.sbatch"), *overrides], "cwd": work, "env": full,
+            "timeout": 600}, log
+
+
+def _log_lines(log: Path) -> list[str]:
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def _job(tmp_path: Path, work: Path, overrides: list[str], job_id: int = 125, **env) -> tuple[subprocess.CompletedProcess, list[str]]:
+    kwargs, log = _job_run(tmp_path, work, overrides, job_id, **env)
+    done = subprocess.run(**kwargs, capture_output=True, text=True)
+    return done, _log_lines(log)
 
 
 def _listen(port: int) -> socket.socket:
@@ -109,19 +119,54 @@ def _flag(words: list[str], name: str) -> int:
     return int(next(w for w in words if w.startswith(f"--{name}=")).split("=", 1)[1])
 
 
+REFUSALS = {
+    # verl's default TP 2 on the job's one GPU: verl's init_model would assert, minutes into the job
+    "tp2": ([], "error: actor_rollout_ref.rollout.tensor_model_parallel_size=2: a rollout replica spans"),
+    "no-model": (["actor_rollout_ref.rollout.tensor_model_parallel_size=1", "actor_rollout_ref.model.path=/nowhere"],
+                 "error: actor_rollout_ref.model.path=/nowhere: does not exist here"),
+}
+PLAIN_JOB_TESTS = ("test_the_plain_job_saves_once_per_epoch", "test_ray_and_the_driver_use_the_interface_of_the_ray_address",
+                   "test_jobs_read_models_offline", "test_a_port_block_another_job_holds_moves_the_job_to_a_free_one")
+
+
 @pytest.fixture(scope="module")
-def plain_job(tmp_path_factory):
-    """One plain job (id 125) while another job (id 5 = 125 - 120) holds the port block that 125 derives, and the
-    block after it holds a node port of this job's head."""
-    tmp_path = tmp_path_factory.mktemp("plain_job")
-    _tools(tmp_path)
-    work, overrides = _workdir(tmp_path, rows=1000)
-    held = [_listen(20500), _listen(20610)]
+def jobs(request, tmp_path_factory):
+    """The module's jobs, each a whole ``train.sbatch`` in its own directory with its own stand-ins, run side by
+    side (each is a bash script and its Python processes; they share no files, and distinct job ids keep them off
+    each other's port blocks). ``plain``: job 125 while another job (id 5 = 125 - 120) holds the port block that
+    125 derives, and the block after it holds a node port of this job's head."""
+    import side_by_side
+
+    commands, logs = {}, {}
+    for name, readers, extra, job_id, env in (
+        ("plain", PLAIN_JOB_TESTS, ["actor_rollout_ref.rollout.tensor_model_parallel_size=1"], 125, {}),
+        ("site", "test_a_save_freq_of_the_run_and_an_interface_of_the_site_are_kept",
+         ["actor_rollout_ref.rollout.tensor_model_parallel_size=1", "trainer.save_freq=7"], 131,
+         {"NCCL_SOCKET_IFNAME": "ib0", "HF_HUB_OFFLINE": "0"}),
+        *((f"refused-{case}", "test_the_plain_job_stops_before_ray_when_the_preflight_refuses", refused_extra,
+           132 + i, {}) for i, (case, (refused_extra, _)) in enumerate(REFUSALS.items())),
+    ):
+        tmp_path = tmp_path_factory.mktemp(name)
+        _tools(tmp_path)
+        work, overrides = _workdir(tmp_path, rows=1000)
+        kwargs, logs[name] = _job_run(tmp_path, work, [*overrides, *extra], job_id, **env)
+        commands[name] = (readers, kwargs)
+    commands = side_by_side.selected(request, commands)
+    held = [_listen(20500), _listen(20610)] if "plain" in commands else []
+    started = side_by_side.start(commands)
     try:
-        done, log = _job(tmp_path, work, [*overrides, "actor_rollout_ref.rollout.tensor_model_parallel_size=1"])
+        if "plain" in commands:
+            started.result("plain")  # the ports are held until the plain job has ended
     finally:
         for sock in held:
             sock.close()
+    yield lambda name: (started.result(name), _log_lines(logs[name]))
+    started.close()
+
+
+@pytest.fixture(scope="module")
+def plain_job(jobs):
+    done, log = jobs("plain")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     train = next(line for line in log if line.startswith("TRAIN ")).split()
     ray = next(line for line in log if line.startswith("RAY ")).split()
@@ -159,11 +204,8 @@ def test_a_port_block_another_job_holds_moves_the_job_to_a_free_one(plain_job):
     assert len(set(node_ports)) == 6 and 20610 not in node_ports and gcs not in node_ports
 
 
-def test_a_save_freq_of_the_run_and_an_interface_of_the_site_are_kept(tmp_path):
-    _tools(tmp_path)
-    work, overrides = _workdir(tmp_path)
-    done, log = _job(tmp_path, work, [*overrides, "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
-                                      "trainer.save_freq=7"], NCCL_SOCKET_IFNAME="ib0", HF_HUB_OFFLINE="0")
+def test_a_save_freq_of_the_run_and_an_interface_of_the_site_are_kept(jobs):
+    done, log = jobs("site")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     train = next(line for line in log if line.startswith("TRAIN ")).split()
     assert [w for w in train if w.startswith("trainer.save_freq=")] == ["trainer.save_freq=7"]
@@ -171,19 +213,10 @@ def test_a_save_freq_of_the_run_and_an_interface_of_the_site_are_kept(tmp_path):
     assert "RAYENV GLOO=lo NCCL=ib0 HF=0" in log and "TRAINENV GLOO=lo NCCL=ib0" in log
 
 
-@pytest.mark.parametrize(
-    "extra, message",
-    [
-        # verl's default TP 2 on the job's one GPU: verl's init_model would assert, minutes into the job
-        ([], "error: actor_rollout_ref.rollout.tensor_model_parallel_size=2: a rollout replica spans"),
-        (["actor_rollout_ref.rollout.tensor_model_parallel_size=1", "actor_rollout_ref.model.path=/nowhere"],
-         "error: actor_rollout_ref.model.path=/nowhere: does not exist here"),
-    ],
-)
-def test_the_plain_job_stops_before_ray_when_the_preflight_refuses(tmp_path, extra, message):
-    _tools(tmp_path)
-    work, overrides = _workdir(tmp_path)
-    done, log = _job(tmp_path, work, [*overrides, *extra])
+@pytest.mark.parametrize("case", list(REFUSALS))
+def test_the_plain_job_stops_before_ray_when_the_preflight_refuses(jobs, case):
+    message = REFUSALS[case][1]
+    done, log = jobs(f"refused-{case}")
     assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-3000:]
     assert f"fgrpo jobenv: {message}" in done.stderr
     assert not [line for line in log if line.startswith(("RAY ", "TRAIN "))]

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
 import sys
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from fgrpo_verl.cli import main as cli_main
-from fgrpo_verl.config.compose import compose
+from fgrpo_verl.config.compose import SharedComposer, batch_session
 from fgrpo_verl.integration.validation import validate
 from fgrpo_verl.environment import environment_with
 from fgrpo_verl.launch import plan_jobs, preflight
@@ -24,6 +23,16 @@ from fgrpo_verl.config.paths import recipes_dir
 
 TESTS = Path(__file__).resolve().parent
 GIB = 2**30
+
+# One composer for the module, as the launcher composes a recipe's runs: Hydra composes each distinct list of
+# config-group selections once, and each config's value overrides are applied to a copy with Hydra's own applier
+# (tests/test_first_hour_on_cpu.py checks that this is Hydra's compose of all the overrides at once)
+_COMPOSER = SharedComposer()
+
+
+def compose(overrides=()):
+    return _COMPOSER.compose(overrides)
+
 
 # recipes/maze.yaml at 2f836bb. Its base_model=maze_3m set no rollout TP, so verl's default (2) applied: written out
 # here, since base_model=maze_3m now sets 1.
@@ -131,31 +140,35 @@ def test_its_validation_over_transfer_queue_capacity_is_refused_naming_val_batch
           "transfer_queue.backend.SimpleStorage.total_storage_size=557056"], tmp_path)
 
 
-def test_the_tp_rule_is_verls_init_model_assert(tmp_path):
+def _tp_probe(workdir: Path, env: dict[str, str], tp: int):
+    """The maze config at rollout TP ``tp`` on the CPU backend, and the ``subprocess.run`` arguments of
+    tests/verl_init_probe.py on it (verl's ``ActorRolloutRefWorker.init_model`` in a fresh process, one CPU rank)."""
+    overrides = ["backend=cpu", *_maze("n4-g0p0"), f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp}"]
+    with environment_with(env):
+        config = compose(overrides)
+        OmegaConf.resolve(config)
+    path = workdir / f"tp{tp}.yaml"
+    OmegaConf.save(config, path)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    job_env = dict(os.environ, **{k: str(v) for k, v in config.ray_kwargs.ray_init.runtime_env.env_vars.items()},
+                   RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    return config, {"args": [sys.executable, str(TESTS / "verl_init_probe.py"), str(path)], "env": job_env,
+                    "timeout": 600}
+
+
+def test_the_tp_rule_is_verls_init_model_assert(fresh):
     """The same maze config (2f836bb's TP 2 on its one GPU, on the CPU backend with a stand-in model): verl's own
     ``ActorRolloutRefWorker.init_model`` refuses it, in-process, and so does the preflight; with TP 1 both accept."""
-    from rehearsal import standin_maze
-
-    env = standin_maze(tmp_path / "maze", n_train=2)
+    workdir, started, configs = fresh["tp"]
     results = {}
     for tp in (2, 1):
-        overrides = ["backend=cpu", *_maze("n4-g0p0"), f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp}"]
-        with environment_with(env):
-            config = compose(overrides)
-            OmegaConf.resolve(config)
-        path = tmp_path / f"tp{tp}.yaml"
-        OmegaConf.save(config, path)
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        job_env = dict(os.environ, **{k: str(v) for k, v in config.ray_kwargs.ray_init.runtime_env.env_vars.items()},
-                       RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        done = subprocess.run([sys.executable, str(TESTS / "verl_init_probe.py"), str(path)], env=job_env,
-                              capture_output=True, text=True, timeout=600)
+        done = started.result(f"tp{tp}")
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         verdict = [line for line in done.stdout.splitlines() if line.startswith("INIT ")]
         try:
-            preflight.run(config, tmp_path)
+            preflight.run(configs[tp], workdir)
             ours = "ok"
         except preflight.PreflightError as exc:
             ours = str(exc)
@@ -314,10 +327,38 @@ QWEN7B_START_STATES = 7.62e9 * 4 / 16
 START = [(80 * GIB, 80 * GIB - int(QWEN7B_START_STATES), util) for util in (0.97, 0.98)]
 
 
+VLLM_VERDICT_TESTS = ("test_the_scheduler_rule_is_vllms", "test_without_chunked_prefill_verl_raises_the_token_budget_to_max_model_len",
+                      "test_kv_heads_must_split_or_replicate_evenly_over_tp_as_vllms_attention_asserts",
+                      "test_rollout_memory_follows_verls_phases")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fresh(request, tmp_path_factory):
+    """This module's fresh processes (verl's init_model at TP 2 and 1; verl's and vLLM's own code on the numbers),
+    started with the module's first test so that they run beside its in-process tests; each test waits for its
+    own."""
+    import side_by_side
+
+    tests = side_by_side.selected_tests(request)
+    commands, configs, workdir = {}, {}, None
+    if tests.intersection(VLLM_VERDICT_TESTS):
+        code = f"SCHED = {SCHED!r}\nQKV = {QKV!r}\nSTART = {START!r}\n" + VERL_VLLM_PROBE
+        commands["vllm"] = {"args": [sys.executable, "-c", code], "timeout": 600}
+    if "test_the_tp_rule_is_verls_init_model_assert" in tests:
+        from rehearsal import standin_maze
+
+        workdir = tmp_path_factory.mktemp("tp_rule")
+        env = standin_maze(workdir / "maze", n_train=2)
+        for tp in (2, 1):
+            configs[tp], commands[f"tp{tp}"] = _tp_probe(workdir, env, tp)
+    started = side_by_side.start(commands)
+    yield {"tp": (workdir, started, configs), "vllm": started}
+    started.close()
+
+
 @pytest.fixture(scope="module")
-def verl_vllm_verdicts() -> dict[str, list[list[str]]]:
-    code = f"SCHED = {SCHED!r}\nQKV = {QKV!r}\nSTART = {START!r}\n" + VERL_VLLM_PROBE
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+def verl_vllm_verdicts(fresh) -> dict[str, list[list[str]]]:
+    done = fresh["vllm"].result("vllm")
     found: dict[str, list[list[str]]] = {"SCHED": [], "QKV": [], "START": []}
     for line in done.stdout.splitlines():
         kind, _, rest = line.partition(" ")
@@ -542,12 +583,13 @@ def test_every_run_of_every_shipped_recipe_passes(tmp_path):
     names = sorted(p.stem for p in recipes_dir().glob("*.yaml"))
     assert names == ["controls", "group_size", "maze", "paper_main"]
     checked = []
-    for name in names:
-        recipe = load_recipe(name)
-        for run in recipe.runs:
-            summary = preflight.run(compose(recipe.run_overrides(run)), tmp_path).summary()
-            assert "memory >= " in summary and "TransferQueue holds at most" in summary, (name, run.name, summary)
-            checked.append((name, run.name))
+    with batch_session():  # as the launcher plans a recipe's runs
+        for name in names:
+            recipe = load_recipe(name)
+            for run in recipe.runs:
+                summary = preflight.run(compose(recipe.run_overrides(run)), tmp_path).summary()
+                assert "memory >= " in summary and "TransferQueue holds at most" in summary, (name, run.name, summary)
+                checked.append((name, run.name))
     assert len(checked) >= 36 + 6 + 3 + 18 and len(set(checked)) == len(checked)
 
 
@@ -572,7 +614,8 @@ def test_dry_run_prints_each_runs_preflight(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))
     assert cli_main(["launch", "maze", "--dry-run", "--only", "n128-g0p5"]) == 0
     out = capsys.readouterr().out
-    assert "### preflight: 1 rollout replica(s) of TP 1 x DP 1 x PP 1 on 1 GPU(s); 32768 samples per step" in out
+    # the summary names each distinct preflight once, beside the run it is about
+    assert "n128-g0p5: preflight: 1 rollout replica(s) of TP 1 x DP 1 x PP 1 on 1 GPU(s); 32768 samples per step" in out
 
 
 def _cache_snapshot(cache: Path, repo: str, files: dict[str, bytes]) -> Path:

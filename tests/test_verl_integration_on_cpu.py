@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -151,36 +150,58 @@ def test_validate_checks_the_fgrpo_block_once_with_or_without_the_plugins_wrappe
         logger.removeHandler(handler)
 
 
-def test_plain_import_verl_registers_fgrpo_in_a_fresh_process():
-    code = ("import verl\nfrom verl.trainer.ppo.core_algos import get_adv_estimator_fn\n"
-            "print(get_adv_estimator_fn('fgrpo').__module__)")
-    out = subprocess.run([sys.executable, "-c", code], env=_clean_env(), capture_output=True, text=True, timeout=300)
+REGISTERS = ("import verl\nfrom verl.trainer.ppo.core_algos import get_adv_estimator_fn\n"
+             "print(get_adv_estimator_fn('fgrpo').__module__)")
+SWITCHED_OFF = ("import verl\nfrom verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY\n"
+                "print('fgrpo' in ADV_ESTIMATOR_REGISTRY)")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fresh(request):
+    """The fresh processes of this module's tests (each imports verl anew, in its own environment), started with
+    the module's first test so that they run beside its in-process tests; each test waits for its own."""
+    import side_by_side
+
+    run = {"env": _clean_env(), "timeout": 600}
+    started = side_by_side.start(side_by_side.selected(request, {
+        "registers": ("test_plain_import_verl_registers_fgrpo_in_a_fresh_process",
+                      {**run, "args": [sys.executable, "-c", REGISTERS]}),
+        "switched_off": ("test_plugin_can_be_switched_off_like_any_verl_plugin",
+                         {**run, "args": [sys.executable, "-c", SWITCHED_OFF],
+                          "env": {**_clean_env(), "VERL_USE_EXTERNAL_PLUGINS": "none"}}),
+        "doctor": ("test_doctor_passes_including_ray_actor", {**run, "args": [sys.executable, "-m", "fgrpo_verl",
+                                                                              "doctor"]}),
+        "doctor_bad_config": ("test_doctor_fails_loudly_on_bad_config",
+                              {**run, "args": [sys.executable, "-m", "fgrpo_verl", "doctor", "--no-ray",
+                                               "algorithm.fgrpo.base=ppo"]}),
+    }))
+    yield started
+    started.close()
+
+
+def test_plain_import_verl_registers_fgrpo_in_a_fresh_process(fresh):
+    out = fresh.result("registers")
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "fgrpo_verl.integration.estimator"
 
 
-def test_plugin_can_be_switched_off_like_any_verl_plugin():
+def test_plugin_can_be_switched_off_like_any_verl_plugin(fresh):
     # Proves the registration really comes from the entry point (and not from an import side effect here).
-    code = ("import verl\nfrom verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY\n"
-            "print('fgrpo' in ADV_ESTIMATOR_REGISTRY)")
-    env = {**_clean_env(), "VERL_USE_EXTERNAL_PLUGINS": "none"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    out = fresh.result("switched_off")
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "False"
 
 
 @pytest.mark.ray
-def test_doctor_passes_including_ray_actor():
-    out = subprocess.run([sys.executable, "-m", "fgrpo_verl", "doctor"], env=_clean_env(), capture_output=True,
-                         text=True, timeout=600)
+def test_doctor_passes_including_ray_actor(fresh):
+    out = fresh.result("doctor")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "[ok]   registry (Ray actor): fgrpo -> fgrpo_verl.integration.estimator.compute_fgrpo_outcome_advantage" in out.stdout
     assert "all checks passed" in out.stdout
 
 
-def test_doctor_fails_loudly_on_bad_config():
-    out = subprocess.run([sys.executable, "-m", "fgrpo_verl", "doctor", "--no-ray", "algorithm.fgrpo.base=ppo"],
-                         env=_clean_env(), capture_output=True, text=True, timeout=600)
+def test_doctor_fails_loudly_on_bad_config(fresh):
+    out = fresh.result("doctor_bad_config")
     assert out.returncode == 2  # a bad config given on the command line is a user error (exit 2, as argparse)
     assert "[FAIL] config composes + verl validate_config: ValueError: algorithm.fgrpo.base='ppo' is invalid" in out.stdout
 

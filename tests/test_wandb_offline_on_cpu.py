@@ -178,26 +178,45 @@ wandb.finish()
 """
 
 
-@pytest.mark.parametrize("trainer, end, rows", [
+CLOSES_ROWS = [
     ("verl", "kill", [(1, 1.0)]),  # without us: step 2's row is still open when step 3 is killed
     ("fgrpo", "kill", [(1, 1.0), (2, 2.0)]),
     ("fgrpo", "finish", [(1, 1.0), (2, 2.0)]),  # closing rows early adds none, changes none
-])
-@pytest.mark.timeout(300)
-def test_the_trainer_closes_each_steps_wandb_row_so_a_hard_kill_keeps_it(tmp_path, trainer, end, rows):
+]
+
+
+@pytest.fixture(scope="module")
+def rows_runs(request, tmp_path_factory):
+    """The trainer processes of ``CLOSES_ROWS``, run side by side: each is its own process with its own W&B
+    service, run id folder and offline files (``WANDB_DIR``), so one's kill cannot touch another's rows."""
+    import side_by_side
+
+    commands, roots = {}, {}
+    for trainer, end, _ in CLOSES_ROWS:
+        root = roots[trainer, end] = tmp_path_factory.mktemp(f"{trainer}-{end}")
+        env = {key: value for key, value in os.environ.items() if key != "WANDB_SERVICE"}  # its own service, as a job
+        env.update(WANDB_MODE="offline", WANDB_DIR=str(root), WANDB_RUN_ID=RUN_ID, WANDB_SILENT="true",
+                   WANDB_X_TRANSACTION_LOG_FLUSH_INTERVAL="0.2")
+        commands[f"{trainer}-{end}"] = ("test_the_trainer_closes_each_steps_wandb_row_so_a_hard_kill_keeps_it",
+                                        {"args": [sys.executable, "-c", ROWS, trainer, end], "env": env,
+                                         "timeout": 540})
+    started = side_by_side.start(side_by_side.selected(request, commands))
+    yield lambda trainer, end: (started.result(f"{trainer}-{end}"), roots[trainer, end])
+    started.close()
+
+
+@pytest.mark.parametrize("trainer, end, rows", CLOSES_ROWS)
+@pytest.mark.timeout(600)  # the first case's wait includes its neighbours' start: they share the CPUs
+def test_the_trainer_closes_each_steps_wandb_row_so_a_hard_kill_keeps_it(rows_runs, trainer, end, rows):
     """verl logs step k with wandb.log(step=k); W&B keeps that row open until step k + 1 is logged. Killed
     (SIGKILL, as a node failure would) during step 3, verl's loop has lost step 2's row; fgrpo-verl's trainers
     close the row when the next step begins, and the job's flush interval (1 s in the Slurm jobs, 0.2 s here)
     writes it to disk. Real verl Tracking, real W&B offline files."""
-    env = {key: value for key, value in os.environ.items() if key != "WANDB_SERVICE"}  # its own service, as a job
-    env.update(WANDB_MODE="offline", WANDB_DIR=str(tmp_path), WANDB_RUN_ID=RUN_ID, WANDB_SILENT="true",
-               WANDB_X_TRANSACTION_LOG_FLUSH_INTERVAL="0.2")
-    done = subprocess.run([sys.executable, "-c", ROWS, trainer, end], env=env, capture_output=True, text=True,
-                          timeout=240)
+    done, root = rows_runs(trainer, end)
     assert done.returncode == (-9 if end == "kill" else 0), done.stderr[-3000:]
-    assert _history(tmp_path) == rows
+    assert _history(root) == rows
     # no row without the metrics (an empty row would be a step of its own in W&B's charts)
-    (path,) = (tmp_path / "wandb").glob(f"offline-run-*-{RUN_ID}/run-{RUN_ID}.wandb")
+    (path,) = (root / "wandb").glob(f"offline-run-*-{RUN_ID}/run-{RUN_ID}.wandb")
     assert all("score" in row for row in read_history(path))
 
 
