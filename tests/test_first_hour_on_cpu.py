@@ -290,15 +290,9 @@ def test_argparse_type_errors_stay_a_short_block(train_answers):
 
 # --- quiet commands ---------------------------------------------------------------------------------------------
 
-def test_doctor_prints_its_checks_and_nothing_of_verls_import_notices():
-    done = _cli("doctor", "--no-ray", "algo=grpo")
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stderr == "", done.stderr  # were: 5 "engine is not available" warnings, 2 accelerator warnings
-    assert "[ok]   platform: " in done.stdout and "all checks passed" in done.stdout
-
-
-# `fgrpo-verl train algo=grpo backend=cpu --cfg job` printing each line once is checked on the README's own run of
-# that command (tests/test_readme_on_cpu.py, CASES), a fresh process as a user runs it.
+# `fgrpo-verl doctor --no-ray` printing its checks and none of verl's import notices, and `fgrpo-verl train algo=grpo
+# backend=cpu --cfg job` printing each line once, are checked on the README's own runs of those commands
+# (tests/test_readme_on_cpu.py, CASES), fresh processes as a user runs them.
 
 def test_info_and_cfg_print_each_line_once_and_info_takes_overrides_after_it(train_answers):
     for flags in ("--info config", "--info"):
@@ -349,14 +343,33 @@ def test_status_without_slurm_answers_before_composing_anything(tmp_path, monkey
 # CPU seconds per process (first launch: empty composition cache; later: warm) are benchmarks/bench_launch.py's.
 
 
-def test_status_names_the_runs_a_submit_names_without_checking_them_with_verl(tmp_path, monkeypatch, capsys):
+DRY_RUN_ONLY = ["--only", "qwen25_7b-grpo-g0p5", "qwen25_7b-dapo-g1p0"]
+
+
+@pytest.fixture(scope="module")
+def dry_run_without_data(tmp_path_factory):
+    """`fgrpo-verl launch paper_main --dry-run --only A B` in a directory without the training data: (the directory,
+    stdout, stderr). Two tests read it: the scripts it cannot render exactly, and the run names --status gives."""
+    where = tmp_path_factory.mktemp("dry_run_without_data")
+    here = os.getcwd()
+    os.chdir(where)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()) as out, contextlib.redirect_stderr(io.StringIO()) as err:
+            assert main(["launch", "paper_main", "--dry-run", "--script-dir", "-", *DRY_RUN_ONLY]) == 0
+    finally:
+        os.chdir(here)
+    return where, out.getvalue(), err.getvalue()
+
+
+def test_status_names_the_runs_a_submit_names_without_checking_them_with_verl(dry_run_without_data, monkeypatch,
+                                                                              capsys):
     """--status submits nothing, so it skips validate_config and the preflight (no verl import): the run names, and
     so the checkpoint dirs and job names it reports on, are still the ones a dry run (and a submit) gives them."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("PATH", _fake_slurm(tmp_path / "bin", squeue_exit=0)["PATH"])
-    only = ["--only", "qwen3_4b_base-grpo-g0p0", "qwen3_4b_base-grpo-g0p5"]
-    assert main(["launch", "paper_main", "--dry-run", *only]) == 0
-    planned = re.findall(r"^### job (\S+) \(run ", capsys.readouterr().out, flags=re.M)
+    where, dry_out, _ = dry_run_without_data
+    monkeypatch.chdir(where)
+    monkeypatch.setenv("PATH", _fake_slurm(where / "bin", squeue_exit=0)["PATH"])
+    only = DRY_RUN_ONLY
+    planned = re.findall(r"^### job (\S+) \(run ", dry_out, flags=re.M)
     import fgrpo_verl.launch.preflight as preflight
     import fgrpo_verl.launch.validator as validator
 
@@ -379,7 +392,8 @@ def test_a_preflight_refusal_found_in_the_second_process_names_each_run_and_verl
     runs = ["qwen25_7b-grpo-g0p0", "qwen25_7b-grpo-g0p5", "qwen25_7b-grpo-g1p0", "qwen25_7b-grpo-g2p0"]
     key = "actor_rollout_ref.rollout.tensor_model_parallel_size"
     dry_run = ["launch", "paper_main", "--dry-run", "--only", *runs]
-    refused, planned = _batch([([*dry_run, f"{key}=3"], {}), (dry_run, {})], tmp_path / "batch", cwd=tmp_path)
+    refused, planned = _batch([([*dry_run, f"{key}=3"], {}), ([*dry_run, "--script-dir", "-"], {})],
+                             tmp_path / "batch", cwd=tmp_path)
     done = refused
     assert done.returncode == 2 and done.stdout == "" and "Traceback" not in done.stderr, done.stderr[-3000:]
     assert done.validators == 1, "verl's checks did not run in a second process"
@@ -397,23 +411,22 @@ def test_a_preflight_refusal_found_in_the_second_process_names_each_run_and_verl
     assert len(summaries) == 4 and all("rollout replica(s) of TP" in line for line in summaries), summaries
 
 
-def test_dry_run_without_data_says_which_scripts_are_not_final(tmp_path, monkeypatch, capsys):
+def test_dry_run_without_data_says_which_scripts_are_not_final(dry_run_without_data, tmp_path, monkeypatch, capsys):
     """paper_main saves once per epoch: save_freq = steps per epoch, counted from the prepared data. Without the
-    data a dry run cannot render it; it used to print the script without it and say nothing."""
+    data a dry run cannot render it, and says so instead of printing the script without it."""
+    _, out, err = dry_run_without_data
+    assert out.count("### NOT the script a submit renders: training data data/deepscaler/train.parquet "
+                     "not found here, so trainer.save_freq=<steps per epoch>") == 2
+    assert "trainer.save_freq=" not in out.replace("trainer.save_freq=<", "")
+    assert ("2 of 2 script(s) cannot be rendered exactly yet" in err
+            and "qwen25_7b-grpo-g0p5, qwen25_7b-dapo-g1p0" in err)
     monkeypatch.chdir(tmp_path)
-    assert main(["launch", "paper_main", "--dry-run", "--only", "qwen25_7b-grpo-g0p5", "qwen25_7b-dapo-g1p0"]) == 0
-    captured = capsys.readouterr()
-    assert captured.out.count("### NOT the script a submit renders: training data data/deepscaler/train.parquet "
-                              "not found here, so trainer.save_freq=<steps per epoch>") == 2
-    assert "trainer.save_freq=" not in captured.out.replace("trainer.save_freq=<", "")
-    assert ("2 of 2 script(s) cannot be rendered exactly yet" in captured.err
-            and "qwen25_7b-grpo-g0p5, qwen25_7b-dapo-g1p0" in captured.err)
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     (tmp_path / "data" / "deepscaler").mkdir(parents=True)
     pq.write_table(pa.table({"x": list(range(2560))}), tmp_path / "data" / "deepscaler" / "train.parquet")
-    assert main(["launch", "paper_main", "--dry-run", "--only", "qwen25_7b-grpo-g0p5"]) == 0
+    assert main(["launch", "paper_main", "--dry-run", "--script-dir", "-", "--only", "qwen25_7b-grpo-g0p5"]) == 0
     captured = capsys.readouterr()
     assert "### NOT" not in captured.out and "cannot be rendered" not in captured.err
     assert "    trainer.save_freq=10 \\\n" in captured.out
@@ -424,7 +437,7 @@ def test_shared_composition_equals_hydra_for_every_selection_of_every_recipe():
     own applier: the same config as a full Hydra compose (fgrpo_verl.config.compose.SharedComposer)."""
     from omegaconf import OmegaConf
 
-    from fgrpo_verl.config.compose import SharedComposer, _compose_raw, is_value_override
+    from fgrpo_verl.config.compose import SharedComposer, _compose_raw, batch_session, is_value_override
     from fgrpo_verl.launch.recipe import load_recipe
     from fgrpo_verl.config.paths import CONFIG_NAME
 
@@ -443,9 +456,10 @@ def test_shared_composition_equals_hydra_for_every_selection_of_every_recipe():
         ["algorithm.fgrpo.gamma=0", "algo=cispo", "actor_rollout_ref.rollout.n=4"],  # values before selections
     ]
     composer = SharedComposer()
-    for overrides in lists:
-        shared = composer.compose(overrides)
-        full = _compose_raw(overrides, CONFIG_NAME)
+    with batch_session():  # as the launcher composes a recipe's runs (plan_jobs): parsed YAML files shared too
+        shared_configs = [composer.compose(overrides) for overrides in lists]
+    for overrides, shared in zip(lists, shared_configs):
+        full = _compose_raw(overrides, CONFIG_NAME)  # a plain Hydra compose, nothing shared
         assert OmegaConf.to_container(shared) == OmegaConf.to_container(full), overrides
         assert OmegaConf.is_struct(shared) and OmegaConf.is_struct(full)
     # a value override changes its copy only: the next run of the same selection starts from the recipe's values

@@ -57,6 +57,7 @@ class Case:
     append: str = ""
     expect: tuple[str, ...] = ()  # substrings of stdout+stderr
     check: Callable[[str, str], None] | None = None  # more assertions on (stdout, stderr)
+    wrote: Callable[[Path], None] | None = None  # assertions on what the command wrote (its directory)
 
 
 CPU_DATA = ("data.train_files=maze/data/train.parquet data.val_files=maze/data/val.parquet "
@@ -67,6 +68,45 @@ def _cfg_job_prints_each_line_once(out: str, err: str) -> None:
     assert "INFO:" not in err and "DEBUG" not in err, err[:2000]
     assert len(err.strip().splitlines()) <= 1, err  # at most verl's platform line
     assert "fgrpo:" in out or "Config search path" in out
+
+
+def _doctor_prints_its_checks_and_nothing_of_verls_import_notices(out: str, err: str) -> None:
+    """verl's import notices (engines that are not installed, the accelerator fallback) are not repeated: the
+    ``platform`` line says what verl resolved. The one line on stderr is fgrpo-verl's own warning about the default
+    rollout.n=1 (no ``algo=`` given), which is not an import notice. (tests/test_first_hour_on_cpu.py's quiet
+    commands rest on this run.)"""
+    assert "[ok]   platform: " in out, out
+    others = [line for line in err.splitlines()
+              if line.strip() and "fgrpo-verl: actor_rollout_ref.rollout.n=1: every prompt group" not in line]
+    assert others == [], err
+
+
+def _report_of_paper_main_on_an_empty_tree(out: str, err: str) -> None:
+    """`fgrpo-verl report paper_main` where nothing was started: the sweep's state first, no empty table printed.
+    (The report module's own tests, tests/test_recipe_report_on_cpu.py, construct the runs it reports on.)"""
+    lines = out.splitlines()
+    assert lines[2] == "0 of 36 runs started, 0 finished, 0 evaluated (final pass at the selected checkpoint)", out
+    assert " | ours | " not in out and len(lines) < 20, out
+    assert "no numbers of ours yet: table1, table6, tables12_14 not printed" in out
+    assert "- not started: 36 run(s), qwen25_7b-grpo-g0p0, " in out
+
+
+def _report_files_of_paper_main_on_an_empty_tree(cwd: Path) -> None:
+    """Every run listed as missing, the paper's numbers in the table files and ours empty (reports/paper_main: the
+    default --out)."""
+    reports = cwd / "reports" / "paper_main"
+    missing = [line for line in (reports / "missing.md").read_text().splitlines() if line.startswith("- ")]
+    assert len(missing) == 36 and all(line.endswith(": not started") for line in missing)
+    table1 = (reports / "table1.md").read_text()
+    assert "| Qwen2.5-7B GRPO | ours | -/- |" in table1 and "| | paper | 37.3/64.1 | 15.0/37.7 |" in table1
+    table6 = (reports / "table6.md").read_text()
+    assert "| CISPO γ=1 | ours |" in table6 and "| | paper | 39.5/76.8 | 18.1/65.9 |" in table6
+    rows = (reports / "table1.csv").read_text().splitlines()
+    assert rows[0] == "table,row,column,metric,ours,paper,paper_metric,paper_source,significant"
+    assert "table1,Qwen2.5-7B GRPO,Math Avg,pass@1,,37.3,pass@1,Table 1," in rows
+    assert sorted(p.name for p in reports.iterdir()) == [
+        "missing.md", "report.md", "selection.csv", "table1.csv", "table1.md", "table6.csv", "table6.md",
+        "tables12_14.md"]
 
 
 def _every_paper_main_run(what: Callable[[str], int]) -> Callable[[str, str], None]:
@@ -90,7 +130,8 @@ CASES = {
     "pip install flash-attn==2.8.3 --no-build-isolation": Case("setup"),
     "fgrpo-verl --version": Case("run", expect=("fgrpo-verl 0.", "(verl 0.9.1, python 3.")),
     # the Ray-actor check starts a Ray cluster (tests/test_verl_integration_on_cpu.py runs it)
-    "fgrpo-verl doctor": Case("then", append="--no-ray", expect=("all checks passed",)),
+    "fgrpo-verl doctor": Case("then", append="--no-ray", expect=("all checks passed",),
+                              check=_doctor_prints_its_checks_and_nothing_of_verls_import_notices),
     "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu": Case("setup"),
     "pip install -e '.[test,cpu-vllm]'": Case("setup"),
     "pip uninstall -y torchvision torchaudio torchcodec": Case("setup"),
@@ -127,16 +168,20 @@ CASES = {
     "export FGRPO_SYNLOGIC_SCORER=my_synlogic.verify:compute_score":
         Case("run", check=_documented_in("recipes/paper_main.yaml", "scorer: \"${FGRPO_SYNLOGIC_SCORER}\"")),
     "fgrpo-verl recipes paper_main": Case("run", expect=("qwen25_7b-grpo-g0p5", "36 runs")),
-    # 36 training job scripts (evaluation jobs print their own lines), 36 runs not started
-    "fgrpo-verl launch paper_main --dry-run": Case("run", expect=("### 36 job(s) from recipe paper_main",), check=
-        _every_paper_main_run(lambda out: sum(line.startswith("### job ") for line in out.splitlines()))),
+    # a table row per run and its total, then what a submit from here would refuse (no data, models, benchmarks)
+    "fgrpo-verl launch paper_main --dry-run": Case("run", expect=(
+        "recipe paper_main (F-GRPO Tables 1 and 6", "total (36 runs)", "NOT READY: a submit from"), check=
+        _every_paper_main_run(lambda out: sum(line.rstrip().endswith(" passed") for line in out.splitlines()))),
     "fgrpo-verl launch paper_main --only qwen25_7b-grpo-g0p5 algorithm.fgrpo.gamma=0.7":
-        Case("then", append="--dry-run", expect=("fgrpo-g0.7-n8-Qwen2.5-7B-s42-", "algorithm.fgrpo.gamma=0.7")),
+        Case("then", append="--dry-run", expect=("qwen25_7b-grpo-g0p5 [algorithm.fgrpo.gamma=0.7]",
+                                                 "total (1 run)")),
     "fgrpo-verl launch paper_main --status": Case("then", replace={"fgrpo-verl": "PATH=slurm-bin:$PATH fgrpo-verl"},
                                                   expect=("qwen25_7b-grpo-g0p5  fgrpo-g0.5-n8-Qwen2.5-7B-s42-",
                                                           "not started, 0/"),
                                                   check=_every_paper_main_run(lambda out: out.count("not started"))),
-    "fgrpo-verl report paper_main": Case("run", expect=("not started", "missing.md")),
+    "fgrpo-verl report paper_main": Case("run", expect=("not started", "missing.md"),
+                                         check=_report_of_paper_main_on_an_empty_tree,
+                                         wrote=_report_files_of_paper_main_on_an_empty_tree),
     'eval "$(fgrpo-verl wandb-env --project fgrpo --algo fgrpo --gamma 0.5 --n 8 --model Qwen/Qwen2.5-7B --seed 1 '
     '--group gamma-sweep)"': Case("run"),
     "WANDB_MODE=offline fgrpo-verl train algo=grpo algorithm.fgrpo.gamma=0.5 ...":
@@ -212,6 +257,18 @@ def _shell(command: str, cwd: Path, timeout: int = 600) -> subprocess.CompletedP
     return subprocess.run(["bash", "-c", command], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
+_HELP_ANSWERS: dict[tuple[str, ...], subprocess.CompletedProcess] = {}
+
+
+def _help(program: tuple[str, ...], cwd: Path) -> subprocess.CompletedProcess:
+    """``PROGRAM --help`` (e.g. ``hf download``), run once per program: several README commands (four ``hf download``
+    lines, ``prepare-benchmarks`` in two blocks) are checked against the same help text, which does not depend on
+    the directory it is asked in."""
+    if program not in _HELP_ANSWERS:
+        _HELP_ANSWERS[program] = _shell(shlex.join(program) + " --help", cwd)
+    return _HELP_ANSWERS[program]
+
+
 def _blocks() -> dict[int, list[str]]:
     out: dict[int, list[str]] = {}
     for number, command in readme_commands(README.read_text(encoding="utf-8")):
@@ -276,7 +333,7 @@ def test_readme_block_runs(block, fixtures, tmp_path):
             continue
         if case.how == "help":
             words = shlex.split(command)
-            done = _shell(shlex.join(words[:2]) + " --help", REPO if words[0] == "python" else cwd)
+            done = _help(tuple(words[:2]), REPO if words[0] == "python" else cwd)
             assert done.returncode == 0, done.stderr[-3000:]
             for flag in _flags(command):
                 assert re.search(rf"{re.escape(flag)}(?![\w-])", done.stdout), \
@@ -301,3 +358,5 @@ def test_readme_block_runs(block, fixtures, tmp_path):
             assert needle in output, f"`{needle}` not in the output of `{text}`:\n{output[-4000:]}"
         if case.check is not None:
             case.check(done.stdout, done.stderr)
+        if case.wrote is not None:
+            case.wrote(cwd)

@@ -72,8 +72,25 @@ def _assert_llm_paper_settings(cfg) -> None:
 
 
 @pytest.fixture(scope="module")
-def paper_main(tmp_path_factory):
-    return _plan("paper_main", tmp_path_factory.mktemp("paper_main"))
+def workdir(tmp_path_factory):
+    """The launch directory of the recipes planned once for this module (the tests below only read their jobs):
+    one directory, as runs that two recipes share are one run when launched from the same place."""
+    return tmp_path_factory.mktemp("recipes")
+
+
+@pytest.fixture(scope="module")
+def paper_main(workdir):
+    return _plan("paper_main", workdir)
+
+
+@pytest.fixture(scope="module")
+def group_size(workdir):
+    return _plan("group_size", workdir)
+
+
+@pytest.fixture(scope="module")
+def controls(workdir):
+    return _plan("controls", workdir)
 
 
 def test_paper_main_has_36_valid_runs_with_the_papers_settings(paper_main):
@@ -136,8 +153,8 @@ def test_paper_main_job_scripts_are_complete_and_requeue_safe(paper_main):
     assert len(ids) == 36
 
 
-def test_group_size_recipe_is_grpo_n_sweep_plus_fgrpo_at_n8(tmp_path):
-    _, jobs = _plan("group_size", tmp_path)
+def test_group_size_recipe_is_grpo_n_sweep_plus_fgrpo_at_n8(group_size):
+    _, jobs = group_size
     got = set()
     for job in jobs:
         cfg = job.config
@@ -150,12 +167,12 @@ def test_group_size_recipe_is_grpo_n_sweep_plus_fgrpo_at_n8(tmp_path):
     assert len(jobs) == 6 and got == {(2, 0.0), (4, 0.0), (8, 0.0), (16, 0.0), (32, 0.0), (8, 0.5)}
 
 
-def test_controls_recipe_is_low_lr_entropy_and_kl_grpo(tmp_path):
-    _, jobs = _plan("controls", tmp_path)
+def test_controls_recipe_is_low_lr_entropy_and_kl_grpo(controls, paper_main):
+    _, jobs = controls
     by_name = {job.run.name: job.config for job in jobs}
     assert set(by_name) == {"grpo-low_lr", "grpo-entropy", "grpo-kl", "grpo", "fgrpo-g0p5"}
     # Table 3's F-GRPO row and its GRPO baseline are paper_main's runs: the same names, so trained once
-    _, main = _plan("paper_main", tmp_path, only=["qwen25_7b-grpo-g0p0", "qwen25_7b-grpo-g0p5"])
+    _, main = paper_main
     main_names = {job.run.name: job.job_name for job in main}
     controls_names = {job.run.name: job.job_name for job in jobs}
     assert controls_names["grpo"] == main_names["qwen25_7b-grpo-g0p0"]
@@ -216,7 +233,7 @@ def test_launch_dry_run_prints_scripts_with_overrides_and_submits_nothing(tmp_pa
         [
             "launch",
             "paper_main",
-            "--dry-run",
+            "--dry-run", "--script-dir", "-",
             "--only",
             "qwen3_4b_base-cispo-g1p0",
             "llama32_3b_instruct-dapo-g0p0",
@@ -255,7 +272,7 @@ def test_launch_rejects_unknown_run_and_bad_override(tmp_path, monkeypatch, caps
         ("name: x\nproject: p\nenv: {WANDB_API_KEY: k}\nruns:\n  - {name: a}\n", "env.WANDB_API_KEY looks like a secret"),
         ("name: x y\nproject: p\nruns:\n  - {name: a}\n", "name must match"),
         ("name: x\nproject: p\nresources: {gpus: 8}\nruns:\n  - {name: a}\n", "unknown resources key(s) ['gpus']"),
-        ("name: x\nproject: p\nresources: {cpus_per_task: 0}\nruns:\n  - {name: a}\n", "cpus_per_task must be a positive"),
+        ("name: x\nproject: p\nresources: {cpus_per_task: 0}\nruns:\n  - {name: a}\n", "resources.cpus_per_task=0: expected an integer >= 1"),
         ("name: x\nproject: p\nruns:\n  - {name: a, overrides: algo=grpo}\n", "overrides must be a list"),
     ],
 )
@@ -318,7 +335,7 @@ def test_jobenv_prints_exports_that_a_shell_can_eval(capsys):
 
 def test_launch_takes_options_and_overrides_in_any_order(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    assert cli_main(["launch", "controls", "trainer.nnodes=4", "--dry-run", "--only", "grpo-kl"]) == 0
+    assert cli_main(["launch", "controls", "trainer.nnodes=4", "--dry-run", "--script-dir", "-", "--only", "grpo-kl"]) == 0
     out = capsys.readouterr().out
     # the training job and its two evaluation jobs (the same job name: singleton keeps them apart in time)
     assert [_readable(n) for n in re.findall(r'^#SBATCH --job-name="(.*)"$', out, re.M)] == [
@@ -361,13 +378,13 @@ def test_maze_recipe_reaches_20k_steps_with_1m_mazes_and_refuses_10k(tmp_path):
 def test_dry_run_states_checkpoint_disk_and_submit_refuses_missing_data(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     _rows_parquet(tmp_path / "data" / "deepscaler" / "train.parquet", 39_202)
-    assert cli_main(["launch", "paper_main", "--dry-run", "--only", "qwen25_7b-grpo-g0p5"]) == 0
+    assert cli_main(["launch", "paper_main", "--dry-run", "--script-dir", "-", "--only", "qwen25_7b-grpo-g0p5"]) == 0
     # 12 B x 7.62B params per checkpoint, one per epoch over 10 epochs; 2 x 12 B + 8 x 4 B (weights) when older
     # checkpoints lose their optimizer states (fgrpo_verl/job/resume_point.py)
     assert ("checkpoint disk: 91.4 GB per checkpoint (7.62B params x 12 B), 10 kept, optimizer states only in the "
             "resume point and a newer one (4 B per param in the others) = 426.7 GB") in capsys.readouterr().out
     monkeypatch.setenv("FGRPO_KEEP_OPTIMIZER_STATES", "1")
-    assert cli_main(["launch", "paper_main", "--dry-run", "--only", "qwen25_7b-grpo-g0p5"]) == 0
+    assert cli_main(["launch", "paper_main", "--dry-run", "--script-dir", "-", "--only", "qwen25_7b-grpo-g0p5"]) == 0
     assert "checkpoint disk: 91.4 GB per checkpoint (7.62B params x 12 B), 10 kept = 914.4 GB" in capsys.readouterr().out
     monkeypatch.delenv("FGRPO_KEEP_OPTIMIZER_STATES")
     (tmp_path / "data" / "deepscaler" / "train.parquet").unlink()
@@ -404,11 +421,11 @@ def test_identity_follows_every_override_fresh_and_explicit_wandb_id(tmp_path):
         one()
 
 
-def test_shared_runs_of_two_recipes_are_one_run(tmp_path):
+def test_shared_runs_of_two_recipes_are_one_run(paper_main, group_size):
     """group_size's fgrpo-n8-g0p5 is paper_main's qwen25_7b-grpo-g0p5 (Table 2's N = 8 row is Table 1's run): one
     identity, so singleton and the queue check keep them to one job."""
-    _, (a,) = _plan("paper_main", tmp_path, only=["qwen25_7b-grpo-g0p5"])
-    _, (b,) = _plan("group_size", tmp_path, only=["fgrpo-n8-g0p5"])
+    (a,) = [job for job in paper_main[1] if job.run.name == "qwen25_7b-grpo-g0p5"]
+    (b,) = [job for job in group_size[1] if job.run.name == "fgrpo-n8-g0p5"]
     assert a.job_name == b.job_name and a.checkpoint_dir == b.checkpoint_dir
 
 
@@ -418,7 +435,7 @@ def test_cli_refuses_owned_and_secret_overrides_and_takes_repeated_only(tmp_path
     assert "trainer.experiment_name is set by the launcher" in capsys.readouterr().err
     assert cli_main(["launch", "controls", "--dry-run", "+ray_kwargs.ray_init.runtime_env.env_vars.WANDB_API_KEY=k"]) == 2
     assert "looks like a secret" in capsys.readouterr().err
-    assert cli_main(["launch", "controls", "--dry-run", "--only", "grpo-kl", "--only", "grpo-entropy"]) == 0
+    assert cli_main(["launch", "controls", "--dry-run", "--script-dir", "-", "--only", "grpo-kl", "--only", "grpo-entropy"]) == 0
     names = re.findall(r"^### job \S+ \(run (\S+)\)", capsys.readouterr().out, re.M)
     assert names == ["grpo-entropy", "grpo-kl"]
 

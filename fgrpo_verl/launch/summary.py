@@ -100,7 +100,7 @@ def table_lines(recipe, jobs: list) -> list[str]:
     train_total = with_unknown(_hours(train_sum), train_unknown, len(rows))
     if train_total == "?" and per_step:
         train_total = f"? ({sum(per_step):.1f}/step)"
-    cells.append((f"total ({len(rows)} runs)", "", "", train_total,
+    cells.append((f"total ({len(rows)} run{'' if len(rows) == 1 else 's'})", "", "", train_total,
                   with_unknown(_hours(eval_sum), eval_unknown, len(eval_rows)) if eval_rows else "-",
                   with_unknown(size_text(disk_sum), disk_unknown, len(rows)), ""))
     widths = [max(len(str(c[i])) for c in [header, *cells]) for i in range(len(header))]
