@@ -143,3 +143,33 @@ def test_readiness_is_empty_when_every_input_is_here_and_names_each_missing_one(
     assert len(lines) == 2, lines
     assert lines[0].startswith("- training data data/nope.parquet not found") and lines[0].endswith("[2 runs]")
     assert f"model {tmp_path / 'absent'}: does not exist here" in lines[1] and lines[1].endswith("[run-data/nope.parquet]")
+
+
+def test_script_dir_is_refused_before_planning_when_it_cannot_be_a_folder(tmp_path, monkeypatch, capsys):
+    from fgrpo_verl.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("")
+    assert main(["launch", "maze", "--dry-run", "--script-dir", "afile"]) == 2
+    assert capsys.readouterr().err.strip() == "fgrpo-verl launch: error: --script-dir afile: exists and is not a folder"
+    assert main(["launch", "maze", "--script-dir", "-"]) == 2  # a submit: scripts go to a folder
+    assert "--script-dir - (print the scripts) is for --dry-run" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("trainer, count", [
+    ({}, 10),                                                   # one per epoch, all kept
+    ({"max_actor_ckpt_to_keep": 3}, 3),
+    ({"max_actor_ckpt_to_keep": 0}, 10),                        # verl: not a positive bound keeps them all
+    ({"max_actor_ckpt_to_keep": -1}, 10),
+    ({"remove_previous_ckpt_in_save": True}, 1),                # verl keeps only the newest
+])
+def test_checkpoint_storage_follows_verls_keep_rules(trainer, count, monkeypatch):
+    from fgrpo_verl.launch import disk
+
+    monkeypatch.setattr(disk, "model_params", lambda path: 1e9)
+    config = OmegaConf.create({"actor_rollout_ref": {"model": {"path": "m"}},
+                               "trainer": {"save_freq": -1, "save_per_epoch": True, "total_epochs": 10,
+                                           "total_training_steps": None, **trainer}})
+    each, kept, total = disk.checkpoint_storage(config, None)
+    assert each == disk.BYTES_PER_PARAM * 1e9 and kept == count
+    assert total == min(count, 2) * each + (count - min(count, 2)) * disk.WEIGHT_BYTES_PER_PARAM * 1e9

@@ -387,9 +387,15 @@ def test_sigterm_to_an_evaluation_releases_its_owner_file(tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(lock)], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
-    assert holder.stdout.readline().strip() == "held", holder.stderr.read()
-    owners = [p for p in tmp_path.iterdir() if p != lock]
-    assert owners, "the lock without flock is an owner file beside the lock"
-    holder.send_signal(signal.SIGTERM)
-    assert holder.wait(timeout=60) == 128 + signal.SIGTERM, holder.stderr.read()
-    assert [p for p in tmp_path.iterdir() if p != lock] == [], "the owner file outlived its holder"
+    try:
+        # the holder prints once it holds the lock, or exits (its stderr then says why)
+        assert holder.stdout.readline().strip() == "held", holder.stderr.read()
+        owners = [p for p in tmp_path.iterdir() if p != lock]
+        assert owners, "the lock without flock is an owner file beside the lock"
+        holder.send_signal(signal.SIGTERM)
+        assert holder.wait(timeout=60) == 128 + signal.SIGTERM, holder.stderr.read()
+        assert [p for p in tmp_path.iterdir() if p != lock] == [], "the owner file outlived its holder"
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()

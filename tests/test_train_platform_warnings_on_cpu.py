@@ -28,11 +28,15 @@ def test_held_platform_lines_pass_on_success_and_are_dropped_on_error(caplog):
     assert platform_logger.propagate and not [h for h in platform_logger.handlers if type(h).__name__ == "Hold"]
 
 
-def test_a_config_error_on_a_machine_without_gpus_is_one_line():
+@pytest.mark.parametrize("overrides, error", [
+    (["algorithm.fgrpo.gamma=-1"],  # found while the config is validated
+     "algorithm.fgrpo.gamma=-1.0 is invalid: the focal strength must be a finite number >= 0"),
+    (["data.train_files=/nonexistent/train.parquet"],  # found after it, before Ray starts
+     "data.train_files=/nonexistent/train.parquet: no such file"),
+])
+def test_a_config_error_on_a_machine_without_gpus_is_one_line(overrides, error):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_", "CUDA_"))}
-    done = subprocess.run([sys.executable, "-m", "fgrpo_verl", "train", "algo=grpo", "algorithm.fgrpo.gamma=-1"],
+    done = subprocess.run([sys.executable, "-m", "fgrpo_verl", "train", "algo=grpo", *overrides],
                           capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 2, done.stderr
-    assert done.stderr.splitlines() == [
-        "fgrpo-verl train: error: algorithm.fgrpo.gamma=-1.0 is invalid: the focal strength must be a finite number >= 0"
-    ], done.stderr
+    assert done.stderr.splitlines() == [f"fgrpo-verl train: error: {error}"], done.stderr

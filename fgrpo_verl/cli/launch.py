@@ -167,7 +167,7 @@ def _dry_run(recipe, jobs, script_dir: str | None, workdir: Path) -> int:
         for line in preflight:
             print(f"  {line}")
     baseless: dict[str, list[str]] = {}
-    for job in jobs:
+    for job in jobs if script_dir != "-" else ():  # the printed scripts said it for each job
         why = missing_baseline(job)
         if why:
             baseless.setdefault(why, []).append(job.run_label)
@@ -177,6 +177,10 @@ def _dry_run(recipe, jobs, script_dir: str | None, workdir: Path) -> int:
     if script_dir and script_dir != "-":
         written = summary.write_scripts(jobs, Path(script_dir).resolve())
         print(f"\n{len(written)} script(s) written to {Path(script_dir).resolve()} (as a submit would name them)")
+        not_final = [job.run_label for job in jobs if _not_final(recipe, job)]
+        if not_final:
+            print(f"NOT the scripts a submit renders for {len(not_final)} run(s): their training data is not here, so "
+                  "trainer.save_freq=<steps per epoch> (recipe save_per_epoch) is missing; prepare the data first")
     elif script_dir != "-":
         print("\nscripts: not printed; --script-dir DIR writes them, --script-dir - prints them with each job's details")
     missing = summary.readiness(jobs, workdir)
@@ -225,6 +229,10 @@ def run(args: argparse.Namespace) -> int:
     from fgrpo_verl.launch import plan_jobs, submit_jobs
 
     args = _reparse(args)
+    if args.script_dir == "-" and not args.dry_run:
+        raise ValueError("--script-dir - (print the scripts) is for --dry-run; a submit writes them to a folder")
+    if args.script_dir not in (None, "-") and Path(args.script_dir).exists() and not Path(args.script_dir).is_dir():
+        raise ValueError(f"--script-dir {args.script_dir}: exists and is not a folder")
     workdir = Path.cwd()
     log_dir = (workdir / args.log_dir).resolve()
     submit = not (args.dry_run or args.status)

@@ -305,11 +305,6 @@ def platform_warnings_after_success():
 def prepare(overrides: list[str], inspect_only: bool = False):
     """Steps 1-4 of the module docstring; returns the composed, validated config. ``inspect_only``: compose and
     export only (Hydra's --info, which shows how a config is composed, also when it is not valid)."""
-    with platform_warnings_after_success():
-        return _prepare(overrides, inspect_only)
-
-
-def _prepare(overrides: list[str], inspect_only: bool):
     from fgrpo_verl.config.compose import compose
     from fgrpo_verl.integration.validation import validate
 
@@ -365,7 +360,12 @@ def run(args: argparse.Namespace) -> int:
     flags, overrides = split_hydra_args(passed)
     overrides = with_env_run_names(overrides)
     inspect_only = bool(flags) and not any(f in VALIDATED_INSPECT for f in flags)
-    config = prepare(overrides, inspect_only=inspect_only)
+    with platform_warnings_after_success():
+        config = prepare(overrides, inspect_only=inspect_only)
+        if not flags:
+            # here, not in prepare(): the inspect flags print a config, which may name another machine's files
+            check_data_files(config)
+            check_wandb_usable(config)
     argv = _hydra_argv(flags, overrides)
     if flags:
         # verl's `import verl` adds a stderr handler to the root logger; Hydra's --info logs through its own
@@ -374,9 +374,6 @@ def run(args: argparse.Namespace) -> int:
             logging.getLogger().removeHandler(handler)
         _run_main_ppo(argv)
         return 0
-    # here, not in prepare(): the inspect flags above print a config, which may name another machine's files
-    check_data_files(config)
-    check_wandb_usable(config)
     if quiet is None:
         quiet = sys.stdout.isatty() and not getattr(args, "debug", False)
     with ray_start.retrying_init():

@@ -56,8 +56,11 @@ def checkpoint_storage(config, total_steps: int | None) -> tuple[float, int | No
         count = int(config.trainer.total_epochs)
     else:
         return each, None, None
+    # verl keeps them all for a null or non-positive max_actor_ckpt_to_keep, one with remove_previous_ckpt_in_save
     keep = config.trainer.get("max_actor_ckpt_to_keep")
-    if keep is not None:
+    if config.trainer.get("remove_previous_ckpt_in_save"):
+        keep = 1
+    if keep is not None and int(keep) >= 1:
         count = min(count, int(keep))
     if os.environ.get("FGRPO_KEEP_OPTIMIZER_STATES", "0") == "1":
         return each, count, each * count

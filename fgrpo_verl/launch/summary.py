@@ -113,8 +113,14 @@ def table_lines(recipe, jobs: list) -> list[str]:
     a = _assumptions(jobs[0]) if jobs else None
     if a is not None:
         lines.append(f"GPU-hours are planning estimates (fgrpo_verl/launch/summary.py, evaluation/cost.py): "
-                     f"{a.describe()}; training {a.training_flops_per_gpu_second:.1e} FLOP/s per GPU sustained. "
-                     "'?' steps: the training data is not here (see below).")
+                     f"{a.describe()}; training {a.training_flops_per_gpu_second:.1e} FLOP/s per GPU sustained."
+                     + (" '?' steps: the training data is not here (see below)." if any(r["steps"] == "?" for r in rows)
+                        else ""))
+    uncounted = sorted({b for job in jobs if job.evaluation is not None and job.evaluation.hours
+                        for b, count in job.evaluation.problems.items() if count is None})
+    if uncounted:
+        lines.append(f"eval GPU-h leave out {', '.join(uncounted)}: problem count unknown here (benchmark file not "
+                     "found)")
     return lines
 
 
@@ -142,10 +148,10 @@ def readiness(jobs: list, workdir: Path) -> list[str]:
     for job in jobs:
         config = job.config
         if train_rows(config, workdir) is None:
-            items.setdefault(
-                f"training data {config.data.train_files} not found under {workdir}: prepare it (README, "
-                "'Reproduce the paper'; fgrpo-verl prepare-deepscaler --input deepscaler.json --tokenizer <model> "
-                "--out-dir data/deepscaler for DeepScaleR)", []).append(job.run_label)
+            how = ("fgrpo-verl prepare-deepscaler --input deepscaler.json --tokenizer <model> --out-dir data/deepscaler"
+                   if "deepscaler" in str(config.data.train_files) else "the recipe's header says how")
+            items.setdefault(f"training data {config.data.train_files} not found under {workdir}: prepare it ({how}),"
+                             " or launch from the directory that holds it", []).append(job.run_label)
         path = str(config.actor_rollout_ref.model.path)
         missing = missing_model(path, workdir)
         if missing is not None:
