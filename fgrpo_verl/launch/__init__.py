@@ -15,7 +15,7 @@ from pathlib import Path
 from fgrpo_verl.config.compose import batch_session
 from fgrpo_verl.environment import environment_with
 from fgrpo_verl.launch.recipe import Recipe, load_recipe
-from fgrpo_verl.launch.render import JobScript, render_job, sbatch
+from fgrpo_verl.launch.render import JobScript, render_job, sbatch, script_name
 
 
 @batch_session()  # dozens of configs resolved: share the parsing of their ${...} strings
@@ -251,7 +251,7 @@ def submit_jobs(
             continue
         write_record(job.checkpoint_dir, job.fingerprint, job.job_name, job.overrides, total_steps=job.total_steps,
                      wandb_run_id=job.wandb_run_id)
-        path = script_dir / f"{job.job_name}.sbatch"
+        path = script_dir / script_name(job.job_name)
         path.write_text(job.text, encoding="utf-8")
         try:
             # no dependency but the script's singleton

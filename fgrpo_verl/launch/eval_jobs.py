@@ -518,7 +518,7 @@ def submit_eval_jobs(jobs: list, train_ids: dict[str, str | None], script_dir: P
     its dependencies on sbatch's command line; returns (run, pass, job id) of each."""
     from fgrpo_verl.launch.identity import read_record, write_record
     from fgrpo_verl.launch.queue import active_jobs
-    from fgrpo_verl.launch.render import sbatch
+    from fgrpo_verl.launch.render import sbatch, script_name
 
     jobs = [job for job in jobs if job.evaluation is not None]
     if not jobs:
@@ -544,7 +544,7 @@ def submit_eval_jobs(jobs: list, train_ids: dict[str, str | None], script_dir: P
     for d in decisions:
         job = by_name[d.job_name]
         deps = [submitted_selection[dep.job_name] if isinstance(dep, SelectionOf) else dep for dep in d.depends_on]
-        path = script_dir / f"{job.job_name}-{d.phase}.sbatch"
+        path = script_dir / script_name(job.job_name, d.phase)
         path.write_text(next(e.text for e in job.evaluation.jobs if e.phase == d.phase), encoding="utf-8")
         job_id = sbatch(path, [f"afterany:{i}" for i in deps])
         write_record(job.checkpoint_dir, job.fingerprint, job.job_name, job.overrides, eval_job=(job_id, d.phase))
@@ -571,7 +571,7 @@ def missing_baseline(job) -> str:
 
 def dry_run_lines(job) -> list[str]:
     """What ``--dry-run`` prints about a run's evaluation after its training script."""
-    from fgrpo_verl.launch.render import sbatch_command
+    from fgrpo_verl.launch.render import sbatch_command, script_name
 
     ev = job.evaluation
     if ev is None:
@@ -590,7 +590,7 @@ def dry_run_lines(job) -> list[str]:
         lines.append(f"### eval job {job.job_name} [{e.phase} pass: {what}, benchmarks {', '.join(p['benchmarks'])}]"
                      f" after: {', '.join(e.depends_on)} (afterany), and singleton with the run's other jobs")
         # the ids exist only at submit: on the command line, not in the script
-        script = f"<script dir>/{job.job_name}-{e.phase}.sbatch"
+        script = f"<script dir>/{script_name(job.job_name, e.phase)}"
         lines.append(f"### submitted as: {' '.join(sbatch_command(script, e.after()))}")
         lines.append(e.text)
     if ev.memory_line:

@@ -184,6 +184,12 @@ def sbatch_directives(
     return lines
 
 
+def script_name(job_name: str, phase: str | None = None) -> str:
+    """The file name of a job's script in the script folder: ``<job>.sbatch`` for training, ``<job>-<pass>.sbatch``
+    for an evaluation pass (the same on submit and in the dry run's folder)."""
+    return f"{job_name}-{phase}.sbatch" if phase else f"{job_name}.sbatch"
+
+
 def sbatch_command(script: Path | str, after: Sequence[str] = ()) -> list[str]:
     """The sbatch command line that submits ``script``. ``after``: dependencies on other jobs (``afterany:<id>``);
     sbatch's --dependency replaces the script's ``#SBATCH --dependency`` instead of adding to it, so singleton is

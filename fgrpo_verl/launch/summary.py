@@ -184,15 +184,14 @@ def readiness(jobs: list, workdir: Path) -> list[str]:
 def write_scripts(jobs: list, script_dir: Path) -> list[Path]:
     """Each job's training script and evaluation scripts, as a submit names them (``<job>.sbatch``,
     ``<job>-<pass>.sbatch``)."""
+    from fgrpo_verl.launch.render import script_name
+
     script_dir.mkdir(parents=True, exist_ok=True)
-    written = []
+    texts = {}
     for job in jobs:
-        path = script_dir / f"{job.job_name}.sbatch"
-        path.write_text(job.text, encoding="utf-8")
-        written.append(path)
-        if job.evaluation is not None:
-            for e in job.evaluation.jobs:
-                path = script_dir / f"{job.job_name}-{e.phase}.sbatch"
-                path.write_text(e.text, encoding="utf-8")
-                written.append(path)
-    return written
+        texts[script_name(job.job_name)] = job.text
+        for e in job.evaluation.jobs if job.evaluation is not None else ():
+            texts[script_name(job.job_name, e.phase)] = e.text
+    for name, text in texts.items():
+        (script_dir / name).write_text(text, encoding="utf-8")
+    return [script_dir / name for name in texts]
