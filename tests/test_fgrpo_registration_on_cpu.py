@@ -323,3 +323,38 @@ def test_importing_the_trainer_module_first_still_registers_the_trainer_modes():
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip().splitlines()[-1] == "['fgrpo_colocate_async', 'fgrpo_separate_async', 'fgrpo_sync']"
     assert "not registered" not in out.stderr, out.stderr[-3000:]
+
+
+def test_trains_driver_leaves_the_trainer_stack_to_the_taskrunner_which_registers_strictly():
+    """``train``'s driver registers what validation reads and never imports verl's v1 trainer stack (and the vLLM
+    import it pulls in). Where that stack is imported with ``FGRPO_VERL_STRICT_REGISTRATION=1`` (what ``train``
+    puts in the run's Ray environment), a trainer mode another plugin registered first fails the import, naming
+    both, instead of leaving the other plugin's trainer to run behind a WARNING."""
+    import subprocess
+    import sys
+
+    script = (
+        "import os, sys\n"
+        "os.environ['FGRPO_VERL_STRICT_REGISTRATION'] = '1'\n"
+        "from fgrpo_verl import import_hooks\n"
+        "class Foreign: pass\n"
+        "def other_plugin(_module):\n"
+        "    from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY\n"
+        "    TRAINER_REGISTRY['fgrpo_sync'] = Foreign\n"
+        "import_hooks.when_imported('verl.trainer.ppo.v1', other_plugin)\n"
+        "from fgrpo_verl.cli.train import prepare\n"
+        "prepare(['algo=grpo', 'backend=cpu'])\n"
+        "from verl.trainer.ppo.core_algos import get_adv_estimator_fn\n"
+        "print('driver', get_adv_estimator_fn('fgrpo').__name__, 'verl.trainer.ppo.v1' in sys.modules,"
+        " 'vllm' in sys.modules)\n"
+        "try:\n"
+        "    import verl.trainer.ppo.v1\n"
+        "except ValueError as exc:\n"
+        "    print('refused', exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.strip().splitlines()
+    assert lines[-2] == "driver compute_fgrpo_outcome_advantage False False", out.stdout
+    assert lines[-1].startswith("refused trainer mode name 'fgrpo_sync' is already registered to __main__.Foreign"), \
+        out.stdout

@@ -142,3 +142,20 @@ def test_a_non_string_ray_env_var_is_refused_before_it_is_exported(monkeypatch):
         assert key not in os.environ
     ok = OmegaConf.create({"ray_kwargs": {"ray_init": {"runtime_env": {"env_vars": {"FGRPO_TEST_THREADS": "4"}}}}})
     assert train.export_ray_env_vars(ok) == {"FGRPO_TEST_THREADS": "4"} and os.environ["FGRPO_TEST_THREADS"] == "4"
+
+
+@pytest.mark.parametrize("backend", [[], ["backend=cpu"]])
+def test_the_run_gets_strict_registration_as_a_string_unless_the_config_sets_it(backend):
+    """The override ``train`` adds to verl's command line composes to the string Ray requires, with or without a
+    backend group that declares other variables; a config that sets the variable keeps its value."""
+    from fgrpo_verl.config.compose import compose
+    from fgrpo_verl.integration.plugin import STRICT_ENV
+
+    config = compose(["algo=grpo", *backend])
+    added = train.strict_registration_override(config)
+    env_vars = OmegaConf.select(compose(["algo=grpo", *backend, *added]), train.RAY_ENV_KEY)
+    assert env_vars[STRICT_ENV] == "1" and isinstance(env_vars[STRICT_ENV], str)
+    if backend:  # the backend's own variables are kept beside it
+        assert env_vars["VERL_PLATFORM"] == "cpu"
+    own = compose(["algo=grpo", *backend, f"++{train.RAY_ENV_KEY}.{STRICT_ENV}='0'"])
+    assert train.strict_registration_override(own) == []

@@ -5,8 +5,10 @@ Order of work, all in the driver before Ray starts:
 1. compose the config (without importing verl, see ``fgrpo_verl.config.compose``);
 2. export the environment variables the selected groups declare in ``ray_kwargs.ray_init.runtime_env.env_vars``
    (Ray gives them to every actor; the driver needs them too, before ``import verl`` resolves verl's platform);
-3. import verl (its plugins load with that environment) and register fgrpo-verl strictly (a broken install or an
-   unsupported verl fails here, not as "Unknown trainer" in a worker);
+3. import verl (its plugins load with that environment) and register what the driver uses strictly (an unsupported
+   verl or a broken estimator fails here); the trainer modes register in the TaskRunner, where verl imports its
+   trainer stack, strictly too (``FGRPO_VERL_STRICT_REGISTRATION`` in the run's Ray environment,
+   ``fgrpo_verl/integration/plugin.py``): the driver does not import that stack (~2.8 s);
 4. validate: verl version, the ``algorithm.fgrpo`` block, the GPU count against the batch sizes, verl's
    ``validate_config``, the data files exist (not for Hydra's inspect flags), W&B usable when ``trainer.logger`` has
    wandb;
@@ -312,9 +314,9 @@ def prepare(overrides: list[str], inspect_only: bool = False):
     exported = export_ray_env_vars(config)
     import verl  # noqa: F401  (plugins load now, with the run's environment)
 
-    from fgrpo_verl.integration.plugin import register_all
+    from fgrpo_verl.integration.plugin import V1, register_all
 
-    register_all(strict=True)
+    register_all(strict=True, leave_scheduled=(V1,))
     check_driver_platform(exported)
     if not inspect_only:
         warn_without_algo_preset(overrides, config)
@@ -328,6 +330,18 @@ def _hydra_argv(flags: list[str], overrides: list[str]) -> list[str]:
 
     # overrides before flags: `--info` takes an optional topic and would read an override after it as one
     return [sys.argv[0], "--config-path", str(config_dir()), "--config-name", CONFIG_NAME, *overrides, *flags]
+
+
+def strict_registration_override(config) -> list[str]:
+    """The override that makes the run's Ray processes register fgrpo-verl strictly (see step 3 above); none when
+    the config sets the variable itself."""
+    from omegaconf import OmegaConf
+
+    from fgrpo_verl.integration.plugin import STRICT_ENV
+
+    if STRICT_ENV in (OmegaConf.select(config, RAY_ENV_KEY, default=None) or {}):
+        return []
+    return [f"++{RAY_ENV_KEY}.{STRICT_ENV}='1'"]
 
 
 def _run_main_ppo(argv: list[str]) -> None:
@@ -366,7 +380,7 @@ def run(args: argparse.Namespace) -> int:
             # here, not in prepare(): the inspect flags print a config, which may name another machine's files
             check_data_files(config)
             check_wandb_usable(config)
-    argv = _hydra_argv(flags, overrides)
+    argv = _hydra_argv(flags, overrides if flags else [*overrides, *strict_registration_override(config)])
     if flags:
         # verl's `import verl` adds a stderr handler to the root logger; Hydra's --info logs through its own
         # handler, so every line came twice (once as "INFO:<time>:...")

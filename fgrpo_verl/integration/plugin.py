@@ -21,14 +21,20 @@ changes no environment variable. What it does, in order:
    backends selected by ``backend=``           at once (nothing when unset)     0.9.1 only
    ==========================================  ==============================  ============
 
-Each step fails on its own with a WARNING naming it. ``fgrpo-verl train`` and ``doctor`` call
-:func:`register_all`, which runs every step now and raises on the first failure.
+Each step fails on its own with a WARNING naming it. ``doctor`` calls :func:`register_all`, which runs every step
+now and raises on the first failure. ``fgrpo-verl train`` runs the steps its driver needs now (the estimator, the
+loss and the config checks: what validation reads) and leaves the trainer steps to the process that imports verl's
+v1 trainer stack (the TaskRunner: the driver never imports it, ~2.8 s with the vLLM import it pulls in); it sets
+``FGRPO_VERL_STRICT_REGISTRATION=1`` in the run's Ray environment, so there a failing step fails the import of
+that stack, and with it the run's start, instead of leaving a WARNING (a trainer mode another plugin took would
+otherwise run that plugin's trainer).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import os
 import sys
 
 from fgrpo_verl import import_hooks
@@ -39,6 +45,8 @@ logger = logging.getLogger("fgrpo_verl")
 CORE_ALGOS = "verl.trainer.ppo.core_algos"
 V1 = "verl.trainer.ppo.v1"
 VERL_CONFIG = "verl.utils.config"
+# "1": a step scheduled on a module's import raises into that import instead of logging a WARNING
+STRICT_ENV = "FGRPO_VERL_STRICT_REGISTRATION"
 
 
 def _estimator() -> None:
@@ -111,30 +119,41 @@ def install() -> None:
             "`fgrpo` policy loss and its config checks; not registered: %s",
             registration.SUPPORTED_VERL, registration.verl_version(), skipped,
         )
+    strict = os.environ.get(STRICT_ENV) == "1"
     for what, fn, module, needs_supported in STEPS:
         if needs_supported and not supported:
             continue
-        run = functools.partial(registration.step, what, fn, False)
+        # a step that runs now runs inside verl's plugin loader, which swallows exceptions: it logs
+        raises = strict and module is not None and module not in sys.modules
+        run = functools.partial(registration.step, what, fn, raises)
         if module is None:
             run()
         else:
             callback = lambda _module, run=run: run()  # noqa: E731
             _SCHEDULED.setdefault(module, []).append(callback)
-            import_hooks.when_imported(module, callback)
+            if raises:
+                import_hooks.when_imported(module, callback, errors="raise")
+            else:
+                import_hooks.when_imported(module, callback)
 
 
-def register_all(strict: bool = True) -> None:
-    """Import and register everything now (``fgrpo-verl train``, ``doctor``): with ``strict``, an unsupported verl
-    or any failing step raises instead of logging a WARNING."""
+def register_all(strict: bool = True, leave_scheduled: tuple[str, ...] = ()) -> None:
+    """Import and register everything now (``doctor``): with ``strict``, an unsupported verl or any failing step
+    raises instead of logging a WARNING. ``leave_scheduled``: modules whose steps stay where :func:`install` put
+    them, to run when (and where) verl imports that module (``train``'s driver leaves :data:`V1`); one already
+    imported (another plugin imported it) runs now, so that a name another plugin took is refused here."""
     if strict:
         registration.require_supported_verl()
-    # Running every step now: drop the scheduled ones, or importing verl's v1 stack below would fire the trainer
-    # step again from inside the import of fgrpo_verl.integration.trainer.
+    later = {module for module in leave_scheduled if module not in sys.modules}
+    # Running the steps now: drop their scheduled callbacks, or importing verl's v1 stack below would fire the
+    # trainer step again from inside the import of fgrpo_verl.integration.trainer.
     for module, callbacks in list(_SCHEDULED.items()):
-        import_hooks.discard(module, callbacks)
-        del _SCHEDULED[module]
-    for what, fn, _, _ in STEPS:
-        registration.step(what, fn, strict)
+        if module not in later:
+            import_hooks.discard(module, callbacks)
+            del _SCHEDULED[module]
+    for what, fn, module, _ in STEPS:
+        if module not in later:
+            registration.step(what, fn, strict)
 
 
 install()
