@@ -4,7 +4,8 @@ Ray's ``Node`` starts the GCS and the raylet, then polls ``ray._private.services
 registered, for at most 30 s of ``time.monotonic()`` (``ray/_private/node.py``), then raises "The current node timed
 out during startup". :func:`arm` makes the first poll fail and moves ``node.py``'s clock past those 30 s, so Ray's
 own timeout fires at once, after the real GCS and raylet processes were started (which a retry must end). Later
-polls are Ray's own. Used by tests/test_first_hour_e2e_on_cpu.py, in process and (``python -c``) in a child.
+polls are Ray's own. Used in process by tests/test_first_hour_e2e_on_cpu.py and, in a ``python -c`` child, by
+the suite's shared maze run (tests/verl_runs.py).
 """
 
 from __future__ import annotations

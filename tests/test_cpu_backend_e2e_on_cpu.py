@@ -3,7 +3,7 @@
 Two runs serve every assertion (each run costs a Ray start-up, ~30-40 s on 2 cores):
 
 - the suite's shared maze run (conftest ``maze_fgrpo_run``, tests/verl_runs.py): F-GRPO (γ = 0.5), 2 steps, a
-  checkpoint saved at every step;
+  checkpoint saved at every step (``train --quiet``: its log, ``train.log``, sits beside them and is copied too);
 - a resume: a copy of that run's checkpoints (the last one is the only one with optimizer states: fgrpo-verl
   prunes the earlier ones, fgrpo_verl/job/resume_point.py) and the same command with DAPO group filtering on and
   ``trainer.total_training_steps=3 trainer.resume_mode=auto``: it must load the step-2 checkpoint and run step 3

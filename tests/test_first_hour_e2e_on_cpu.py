@@ -1,6 +1,12 @@
-"""The first hour of a new user, end to end (issue 18): a 2-step CPU run through `fgrpo-verl train` on a terminal
-is a handful of lines (verl's and Ray's output in the log file), ends without W&B's atexit traceback, and survives a
+"""The first hour of a new user, end to end: a 2-step CPU run through `fgrpo-verl train` on a terminal is a
+handful of lines (verl's and Ray's output in the log file), ends without W&B's atexit traceback, and survives a
 local Ray that starts too slowly (Ray's own 30-s timeout, as on a machine at load ~7: tests/slow_ray_start.py).
+
+That run is the suite's shared maze run (conftest ``maze_fgrpo_run``, tests/verl_runs.py ``shared_maze_run``):
+started once for every module that reads it, as ``python -c`` with tests/slow_ray_start.py armed, then
+``train --quiet`` from a new user's shell (tests/user_env.py's variables left out), W&B offline, its terminal's
+stdout and stderr kept apart, the niceness of its ``ray::`` workers recorded while it ran. This module reads the
+terminal, the quiet log, the offline W&B run and the niceness; the other tests here start Ray in process.
 
 Numbers (docs/cpu_backend.md, "Output"): the same 2-step run printed 1,156 lines on 2f836bb.
 """
@@ -13,107 +19,45 @@ import sys
 from pathlib import Path
 
 import pytest
-from user_env import user_environment
 
 TESTS = Path(__file__).resolve().parent
-REPO = TESTS.parent
-
-TRAIN = r"""
-import sys
-sys.path.insert(0, {tests!r})
-import slow_ray_start
-slow_ray_start.arm()
-from fgrpo_verl.cli import main
-sys.exit(main(sys.argv[1:]))
-"""
 
 
 @pytest.mark.e2e
 @pytest.mark.ray
-def test_two_step_run_is_quiet_survives_a_slow_ray_start_and_ends_without_a_wandb_traceback(tmp_path):
-    from fgrpo_verl.tasks.maze import build
-
-    maze = build(tmp_path / "maze", size=7, n_train=64, n_val=4, model_preset="tiny", seed=0)
-    ckpt = tmp_path / "ckpt"
-    overrides = [
-        "algo=grpo", "backend=cpu", f"data.train_files={maze.train_file}", f"data.val_files={maze.val_file}",
-        "data.train_batch_size=4", f"data.max_prompt_length={maze.prompt_length}",
-        f"data.max_response_length={maze.max_response_length}", f"actor_rollout_ref.model.path={maze.model_dir}",
-        "actor_rollout_ref.rollout.n=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
-        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16",
-        "reward.custom_reward_function.path=pkg://fgrpo_verl.tasks.maze.reward",
-        "trainer.total_training_steps=2", "trainer.val_before_train=False", "trainer.test_freq=-1",
-        "trainer.save_freq=-1", "trainer.logger=[console,wandb]", f"trainer.default_local_dir={ckpt}",
-    ]
-    env = user_environment("RAY_ADDRESS")
-    env.update(WANDB_MODE="offline", WANDB_DIR=str(tmp_path), PYTHONPATH=str(REPO))
-    code = TRAIN.format(tests=str(TESTS))
-    proc = subprocess.Popen([sys.executable, "-c", code, "train", "--quiet", *overrides], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    workers = _watch_ray_workers(proc.pid)
-    try:
-        stdout, stderr = proc.communicate(timeout=900)
-    finally:
-        workers.stop.set()
-        workers.join()
-    done = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
-    log = ckpt / "train.log"
-    full = log.read_text(errors="replace") if log.exists() else ""
-    assert done.returncode == 0, done.stdout + done.stderr + full[-5000:]
-    terminal = (done.stdout + done.stderr).splitlines()
-    # the terminal: where the log is, one line per step, the slow start retried, the end (was 1,156 lines)
-    assert len(terminal) <= 8, "\n".join(terminal)
+def test_two_step_run_is_quiet_survives_a_slow_ray_start_and_ends_without_a_wandb_traceback(maze_fgrpo_run):
+    run = maze_fgrpo_run
+    log, full = run["quiet_log"], run["log"]
+    assert run["rc"] == 0, run["stdout"] + run["stderr"] + full[-5000:]
+    out, err = run["stdout"].splitlines(), run["stderr"].splitlines()
+    terminal = out + err
+    # the terminal (was 1,156 lines), 7 lines: on stdout where the log is, one line per step (step 0: the
+    # validation before training, which has no training metrics to show), the end; on stderr the slow start
+    # retried and W&B's sync hint. Validation and checkpoints add nothing else.
+    assert len(terminal) == 7, "\n".join(terminal)
     assert terminal[0] == f"fgrpo-verl train: verl's and Ray's output -> {log} (--verbose shows it here)"
     steps = [line for line in terminal if line.startswith("step ")]
-    assert [s.split()[1] for s in steps] == ["1/2", "2/2"] and all(" score " in s for s in steps), terminal
+    assert [s.split()[1] for s in steps] == ["0/2", "1/2", "2/2"] and steps[0] == "step 0/2", terminal
+    assert all(" score " in s for s in steps[1:]), terminal
     retried = [line for line in terminal if "Ray's local node did not start within Ray's 30 s" in line]
     assert len(retried) == 1 and "retrying (2/3)" in retried[0], terminal
     ended = int(retried[0].split("ended the ")[1].split()[0])
     assert ended >= 2, f"the failed attempt's GCS and raylet were not ended: {retried[0]}"
-    last = done.stdout.splitlines()[-1]  # (stdout: ours and the steps; stderr: warnings, W&B's sync hint)
+    last = out[-1]
     assert last.startswith("fgrpo-verl train: done in ") and last.endswith(f"full log: {log}"), terminal
-    assert "Traceback" not in done.stdout + done.stderr
+    assert out[1:-1] == steps and err[0] == retried[0], terminal
+    assert err[1].startswith(f"wandb: wandb sync {run['root'] / 'wandb' / 'offline-run-'}"), terminal
+    assert "Traceback" not in run["stdout"] + run["stderr"]
     # the log has verl's output, and no W&B atexit traceback (tracking.close_wandb), no TransferQueue thread
     # warning (backend=cpu's TQ_NUM_THREADS=1), no step missing
     assert "'adv_estimator': 'fgrpo'" in full and "step:2 - " in full
     assert "Exception ignored in atexit callback" not in full and "Connection lost" not in full, full[-5000:]
     assert "target_num_threads" not in full
-    assert list(tmp_path.glob("wandb/offline-run-*/run-*.wandb")), "no offline W&B run written"
+    assert list(run["root"].glob("wandb/offline-run-*/run-*.wandb")), "no offline W&B run written"
     # verl's actors ran at this test's priority, not Ray's nice 15 (backend=cpu's RAY_worker_niceness)
-    assert "ray::WorkerDict" in workers.niceness and "ray::TaskRunnerV1" in workers.niceness, workers.niceness
-    assert set(workers.niceness.values()) == {os.getpriority(os.PRIO_PROCESS, 0)}, workers.niceness
-
-
-def _watch_ray_workers(pid: int):
-    """A thread that records the niceness of every ``ray::<actor>`` process below ``pid`` until ``.stop`` is set
-    (``.niceness``: actor name -> niceness)."""
-    import threading
-
-    import psutil
-
-    class Watcher(threading.Thread):
-        def __init__(self):
-            super().__init__(daemon=True)
-            self.stop, self.niceness = threading.Event(), {}
-
-        def run(self):
-            while not self.stop.wait(0.5):
-                try:
-                    children = psutil.Process(pid).children(recursive=True)
-                except psutil.Error:
-                    continue
-                for child in children:
-                    try:
-                        name = (child.cmdline() or [""])[0].split()[0] if child.cmdline() else ""
-                        if name.startswith("ray::") and name != "ray::IDLE":
-                            self.niceness[name.split(".")[0]] = child.nice()
-                    except (psutil.Error, IndexError):
-                        pass
-
-    watcher = Watcher()
-    watcher.start()
-    return watcher
+    niceness = run["niceness"]
+    assert "ray::WorkerDict" in niceness and "ray::TaskRunnerV1" in niceness, niceness
+    assert set(niceness.values()) == {os.getpriority(os.PRIO_PROCESS, 0)}, niceness
 
 
 @pytest.mark.ray
@@ -193,3 +137,29 @@ def test_a_start_that_fails_otherwise_is_not_retried():
     with pytest.raises(RuntimeError, match="did not start in 3 attempts of 30 s each"):
         ray_start.init(num_cpus=1, _ray_init=always_slow)
     assert len(calls) == 3
+
+
+def test_a_failed_attempt_ends_only_the_new_processes_of_its_own_session():
+    """What a retry ends: new descendants in this process's session (where Ray starts its node), not a child that
+    runs in a session of its own (a test's verl run started with start_new_session, a user's detached job) nor an older one."""
+    import psutil
+
+    from fgrpo_verl.job import ray_start
+
+    sleep = [sys.executable, "-c", "import time; time.sleep(60)"]
+    older = subprocess.Popen(sleep)
+    try:
+        before = ray_start._children()
+        detached = subprocess.Popen(sleep, start_new_session=True)
+        attempts = subprocess.Popen(sleep)
+        try:
+            assert ray_start._end_new_children(before) == [attempts.pid]
+            assert attempts.wait(timeout=30) is not None
+            assert detached.poll() is None and older.poll() is None
+            assert psutil.Process(detached.pid).is_running()
+        finally:
+            detached.kill()
+            detached.wait()
+    finally:
+        older.kill()
+        older.wait()

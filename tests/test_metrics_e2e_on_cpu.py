@@ -7,8 +7,9 @@ before training and at step 2 with n = 4 samples per held-out maze. Loggers: con
 logger, and W&B in offline mode, named and identified by ``fgrpo_verl.job.tracking`` and handed to verl's
 TaskRunner through Ray's runtime_env overrides. Checked:
 
-- console (``step:N - key:value`` lines), JSONL and the offline W&B run (its ``.wandb`` transaction log) hold
-  ``fgrpo/*``, ``actor/fgrpo/*`` and ``val-core/maze/pass@{1,2,4}``, and W&B holds the μ̂ histogram;
+- console (``step:N - key:value`` lines, in the run's ``train --quiet`` log), JSONL and the offline W&B run
+  (its ``.wandb`` transaction log) hold ``fgrpo/*``, ``actor/fgrpo/*`` and ``val-core/maze/pass@{1,2,4}``, and
+  W&B holds the μ̂ histogram;
 - the values agree with verl's own independent metrics where they overlap (mean μ̂ = mean score for 0/1
   rewards and equal groups; pass@1 = verl's mean@4) and are internally consistent (fractions sum to 1).
 """

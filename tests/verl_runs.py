@@ -7,11 +7,13 @@ with everything it started and reported as such.
 
 :func:`shared_maze_run` is the one F-GRPO maze run that several e2e modules assert on (conftest's session fixture
 ``maze_fgrpo_run``): each verl start costs a Ray cluster and eight actors, so one run carries the union of what
-they check.
+they check. It is also a new user's first run: ``train --quiet`` from a shell without test settings, a local Ray
+whose first start times out (tests/slow_ray_start.py), W&B offline, the niceness of Ray's workers recorded.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -19,8 +21,10 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
 RUN_TIMEOUT_S = 600
+TRAIN = (sys.executable, "-m", "fgrpo_verl", "train")
 
 
 def tree_memory(proc) -> int:
@@ -41,25 +45,33 @@ def tree_memory(proc) -> int:
 
 
 def run_train(overrides: list[str], run_dir: Path, timeout_s: float = RUN_TIMEOUT_S, env: dict | None = None,
-              label: str = "e2e", drop_env: tuple[str, ...] = ()) -> dict:
-    """``python -m fgrpo_verl train <overrides>`` in its own session; returns rc, wall time, peak PSS, log and
-    whether it was killed at ``timeout_s``. ``drop_env``: prefixes of this process's variables the run must not
-    inherit (``env`` is applied after)."""
+              label: str = "e2e", drop_env: tuple[str, ...] = (), program: tuple[str, ...] = TRAIN,
+              quiet_log: Path | None = None, watch=None, base_env: dict | None = None) -> dict:
+    """``<program> <overrides>`` (``python -m fgrpo_verl train``) in its own session; returns rc, wall time, peak
+    PSS, log and whether it was killed at ``timeout_s``. ``drop_env``: prefixes of this process's variables the
+    run must not inherit (``env`` is applied after). ``log`` is verl's output: the process's stdout and stderr
+    together (``run_dir/train.log``), or, for a program that writes it to a file itself (``train --quiet``:
+    ``quiet_log``), that file's text, with the process's own stdout and stderr in ``stdout`` / ``stderr``.
+    ``watch``: called with the run's ``psutil.Process`` every 0.5 s while it runs. ``base_env``: the environment
+    to start from instead of this process's."""
     import psutil
 
     run_dir.mkdir(parents=True, exist_ok=True)
-    full_env = {k: v for k, v in os.environ.items() if not (drop_env and k.startswith(drop_env))}
+    base = os.environ if base_env is None else base_env
+    full_env = {k: v for k, v in base.items() if not (drop_env and k.startswith(drop_env))}
     full_env["PYTHONPATH"] = os.pathsep.join([str(REPO), full_env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     full_env["VERL_FILE_LOGGER_PATH"] = str(run_dir / "metrics.jsonl")
     full_env["RAY_DEDUP_LOGS"] = "0"
     full_env.update(env or {})
-    log_path = run_dir / "train.log"
+    # verl's output in one file; with quiet_log, the terminal's two streams
+    outputs = [run_dir / "train.log"] if quiet_log is None else [run_dir / "stdout.txt", run_dir / "stderr.txt"]
     start = time.monotonic()
     peak, timed_out = 0, False
-    with open(log_path, "w") as log:
+    with contextlib.ExitStack() as files:
+        out, *err = [files.enter_context(open(path, "w")) for path in outputs]
         proc = subprocess.Popen(
-            [sys.executable, "-m", "fgrpo_verl", "train", *overrides],
-            stdout=log, stderr=subprocess.STDOUT, env=full_env, cwd=run_dir, start_new_session=True,
+            [*program, *overrides], stdout=out, stderr=err[0] if err else subprocess.STDOUT, env=full_env,
+            cwd=run_dir, start_new_session=True,
         )
         ps = psutil.Process(proc.pid)
         try:
@@ -70,6 +82,8 @@ def run_train(overrides: list[str], run_dir: Path, timeout_s: float = RUN_TIMEOU
                     timed_out = True
                     break
                 for _ in range(10):
+                    if watch is not None:
+                        watch(ps)
                     try:
                         proc.wait(timeout=0.5)
                         break
@@ -82,8 +96,35 @@ def run_train(overrides: list[str], run_dir: Path, timeout_s: float = RUN_TIMEOU
     wall = time.monotonic() - start
     print(f"[{label}] {run_dir.name}: rc={proc.returncode} wall={wall:.1f}s peak_pss={peak / 2**30:.2f} GiB"
           + (" (killed at the time limit)" if timed_out else ""))
-    return {"rc": proc.returncode, "wall_s": wall, "peak_pss": peak, "log": log_path.read_text(),
-            "timed_out": timed_out}
+    result = {"rc": proc.returncode, "wall_s": wall, "peak_pss": peak, "timed_out": timed_out}
+    if quiet_log is None:
+        return {**result, "log": outputs[0].read_text()}
+    return {**result, "log": quiet_log.read_text(errors="replace") if quiet_log.exists() else "",
+            "stdout": outputs[0].read_text(), "stderr": outputs[1].read_text()}
+
+
+class RayWorkerNiceness:
+    """A :func:`run_train` ``watch``: the niceness of every ``ray::<actor>`` process of the run (``.niceness``:
+    actor name -> niceness)."""
+
+    def __init__(self):
+        self.niceness: dict[str, int] = {}
+
+    def __call__(self, proc) -> None:
+        import psutil
+
+        try:
+            children = proc.children(recursive=True)
+        except psutil.Error:
+            return
+        for child in children:
+            try:
+                cmdline = child.cmdline()
+                name = cmdline[0].split()[0] if cmdline else ""
+                if name.startswith("ray::") and name != "ray::IDLE":
+                    self.niceness[name.split(".")[0]] = child.nice()
+            except (psutil.Error, IndexError):
+                pass
 
 
 def metrics(run_dir: Path) -> dict[int, dict]:
@@ -111,7 +152,9 @@ def maze_common_overrides(maze, gamma: float = SHARED_GAMMA, group_n: int = SHAR
     return [
         "backend=cpu",
         f"data.train_files={maze.train_file}", f"data.val_files={maze.val_file}",
-        "data.train_batch_size=4", "data.val_batch_size=4", f"data.max_prompt_length={maze.prompt_length}",
+        # no data.val_batch_size: the 4 held-out mazes are one batch anyway, and verl prints a deprecation warning
+        # for the key before train's quiet mode starts (a line on the shared run's terminal)
+        "data.train_batch_size=4", f"data.max_prompt_length={maze.prompt_length}",
         f"data.max_response_length={maze.max_response_length}", "data.seed=0",
         f"actor_rollout_ref.model.path={maze.model_dir}",
         f"actor_rollout_ref.rollout.n={group_n}",
@@ -126,32 +169,65 @@ def maze_common_overrides(maze, gamma: float = SHARED_GAMMA, group_n: int = SHAR
     ]
 
 
-def shared_maze_run(root: Path) -> dict:
+# ``train`` as a user runs it, in a child whose first local Ray start times out (tests/slow_ray_start.py)
+SLOW_RAY_START_TRAIN = r"""
+import sys
+sys.path.insert(0, {tests!r})
+import slow_ray_start
+slow_ray_start.arm()
+from fgrpo_verl.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def shared_maze_run(root: Path, base_env: dict | None = None):
     """One 2-step run that logs everything the e2e modules check: validation before training and at step 2
     (``SHARED_VAL_N`` samples per held-out maze), a checkpoint at every step, the rollouts of every step, and
     the console, JSONL ``file`` and offline W&B loggers (W&B named and identified by ``fgrpo_verl.job.tracking``,
     handed to verl's TaskRunner through Ray's runtime_env overrides, nothing inherited from this process).
 
-    Returns the :func:`run_train` result plus ``root``, ``maze``, ``ckpt``, ``rollouts``, ``wandb`` (the W&B
-    variables) and ``steps`` (:func:`metrics`, empty when the run failed)."""
+    Started as a new user starts it: ``fgrpo-verl train --quiet`` (verl's and Ray's output in
+    ``<checkpoints>/train.log``, a few lines on the terminal) from a shell without this process's ``FGRPO_*``,
+    ``WANDB_*`` and ``RAY_ADDRESS``, on a machine where the first local Ray start times out (tests/slow_ray_start.py,
+    armed in the ``python -c`` child), while the niceness of every ``ray::`` worker is recorded.
+
+    Builds the maze here and returns the work that runs it, which gives the
+    :func:`run_train` result (``log``: verl's output, the quiet log; ``stdout`` / ``stderr``: the terminal's) plus
+    ``root``, ``maze``, ``ckpt``, ``rollouts``, ``quiet_log`` (the log's path), ``wandb`` (the W&B variables),
+    ``niceness`` (``ray::<actor>`` -> niceness) and ``steps`` (:func:`metrics`, empty when the run failed).
+    ``base_env``: the environment the run starts from (this process's when None)."""
+    from user_env import user_environment
+
     from fgrpo_verl.job import tracking
     from fgrpo_verl.tasks.maze import build
 
     maze = build(root / "maze", size=7, n_train=64, n_val=4, model_preset="tiny", seed=0)
+    # a new user's shell: no fgrpo-verl or W&B settings of this process, no Ray cluster to join (RAY_ADDRESS)
+    shell = user_environment("RAY_ADDRESS")
+    not_in_shell = tuple(k for k in (os.environ if base_env is None else base_env) if k not in shell)
     name = tracking.run_name("fgrpo", SHARED_GAMMA, SHARED_GROUP_N, maze.model_dir, 0)
     wandb_vars = tracking.wandb_env(SHARED_WANDB_PROJECT, name, group="e2e",
                                     tags=tracking.run_tags("fgrpo", SHARED_GAMMA, SHARED_GROUP_N), mode="offline")
+    ckpt = root / "checkpoints"
     overrides = [
         *maze_common_overrides(maze),
         f"actor_rollout_ref.rollout.val_kwargs.n={SHARED_VAL_N}",
         "trainer.logger=[console,file,wandb]",
         f"trainer.total_training_steps={SHARED_STEPS}", f"trainer.test_freq={SHARED_STEPS}",
         "trainer.val_before_train=True", "trainer.save_freq=1",
-        f"trainer.default_local_dir={root / 'checkpoints'}", f"trainer.rollout_data_dir={root / 'rollouts'}",
+        f"trainer.default_local_dir={ckpt}", f"trainer.rollout_data_dir={root / 'rollouts'}",
         *tracking.experiment_overrides(SHARED_WANDB_PROJECT, name),
         *tracking.ray_env_overrides(wandb_vars),
     ]
-    run = run_train(overrides, root / "run", env={"WANDB_DIR": str(root), "WANDB_SILENT": "true"},
-                    label="shared maze run", drop_env=("WANDB_",))
-    return {**run, "root": root, "maze": maze, "ckpt": root / "checkpoints", "rollouts": root / "rollouts",
-            "wandb": wandb_vars, "steps": metrics(root / "run") if run["rc"] == 0 else {}}
+    workers = RayWorkerNiceness()
+    program = (sys.executable, "-c", SLOW_RAY_START_TRAIN.format(tests=str(TESTS)), "train", "--quiet")
+
+    def work() -> dict:
+        run = run_train(overrides, root / "run", env={"WANDB_DIR": str(root)}, label="shared maze run",
+                        drop_env=not_in_shell, program=program, quiet_log=ckpt / "train.log", watch=workers,
+                        base_env=base_env)
+        return {**run, "root": root, "maze": maze, "ckpt": ckpt, "rollouts": root / "rollouts",
+                "quiet_log": ckpt / "train.log", "wandb": wandb_vars, "niceness": workers.niceness,
+                "steps": metrics(root / "run") if run["rc"] == 0 else {}}
+
+    return work

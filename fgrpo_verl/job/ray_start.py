@@ -5,7 +5,8 @@ not configurable) for the raylet to register with the GCS, then raises "The curr
 startup". On a loaded machine (load ~7 on 2 cores: a test suite, a laptop compiling) start-up takes longer than
 that, and the demo or ``fgrpo-verl train`` failed before training began. A slow start is not a broken install:
 :func:`init` tries again (3 attempts in all), after ending the processes the failed attempt left behind (its GCS
-and raylet: children of this process that did not exist before the attempt; nothing else is touched).
+and raylet: descendants of this process, in its session, that did not exist before the attempt; nothing else is
+touched: a child this process started in a session of its own, with its own Ray, is not the attempt's).
 
 :func:`retrying_init` applies the same to every ``ray.init`` in a block: verl's ``main_ppo`` calls
 ``ray.init(**ray_kwargs.ray_init)`` itself, so ``fgrpo-verl train`` runs it inside one.
@@ -30,12 +31,22 @@ def is_slow_start(exc: BaseException) -> bool:
 
 
 def _children() -> dict[int, float]:
+    """pid -> start time of this process's descendants in its own session (Ray starts its node's processes there)."""
+    import os
+
     import psutil
 
+    session = os.getsid(0)
     try:
-        return {p.pid: p.create_time() for p in psutil.Process().children(recursive=True)}
+        children = psutil.Process().children(recursive=True)
     except psutil.Error:
         return {}
+    found = {}
+    for child in children:
+        with contextlib.suppress(psutil.Error, OSError):
+            if os.getsid(child.pid) == session:
+                found[child.pid] = child.create_time()
+    return found
 
 
 def _end_new_children(before: dict[int, float]) -> list[int]:
