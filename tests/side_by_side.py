@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 WORKERS = max(2, min(4, os.cpu_count() or 2))
@@ -55,3 +57,19 @@ def start(commands: dict[str, dict[str, Any]], workers: int = WORKERS) -> Starte
     futures = {name: pool.submit(subprocess.run, **{"capture_output": True, "text": True, **kwargs})
                for name, kwargs in commands.items()}
     return Started(pool, futures)
+
+
+# Ray's line once its local node is up. A node start waits a fixed 30 s for its raylet (fgrpo_verl.job.ray_start),
+# so a second verl run starts its node after the first one's is up rather than racing it on a busy machine.
+RAY_STARTED = "Started a local Ray instance"
+
+
+def wait_for_ray(log: Path, run: Future, deadline_s: float = 300) -> None:
+    """Wait until the verl run writing ``log`` has its Ray node up (or has ended, or ``deadline_s`` passed): then
+    a second run can start beside it. On CPU most of a run's start-up is one process at a time importing
+    torch/verl, so the second run fills the idle core."""
+    deadline = time.monotonic() + deadline_s
+    while not run.done() and time.monotonic() < deadline:
+        if log.is_file() and RAY_STARTED in log.read_text(errors="replace"):
+            return
+        time.sleep(0.5)

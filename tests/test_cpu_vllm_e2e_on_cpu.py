@@ -15,11 +15,11 @@ of a run is one process at a time importing torch/verl/vLLM, so the second run f
 
 from __future__ import annotations
 
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from side_by_side import wait_for_ray
 from verl_runs import metrics, run_train
 
 pytestmark = pytest.mark.e2e
@@ -28,14 +28,6 @@ REWARD_FILE = Path(__file__).resolve().parent / "cpu_backend_parity_reward.py"
 STEPS = 3
 # max |p_vLLM - p_actor| over sampled tokens: ~4e-8 when synced, ~0.04 when the engine keeps old weights
 SYNCED_PROBS_DIFF = 1e-4
-
-
-@pytest.fixture(scope="module")
-def maze(tmp_path_factory):
-    from fgrpo_verl.tasks.maze import build
-
-    return build(tmp_path_factory.mktemp("cpu_vllm") / "maze", size=7, n_train=64, n_val=4, model_preset="small",
-                 seed=0)
 
 
 def _overrides(maze, root: Path) -> list[str]:
@@ -69,29 +61,30 @@ def _failed_start(maze, root: Path) -> dict:
     return run
 
 
-# Ray's line once its local node is up; a node start waits a fixed 30 s for its raylet (fgrpo_verl.job.ray_start),
-# so the second run starts its node after the first one's is up rather than racing it on a busy machine
-RAY_STARTED = "Started a local Ray instance"
+def _runs(tmp_path_factory):
+    """Both runs of the module, side by side; the maze is built here (the main thread), the runs start with the
+    returned work gives ((training run, its metrics), failed-start run)."""
+    from fgrpo_verl.tasks.maze import build
 
+    maze = build(tmp_path_factory.mktemp("cpu_vllm") / "maze", size=7, n_train=64, n_val=4, model_preset="small",
+                 seed=0)
+    root, failing_root = tmp_path_factory.mktemp("trained"), tmp_path_factory.mktemp("failed_start")
 
-def _wait_for_ray(log: Path, training, deadline_s: float = 300) -> None:
-    deadline = time.monotonic() + deadline_s
-    while not training.done() and time.monotonic() < deadline:
-        if log.is_file() and RAY_STARTED in log.read_text(errors="replace"):
-            return
-        time.sleep(0.5)
+    def work():
+        with ThreadPoolExecutor(1) as pool:
+            training = pool.submit(run_train, _overrides(maze, root), root, label="cpu_vllm e2e")
+            wait_for_ray(root / "train.log", training)
+            failed = _failed_start(maze, failing_root)
+            run = training.result()
+        return (run, metrics(root) if run["rc"] == 0 else None), failed
+
+    return work
+
 
 
 @pytest.fixture(scope="module")
-def runs(maze, tmp_path_factory):
-    """Both runs of the module, side by side: (training run, its metrics), failed-start run."""
-    root, failing_root = tmp_path_factory.mktemp("trained"), tmp_path_factory.mktemp("failed_start")
-    with ThreadPoolExecutor(1) as pool:
-        training = pool.submit(run_train, _overrides(maze, root), root, label="cpu_vllm e2e")
-        _wait_for_ray(root / "train.log", training)
-        failed = _failed_start(maze, failing_root)
-        run = training.result()
-    return (run, metrics(root) if run["rc"] == 0 else None), failed
+def runs(tmp_path_factory):
+    return _runs(tmp_path_factory)()
 
 
 @pytest.fixture(scope="module")

@@ -37,9 +37,22 @@ N_PROBLEMS = 24
 TABLES = ("pass_at_k.md", "pass_at_k_long.csv", "pass_at_k_table.csv")
 
 
+_SETUP: dict = {}
+
+
+def _setup(tmp_path_factory) -> dict:
+    """The two tiny models and the benchmark, built once (in the main thread: torch's global state)."""
+    if not _SETUP:
+        _SETUP.update(_build(tmp_path_factory.mktemp("eval_vllm")))
+    return _SETUP
+
+
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    root = tmp_path_factory.mktemp("eval_vllm")
+    return _setup(tmp_path_factory)
+
+
+def _build(root: Path) -> dict:
     llama = build_chat_lm(root / "llama", chat_tokenizer(LLAMA_TEMPLATE, with_bos=True), arch="llama")
     qwen = build_chat_lm(root / "qwen", chat_tokenizer(CHAT_TEMPLATE, with_bos=False), arch="qwen2")
     bench = root / "B.jsonl"
@@ -57,8 +70,8 @@ def _eval_cmd(setup, out: Path, *models: str, extra=()) -> list[str]:
     return cmd
 
 
-def _env():
-    return {**os.environ, "PYTHONPATH": str(REPO)}
+def _env(base=None):
+    return {**(os.environ if base is None else base), "PYTHONPATH": str(REPO)}
 
 
 # The CLI's own entry point (what ``python -m fgrpo_verl`` runs), then VLLM_PROBE on the sampler the CLI built for
@@ -89,22 +102,35 @@ EVAL_THEN_PROBE = """
 """
 
 
-@pytest.fixture(scope="module")
-def full(setup):
+def _full(tmp_path_factory):
     """One uninterrupted evaluation of both models (shared, read-only): the second engine starts in the same process
-    after the first is released; then VLLM_PROBE on the Llama engine. (output dir, the process's whole log, the
-    probe's RESULT)."""
+    after the first is released; then VLLM_PROBE on the Llama engine. Returns the work that runs it, which gives
+    (output dir, the process's whole log, the probe's RESULT)."""
+    setup = _setup(tmp_path_factory)
     out = setup["root"] / "full"
     eval_argv = _eval_cmd(setup, out, "qwen", "llama")[3:]  # after `python -m fgrpo_verl`
     script = textwrap.dedent(EVAL_THEN_PROBE) + textwrap.dedent(VLLM_PROBE)
-    start = time.monotonic()
-    run = subprocess.run([sys.executable, "-c", script, str(setup["llama"]), *eval_argv], env=_env(),
-                         capture_output=True, text=True, timeout=900)
-    print(f"[eval vllm e2e] 2 models x {N_PROBLEMS} problems x n=8, then the probe: {time.monotonic() - start:.1f}s")
+    env = _env()
+
+    def work():
+        start = time.monotonic()
+        run = subprocess.run([sys.executable, "-c", script, str(setup["llama"]), *eval_argv], env=env,
+                             capture_output=True, text=True, timeout=900)
+        print(f"[eval vllm e2e] 2 models x {N_PROBLEMS} problems x n=8, then the probe: "
+              f"{time.monotonic() - start:.1f}s")
+        return run
+
+    return work
+
+
+
+@pytest.fixture(scope="module")
+def full(setup, tmp_path_factory):
+    run = _full(tmp_path_factory)()
     assert "EVAL_RC 0" in run.stdout, run.stdout[-3000:] + run.stderr[-3000:]
     assert run.returncode == 0, "the probe failed: " + run.stdout[-3000:] + run.stderr[-3000:]
     got = json.loads(next(line for line in run.stdout.splitlines() if line.startswith("RESULT "))[len("RESULT "):])
-    return out, run.stdout + run.stderr, got
+    return setup["root"] / "full", run.stdout + run.stderr, got
 
 
 def test_eval_samples_from_the_exact_prompt_ids_with_both_chat_templates(full):

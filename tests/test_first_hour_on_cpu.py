@@ -43,10 +43,14 @@ def _one_error_line(done, command: str) -> str:
 
 # One fresh interpreter answering several command lines in turn, each through ``fgrpo_verl.cli.main`` as
 # ``python -m fgrpo_verl`` calls it, with file descriptors 1 and 2 of the process pointed at files of its own, so
-# that what it prints (verl's import notices and logging handlers included) is its output alone. A fresh process
-# because train's backend=cpu resolves verl's platform in the driver, once per process (pytest's may have resolved
-# another); one process because each new one pays verl's import again. The real entry point itself is exercised
-# by test_misspelt_key_through_the_real_entry_point_and_debug_shows_the_traceback.
+# that what it prints (verl's import notices and logging handlers included) is its output alone. One process
+# because each new one pays verl's import again. What a fresh process would start from is given back to each
+# command line: the environment the batch started with plus the case's own (a value of None unsets a variable;
+# train exports its backend's variables into the driver), and verl's platform not yet resolved (train resolves it
+# in the driver, once per process, with the environment it exported; verl's detection logs its warnings then).
+# What is not given back: verl's import notices reach only the first command line that imports verl, and the
+# logging config of an in-process Hydra run (--cfg job, --info) stays for the later ones. The real entry point
+# itself is exercised by test_misspelt_key_through_the_real_entry_point_and_debug_shows_the_traceback.
 BATCH = r"""
 import json, os, sys, tempfile
 from fgrpo_verl.cli import main
@@ -61,9 +65,19 @@ def counting_init(self, *args, **kwargs):
 Validator.__init__ = counting_init
 
 results = []
+environment = dict(os.environ)
 for argv, env in json.loads(open(sys.argv[1]).read()):
-    saved = {key: os.environ.get(key) for key in env}
-    os.environ.update(env)
+    os.environ.clear()
+    os.environ.update(environment)
+    for key, value in env.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    platform_manager = sys.modules.get("verl.plugin.platform.platform_manager")
+    if platform_manager is not None:
+        assert hasattr(platform_manager, "_current_platform"), "verl keeps its resolved platform elsewhere now"
+        platform_manager._current_platform = None
     started = len(validators)
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         sys.stdout.flush(), sys.stderr.flush()
@@ -81,11 +95,6 @@ for argv, env in json.loads(open(sys.argv[1]).read()):
                         "verl_imported": "verl" in sys.modules, "validators": len(validators) - started,
                         "ray_started": bool(ray is not None and ray.is_initialized()),
                         "main_ppo_imported": "verl.trainer.main_ppo" in sys.modules})
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key)
-        else:
-            os.environ[key] = value
 open(sys.argv[2], "w").write(json.dumps(results))
 """
 
@@ -97,13 +106,18 @@ class Answer:
         self.__dict__.update(result)
 
 
-def _batch(cases: list[tuple[list[str], dict[str, str]]], work: Path, env: dict[str, str] | None = None,
-           cwd: Path | None = None) -> list[Answer]:
-    """``main(argv)`` with ``env`` added, for each case in turn, in one new process (BATCH)."""
+def _batch(cases: list[tuple[list[str], dict[str, str | None]]], work: Path, env: dict[str, str] | None = None,
+           cwd: Path | None = None) -> dict:
+    """The ``subprocess.run`` arguments of one new process (BATCH) started with ``env`` that calls ``main(argv)``
+    with the case's environment (set, or unset where None) for each case in turn; ``_answers`` reads what it
+    wrote."""
     work.mkdir(parents=True, exist_ok=True)
     (work / "cases.json").write_text(json.dumps([[list(map(str, argv)), case_env] for argv, case_env in cases]))
-    done = subprocess.run([sys.executable, "-c", BATCH, str(work / "cases.json"), str(work / "answers.json")],
-                          capture_output=True, text=True, env=env, cwd=cwd, timeout=900)
+    return {"args": [sys.executable, "-c", BATCH, str(work / "cases.json"), str(work / "answers.json")],
+            "env": env, "cwd": cwd, "timeout": 900}
+
+
+def _answers(done: subprocess.CompletedProcess, work: Path) -> list[Answer]:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return [Answer(result) for result in json.loads((work / "answers.json").read_text())]
 
@@ -126,16 +140,31 @@ BAD_GAMMAS = [
 TRAIN_CPU = ["train", "algo=grpo", "backend=cpu"]
 
 
-@pytest.fixture(scope="module")
-def train_answers(tmp_path_factory) -> dict[str, Answer]:
-    """The `fgrpo-verl train backend=cpu ...` command lines of this file, answered by one process (BATCH). The
-    W&B one first: that nothing of verl's trainer was imported before it failed is then its own doing."""
-    work = tmp_path_factory.mktemp("train_answers")
+# (overrides, the one line): config errors of `train` with the default backend on this machine, which has no GPU.
+# The first is found last (the config passed validation), so as the batch's first command line it runs through
+# everything the second does before its error, verl's import and platform detection included.
+NO_GPU_ERRORS = [
+    (["data.train_files=/nonexistent/train.parquet"],  # found after validation, before Ray starts
+     "data.train_files=/nonexistent/train.parquet: no such file"),
+    (["algorithm.fgrpo.gamma=-1"],  # found while the config is validated
+     "algorithm.fgrpo.gamma=-1.0 is invalid: the focal strength must be a finite number >= 0"),
+]
+
+
+def _train_cases(work: Path, env: dict[str, str]) -> dict[str, tuple[list[str], dict[str, str | None]]]:
+    """The `fgrpo-verl train ...` command lines of this file (and one argparse error), in the order BATCH answers
+    them. First those without a backend= on a machine without GPUs: the first imports verl, as a user's first
+    command does, and is the first whose stderr could show verl's import notices; both come before any in-process
+    Hydra run, whose logging config may disable verl's platform logger. Then the W&B one: those before it fail
+    before Ray too, so that nothing of verl's trainer was imported when it failed covers it."""
     wandb_env = _wandb_env(*WANDB_ENV_ARGS)
     no_wandb = {"HOME": str(work), "WANDB_CONFIG_DIR": str(work / "wandb-config"), "NETRC": str(work / "none")}
+    no_accelerator = {key: None for key in env if key.startswith(("VERL_", "CUDA_"))}
     data = work / "train.parquet"
     data.touch()
-    cases = {
+    return {
+        **{f"no GPU: {' '.join(overrides)}": (["train", "algo=grpo", *overrides], no_accelerator)
+           for overrides, _ in NO_GPU_ERRORS},
         # data files that exist: train checks them before W&B
         "wandb without setup": ([*TRAIN_CPU, "trainer.logger=[console,wandb]", f"data.train_files={data}",
                                  f"data.val_files={data}", "--verbose"], no_wandb),
@@ -149,8 +178,61 @@ def train_answers(tmp_path_factory) -> dict[str, Answer]:
         "env name, stale": ([*TRAIN_CPU, "algorithm.fgrpo.gamma=1", "--cfg", "job"], wandb_env),
         "tail-miss --mu abc": (["tail-miss", "--mu", "abc", "--rho", "0.1", "--n", "8"], {}),
     }
-    answers = _batch(list(cases.values()), work, env=user_environment("HYDRA_FULL_ERROR"), cwd=work)
-    return dict(zip(cases, answers))
+
+
+# (recipe paper_main) 4 runs: the launcher hands validate_config and the preflight to a second process
+PREFLIGHT_RUNS = ["qwen25_7b-grpo-g0p0", "qwen25_7b-grpo-g0p5", "qwen25_7b-grpo-g1p0", "qwen25_7b-grpo-g2p0"]
+TP_KEY = "actor_rollout_ref.rollout.tensor_model_parallel_size"
+
+
+def _launch_cases() -> dict[str, tuple[list[str], dict[str, str | None]]]:
+    dry_run = ["launch", "paper_main", "--dry-run", "--only", *PREFLIGHT_RUNS]
+    return {"refused": ([*dry_run, f"{TP_KEY}=3"], {}), "planned": ([*dry_run, "--script-dir", "-"], {})}
+
+
+def _read_by_a_selected_test(request, fixture: str) -> bool:
+    return any(fixture in getattr(item, "fixturenames", ()) for item in request.session.items
+               if getattr(item, "module", None) is request.module)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fresh(request, tmp_path_factory):
+    """This module's two fresh processes (BATCH: `train` command lines; `launch` dry runs, which must not import
+    verl), started with the module's first test so that they run beside each other and its in-process tests; a
+    fixture that reads one waits for it. Only those that a selected test reads are started."""
+    import side_by_side
+
+    batches, commands = {}, {}
+    if _read_by_a_selected_test(request, "train_answers"):
+        work = tmp_path_factory.mktemp("train_answers")
+        env = user_environment("HYDRA_FULL_ERROR")
+        cases = _train_cases(work, env)
+        batches["train"] = (list(cases), work)
+        commands["train"] = _batch(list(cases.values()), work, env=env, cwd=work)
+    if _read_by_a_selected_test(request, "launch_answers"):
+        work = tmp_path_factory.mktemp("launch_answers")
+        cases = _launch_cases()
+        batches["launch"] = (list(cases), work / "batch")
+        commands["launch"] = _batch(list(cases.values()), work / "batch", cwd=work)
+    started = side_by_side.start(commands)
+    yield started, batches
+    started.close()
+
+
+def _fresh_answers(fresh, name: str) -> dict[str, Answer]:
+    started, batches = fresh
+    names, work = batches[name]
+    return dict(zip(names, _answers(started.result(name), work)))
+
+
+@pytest.fixture(scope="module")
+def train_answers(fresh) -> dict[str, Answer]:
+    return _fresh_answers(fresh, "train")
+
+
+@pytest.fixture(scope="module")
+def launch_answers(fresh) -> dict[str, Answer]:
+    return _fresh_answers(fresh, "launch")
 
 
 # --- one line, exit 2, "did you mean" ---------------------------------------------------------------------------
@@ -194,6 +276,17 @@ def test_bad_gamma_values_under_train_and_cfg_job_are_one_line(value, message, t
         assert done.returncode == 2, done.stderr[-3000:]
         assert re.search(message, _one_error_line(done, "train"))
         assert done.stdout == "", "nothing may be printed (no config) for an invalid config"
+
+
+@pytest.mark.parametrize("overrides, error", NO_GPU_ERRORS)
+def test_a_config_error_on_a_machine_without_gpus_is_one_line(overrides, error, train_answers):
+    """verl's platform detection warns where there is no accelerator; train holds those lines until the config
+    passed its checks (the holding itself: tests/test_train_platform_warnings_on_cpu.py), so the error is the only
+    line, not even a blank one."""
+    done = train_answers[f"no GPU: {' '.join(overrides)}"]
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [f"fgrpo-verl train: error: {error}"], done.stderr
+    assert done.stdout == "", done.stdout
 
 
 def test_misspelt_key_through_the_real_entry_point_and_debug_shows_the_traceback():
@@ -384,16 +477,14 @@ def test_status_names_the_runs_a_submit_names_without_checking_them_with_verl(dr
     assert len(planned) == 2 and all(f"  {name}: not started" in out for name in planned), (planned, out)
 
 
-def test_a_preflight_refusal_found_in_the_second_process_names_each_run_and_verl_stays_out_of_the_launcher(tmp_path):
+def test_a_preflight_refusal_found_in_the_second_process_names_each_run_and_verl_stays_out_of_the_launcher(
+        launch_answers):
     """With 4+ runs the launcher hands validate_config and the preflight to a second process (a fresh interpreter,
     as a user's `fgrpo-verl launch` is): a refusal found there is the same one line per run, exit 2, and the
     launcher itself never imports verl (that import is what the second process is for). Both dry runs below are
     answered by one launcher process (BATCH), each starting its own checking process."""
-    runs = ["qwen25_7b-grpo-g0p0", "qwen25_7b-grpo-g0p5", "qwen25_7b-grpo-g1p0", "qwen25_7b-grpo-g2p0"]
-    key = "actor_rollout_ref.rollout.tensor_model_parallel_size"
-    dry_run = ["launch", "paper_main", "--dry-run", "--only", *runs]
-    refused, planned = _batch([([*dry_run, f"{key}=3"], {}), ([*dry_run, "--script-dir", "-"], {})],
-                             tmp_path / "batch", cwd=tmp_path)
+    runs, key = PREFLIGHT_RUNS, TP_KEY
+    refused, planned = launch_answers["refused"], launch_answers["planned"]
     done = refused
     assert done.returncode == 2 and done.stdout == "" and "Traceback" not in done.stderr, done.stderr[-3000:]
     assert done.validators == 1, "verl's checks did not run in a second process"

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from fgrpo_verl.environment import environment_with
@@ -63,21 +64,78 @@ def _check_preflight(reh, workdir: Path) -> str:
         return preflight.run(compose(reh.overrides), workdir, require_model=True).summary()
 
 
+STORAGE = "transfer_queue.backend.SimpleStorage"
+_MAZE: dict = {}
+
+
+def _maze_inputs(tmp_path_factory) -> SimpleNamespace:
+    """The stand-in maze data and model of both maze rehearsals, built once."""
+    if not _MAZE:
+        root = tmp_path_factory.mktemp("rehearsal_maze")
+        _MAZE["inputs"] = SimpleNamespace(root=root, env=standin_maze(root / "maze", n_train=4, n_val=2))
+    return _MAZE["inputs"]
+
+
+def _at_bound(tmp_path_factory):
+    """The maze run at the preflight's TransferQueue bound, with its rollouts and validation dumped."""
+    maze = _maze_inputs(tmp_path_factory)
+    root = maze.root
+    reh = rehearsal(*MAZE_RUN, root, None, maze.env)
+    summary = _check_preflight(reh, root)
+    return lambda: SimpleNamespace(root=root, reh=reh, summary=summary, run=_train(
+        reh, root / "run", f"trainer.rollout_data_dir={root / 'rollouts'}",
+        f"trainer.validation_data_dir={root / 'validation'}"))
+
+
+def _below_bound(tmp_path_factory):
+    """The maze run with each storage unit one sample smaller than the preflight's bound needs."""
+    maze = _maze_inputs(tmp_path_factory)
+    # TransferQueue does not depend on the rollout engine: the hf rollout's faster start does. Nor on the group
+    # size beyond the samples it stores: the recipe's storage units and validation with a group of BELOW_BOUND_N
+    # fail the same way after an eighth of the n=128 step's rollouts and micro-batches (the n=128 step runs at its
+    # bound in the at-bound run)
+    reh = rehearsal(*MAZE_RUN, maze.root / "below_bound", None, maze.env, backend="cpu",
+                    scaled_also={"actor_rollout_ref.rollout.n": BELOW_BOUND_N})
+    units = reh.kept[f"{STORAGE}.num_data_storage_units"]
+    live = reh.scaled[f"{STORAGE}.total_storage_size"][1]
+    # per-unit capacity ceil(total / units) one below ceil(live / units)
+    total = units * (-(-live // units) - 1)
+    below = type(reh)(reh.recipe, reh.run, [*reh.overrides, f"{STORAGE}.total_storage_size={total}"], reh.env,
+                      reh.cluster)
+    return lambda: SimpleNamespace(root=maze.root, reh=below, units=units, live=live, total=total,
+                                   run=_train(below, maze.root / "below"))
+
+
+def _llm(tmp_path_factory):
+    """The 3B/4B LLM recipe shape on 2 logical GPUs (2 replicas), on a stand-in model."""
+    root = tmp_path_factory.mktemp("rehearsal_llm")
+    model, env = standin_llm(root / "llm", PROBLEMS)
+    reh = rehearsal(*LLM_RUN, root, model, env)
+    summary = _check_preflight(reh, root)
+    return lambda: SimpleNamespace(root=root, reh=reh, summary=summary, run=_train(reh, root / "run"))
+
+
+
 @pytest.fixture(scope="module")
-def maze(tmp_path_factory):
-    root = tmp_path_factory.mktemp("rehearsal_maze")
-    env = standin_maze(root / "maze", n_train=4, n_val=2)
-    return root, env
+def at_bound(tmp_path_factory):
+    return _at_bound(tmp_path_factory)()
 
 
-def test_maze_recipe_starts_trains_and_validates_at_the_storage_bound(maze):
-    root, env = maze
-    reh = rehearsal(*MAZE_RUN, root, None, env)
+@pytest.fixture(scope="module")
+def below_bound(tmp_path_factory):
+    return _below_bound(tmp_path_factory)()
+
+
+@pytest.fixture(scope="module")
+def llm(tmp_path_factory):
+    return _llm(tmp_path_factory)()
+
+
+def test_maze_recipe_starts_trains_and_validates_at_the_storage_bound(at_bound):
+    root, reh = at_bound.root, at_bound.reh
     print(f"\n[rehearsal] backend={BACKEND} maze kept {reh.kept}\n[rehearsal] scaled {reh.scaled}")
-    print(f"[rehearsal] {_check_preflight(reh, root)}")
-    result = _train(reh, root / "run", f"trainer.rollout_data_dir={root / 'rollouts'}",
-                    f"trainer.validation_data_dir={root / 'validation'}")
-    _assert_ok(result)
+    print(f"[rehearsal] {at_bound.summary}")
+    _assert_ok(at_bound.run)
     metrics = _metrics(root / "run")
     step = metrics[1]
     assert step["training/global_step"] == 1
@@ -92,51 +150,35 @@ def test_maze_recipe_starts_trains_and_validates_at_the_storage_bound(maze):
     assert (root / "checkpoints" / "global_step_1").is_dir()
 
 
-def test_one_slot_per_storage_unit_below_the_bound_fails_in_verl_and_in_the_preflight(maze):
+def test_one_slot_per_storage_unit_below_the_bound_fails_in_verl_and_in_the_preflight(below_bound):
     """The other side of the TransferQueue bound: the maze run with each storage unit one sample smaller than the
     preflight's bound needs. verl's TransferQueue refuses it mid-validation; the preflight refuses it up front."""
     from fgrpo_verl.config.compose import compose
     from fgrpo_verl.launch import preflight
 
-    root, env = maze
-    # TransferQueue does not depend on the rollout engine: the hf rollout's faster start does. Nor on the group
-    # size beyond the samples it stores: the recipe's storage units and validation with a group of BELOW_BOUND_N
-    # fail the same way after an eighth of the n=128 step's rollouts and micro-batches (the n=128 step runs at its
-    # bound in the test above)
-    reh = rehearsal(*MAZE_RUN, root / "below_bound", None, env, backend="cpu",
-                    scaled_also={"actor_rollout_ref.rollout.n": BELOW_BOUND_N})
-    key = "transfer_queue.backend.SimpleStorage"
-    units = reh.kept[f"{key}.num_data_storage_units"]
-    live = reh.scaled[f"{key}.total_storage_size"][1]
+    below = below_bound
     # the step's training batch and the validation batch each fit one slot per unit below the bound; the
     # validation put, while the training batch is still held, does not. More than one unit: the per-unit capacity
     # (ceil(total / units)), not only the total, is what both sides pin
-    assert units > 1 and live == BELOW_BOUND_N + VAL_SAMPLES, (units, live)
-    # per-unit capacity ceil(total / units) one below ceil(live / units)
-    total = units * (-(-live // units) - 1)
-    overrides = [*reh.overrides, f"{key}.total_storage_size={total}"]
-    with environment_with(reh.env), pytest.raises(preflight.PreflightError) as err:
-        preflight.run(compose(overrides), root)
-    assert str(err.value) == (f"{key}.total_storage_size={total}: a step holds {live} samples in TransferQueue "
-                              f"({units} unit(s) of {total // units}), more than it stores ('Storage capacity "
-                              f"exceeded'); raise it to {live} or more")
-    below = type(reh)(reh.recipe, reh.run, overrides, reh.env, reh.cluster)
-    result = _train(below, root / "below")
+    assert below.units > 1 and below.live == BELOW_BOUND_N + VAL_SAMPLES, (below.units, below.live)
+    with environment_with(below.reh.env), pytest.raises(preflight.PreflightError) as err:
+        preflight.run(compose(below.reh.overrides), below.root)
+    assert str(err.value) == (f"{STORAGE}.total_storage_size={below.total}: a step holds {below.live} samples in "
+                              f"TransferQueue ({below.units} unit(s) of {below.total // below.units}), more than it "
+                              f"stores ('Storage capacity exceeded'); raise it to {below.live} or more")
+    result = below.run
     assert result["rc"] != 0, "verl accepted a TransferQueue below the preflight's bound"
     assert "Storage capacity exceeded" in result["log"], result["log"][-4000:]
     # in the step's validation, while the step's training batch is still held: the training batch alone fit
     assert "in _validate" in result["log"], result["log"][-4000:]
 
 
-def test_llm_recipe_shape_starts_on_two_gpus_with_two_replicas_and_validates(tmp_path):
-    model, env = standin_llm(tmp_path / "llm", PROBLEMS)
-    reh = rehearsal(*LLM_RUN, tmp_path, model, env)
-    summary = _check_preflight(reh, tmp_path)
-    print(f"\n[rehearsal] backend={BACKEND} llm kept {reh.kept}\n[rehearsal] scaled {reh.scaled}\n[rehearsal] {summary}")
-    assert "2 rollout replica(s) of TP 1" in summary
-    result = _train(reh, tmp_path / "run")
-    _assert_ok(result)
-    step = _metrics(tmp_path / "run")[1]
+def test_llm_recipe_shape_starts_on_two_gpus_with_two_replicas_and_validates(llm):
+    print(f"\n[rehearsal] backend={BACKEND} llm kept {llm.reh.kept}\n[rehearsal] scaled {llm.reh.scaled}\n"
+          f"[rehearsal] {llm.summary}")
+    assert "2 rollout replica(s) of TP 1" in llm.summary
+    _assert_ok(llm.run)
+    step = _metrics(llm.root / "run")[1]
     assert step["training/global_step"] == 1
     assert step["critic/score/mean"] >= 0
     # validation=aime25 (this run's App. P curves): pass@k up to the scaled val_kwargs.n on the AIME25 file
