@@ -75,7 +75,7 @@ def maze_fgrpo_run(tmp_path_factory):
     test_metrics_e2e (metric families) and test_cpu_backend_e2e (advantages, checkpoints to resume from)."""
     from verl_runs import shared_maze_run
 
-    return shared_maze_run(tmp_path_factory.mktemp("maze_fgrpo_run"))()
+    return shared_maze_run(tmp_path_factory.mktemp("maze_fgrpo_run"))
 
 
 @pytest.fixture(scope="session")

@@ -46,19 +46,17 @@ def tree_memory(proc) -> int:
 
 def run_train(overrides: list[str], run_dir: Path, timeout_s: float = RUN_TIMEOUT_S, env: dict | None = None,
               label: str = "e2e", drop_env: tuple[str, ...] = (), program: tuple[str, ...] = TRAIN,
-              quiet_log: Path | None = None, watch=None, base_env: dict | None = None) -> dict:
+              quiet_log: Path | None = None, watch=None) -> dict:
     """``<program> <overrides>`` (``python -m fgrpo_verl train``) in its own session; returns rc, wall time, peak
     PSS, log and whether it was killed at ``timeout_s``. ``drop_env``: prefixes of this process's variables the
     run must not inherit (``env`` is applied after). ``log`` is verl's output: the process's stdout and stderr
     together (``run_dir/train.log``), or, for a program that writes it to a file itself (``train --quiet``:
     ``quiet_log``), that file's text, with the process's own stdout and stderr in ``stdout`` / ``stderr``.
-    ``watch``: called with the run's ``psutil.Process`` every 0.5 s while it runs. ``base_env``: the environment
-    to start from instead of this process's."""
+    ``watch``: called with the run's ``psutil.Process`` every 0.5 s while it runs."""
     import psutil
 
     run_dir.mkdir(parents=True, exist_ok=True)
-    base = os.environ if base_env is None else base_env
-    full_env = {k: v for k, v in base.items() if not (drop_env and k.startswith(drop_env))}
+    full_env = {k: v for k, v in os.environ.items() if not (drop_env and k.startswith(drop_env))}
     full_env["PYTHONPATH"] = os.pathsep.join([str(REPO), full_env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     full_env["VERL_FILE_LOGGER_PATH"] = str(run_dir / "metrics.jsonl")
     full_env["RAY_DEDUP_LOGS"] = "0"
@@ -180,7 +178,7 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-def shared_maze_run(root: Path, base_env: dict | None = None):
+def shared_maze_run(root: Path) -> dict:
     """One 2-step run that logs everything the e2e modules check: validation before training and at step 2
     (``SHARED_VAL_N`` samples per held-out maze), a checkpoint at every step, the rollouts of every step, and
     the console, JSONL ``file`` and offline W&B loggers (W&B named and identified by ``fgrpo_verl.job.tracking``,
@@ -191,11 +189,10 @@ def shared_maze_run(root: Path, base_env: dict | None = None):
     ``WANDB_*`` and ``RAY_ADDRESS``, on a machine where the first local Ray start times out (tests/slow_ray_start.py,
     armed in the ``python -c`` child), while the niceness of every ``ray::`` worker is recorded.
 
-    Builds the maze here and returns the work that runs it, which gives the
-    :func:`run_train` result (``log``: verl's output, the quiet log; ``stdout`` / ``stderr``: the terminal's) plus
-    ``root``, ``maze``, ``ckpt``, ``rollouts``, ``quiet_log`` (the log's path), ``wandb`` (the W&B variables),
-    ``niceness`` (``ray::<actor>`` -> niceness) and ``steps`` (:func:`metrics`, empty when the run failed).
-    ``base_env``: the environment the run starts from (this process's when None)."""
+    Returns the :func:`run_train` result (``log``: verl's output, the quiet log; ``stdout`` / ``stderr``: the
+    terminal's) plus ``root``, ``maze``, ``ckpt``, ``rollouts``, ``quiet_log`` (the log's path), ``wandb`` (the W&B
+    variables), ``niceness`` (``ray::<actor>`` -> niceness) and ``steps`` (:func:`metrics`, empty when the run
+    failed)."""
     from user_env import user_environment
 
     from fgrpo_verl.job import tracking
@@ -204,7 +201,7 @@ def shared_maze_run(root: Path, base_env: dict | None = None):
     maze = build(root / "maze", size=7, n_train=64, n_val=4, model_preset="tiny", seed=0)
     # a new user's shell: no fgrpo-verl or W&B settings of this process, no Ray cluster to join (RAY_ADDRESS)
     shell = user_environment("RAY_ADDRESS")
-    not_in_shell = tuple(k for k in (os.environ if base_env is None else base_env) if k not in shell)
+    not_in_shell = tuple(k for k in os.environ if k not in shell)
     name = tracking.run_name("fgrpo", SHARED_GAMMA, SHARED_GROUP_N, maze.model_dir, 0)
     wandb_vars = tracking.wandb_env(SHARED_WANDB_PROJECT, name, group="e2e",
                                     tags=tracking.run_tags("fgrpo", SHARED_GAMMA, SHARED_GROUP_N), mode="offline")
@@ -221,13 +218,8 @@ def shared_maze_run(root: Path, base_env: dict | None = None):
     ]
     workers = RayWorkerNiceness()
     program = (sys.executable, "-c", SLOW_RAY_START_TRAIN.format(tests=str(TESTS)), "train", "--quiet")
-
-    def work() -> dict:
-        run = run_train(overrides, root / "run", env={"WANDB_DIR": str(root)}, label="shared maze run",
-                        drop_env=not_in_shell, program=program, quiet_log=ckpt / "train.log", watch=workers,
-                        base_env=base_env)
-        return {**run, "root": root, "maze": maze, "ckpt": ckpt, "rollouts": root / "rollouts",
-                "quiet_log": ckpt / "train.log", "wandb": wandb_vars, "niceness": workers.niceness,
-                "steps": metrics(root / "run") if run["rc"] == 0 else {}}
-
-    return work
+    run = run_train(overrides, root / "run", env={"WANDB_DIR": str(root)}, label="shared maze run",
+                    drop_env=not_in_shell, program=program, quiet_log=ckpt / "train.log", watch=workers)
+    return {**run, "root": root, "maze": maze, "ckpt": ckpt, "rollouts": root / "rollouts",
+            "quiet_log": ckpt / "train.log", "wandb": wandb_vars, "niceness": workers.niceness,
+            "steps": metrics(root / "run") if run["rc"] == 0 else {}}
