@@ -72,7 +72,7 @@ def maze_fgrpo_run(tmp_path_factory):
     """The F-GRPO maze run of verl's real trainer that several e2e modules assert on (tests/verl_runs.py,
     ``shared_maze_run``: a new user's ``train --quiet`` with a slow first Ray start): started once, when the first
     test that needs it runs. Read by test_first_hour_e2e (terminal, quiet log, W&B, worker niceness),
-    test_metrics_e2e (metric families) and test_cpu_backend_e2e (advantages, checkpoints to resume from)."""
+    test_metrics_e2e (metric families) and test_cpu_backend_e2e (advantages, checkpoints)."""
     from verl_runs import shared_maze_run
 
     return shared_maze_run(tmp_path_factory.mktemp("maze_fgrpo_run"))

@@ -1,7 +1,9 @@
 """End to end: verl 0.9.1's trainer with its own vLLM rollout (the engine GPU runs use), on vLLM's CPU build.
 
-- A 3-step F-GRPO run (``fgrpo-verl train backend=cpu_vllm``, maze task, the demo's 1M-parameter Qwen2: vLLM's CPU
-  attention needs head_dim >= 32) with validation through vLLM at the last step. verl's
+- A 3-step F-GRPO run with DAPO's group filtering (``fgrpo-verl train backend=cpu_vllm``, maze task, the demo's
+  1M-parameter Qwen2: vLLM's CPU attention needs head_dim >= 32) with validation through vLLM at the last step.
+  The parity reward (``cpu_backend_parity_reward.py``) leaves some groups uniform: filtering evicts them and
+  generates again until the step's 4 groups all mix outcomes, which the rollout dump of every step shows. verl's
   ``training/rollout_probs_diff_*`` compares the probabilities vLLM sampled with against the actor's own for the
   same tokens: after updates (steps 2 and 3) they only agree if the actor's weights reached the engine. Measured
   once with the weight load skipped after the first sync (docs/cpu_backend.md): max 0.048 and 0.044 at steps 2
@@ -15,12 +17,14 @@ of a run is one process at a time importing torch/verl/vLLM, so the second run f
 
 from __future__ import annotations
 
+import json
+from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from side_by_side import wait_for_ray
-from verl_runs import metrics, run_train
+from verl_runs import metrics, run_train, stopping_on_error
 
 pytestmark = pytest.mark.e2e
 
@@ -43,6 +47,7 @@ def _overrides(maze, root: Path) -> list[str]:
         "actor_rollout_ref.rollout.val_kwargs.n=2", "actor_rollout_ref.rollout.val_kwargs.do_sample=True",
         "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
         f"reward.custom_reward_function.path={REWARD_FILE}", "reward.custom_reward_function.name=compute_score",
+        "algorithm.filter_groups.enable=True", f"trainer.rollout_data_dir={root / 'rollouts'}",
         "trainer.logger=[console,file]", "trainer.project_name=cpu_vllm_e2e", f"trainer.experiment_name={root.name}",
         "trainer.save_freq=-1", f"trainer.test_freq={STEPS}", "trainer.val_before_train=False",
         f"trainer.total_training_steps={STEPS}", f"trainer.default_local_dir={root / 'ckpt'}",
@@ -61,30 +66,21 @@ def _failed_start(maze, root: Path) -> dict:
     return run
 
 
-def _runs(tmp_path_factory):
-    """Both runs of the module, side by side; the maze is built here (the main thread), the runs start with the
-    returned work gives ((training run, its metrics), failed-start run)."""
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Both runs of the module, side by side (the failing one starts once the training run's Ray node is up):
+    ((training run, its metrics), failed-start run)."""
     from fgrpo_verl.tasks.maze import build
 
     maze = build(tmp_path_factory.mktemp("cpu_vllm") / "maze", size=7, n_train=64, n_val=4, model_preset="small",
                  seed=0)
     root, failing_root = tmp_path_factory.mktemp("trained"), tmp_path_factory.mktemp("failed_start")
-
-    def work():
-        with ThreadPoolExecutor(1) as pool:
-            training = pool.submit(run_train, _overrides(maze, root), root, label="cpu_vllm e2e")
-            wait_for_ray(root / "train.log", training)
-            failed = _failed_start(maze, failing_root)
-            run = training.result()
-        return (run, metrics(root) if run["rc"] == 0 else None), failed
-
-    return work
-
-
-
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    return _runs(tmp_path_factory)()
+    with ThreadPoolExecutor(1) as pool, stopping_on_error() as stop:
+        training = pool.submit(run_train, _overrides(maze, root), root, label="cpu_vllm e2e", stop=stop)
+        wait_for_ray(root / "train.log", training)
+        failed = _failed_start(maze, failing_root)
+        run = {**training.result(), "rollouts": root / "rollouts"}
+    return (run, metrics(root) if run["rc"] == 0 else None), failed
 
 
 @pytest.fixture(scope="module")
@@ -103,6 +99,12 @@ def test_verls_vllm_rollout_samples_with_the_actors_updated_weights(trained):
         assert m["training/rollout_probs_diff_max"] < SYNCED_PROBS_DIFF, (step, m["training/rollout_probs_diff_max"])
         assert m["actor/grad_norm"] > 0  # the actor moved, so every later step samples from new weights
         assert m["fgrpo/num_groups"] == 4  # the focal estimator saw the 4 groups of n=4
+        # DAPO filtering: every kept group has both outcomes (uniform groups were evicted and regenerated)
+        by_group = defaultdict(set)
+        for line in (run["rollouts"] / f"{step}.jsonl").read_text().splitlines():
+            sample = json.loads(line)
+            by_group[sample["uid"].rsplit("_", 2)[0]].add(float(sample["score"]) > 0)
+        assert len(by_group) == 4 and all(o == {True, False} for o in by_group.values()), (step, by_group)
     # validation sampled through the engine too (val_kwargs.n = 2 per held-out maze)
     assert any(k.startswith("val-core/") and k.endswith("/mean@2") for k in steps[STEPS]), sorted(steps[STEPS])
 

