@@ -5,6 +5,10 @@ them all. This rule scores about half the responses of a random policy 1: a resp
 (in characters) is "correct". Groups then mix successes and failures, so the F-GRPO focal weight
 g = (1 - μ̂)^γ takes values strictly between 0 and 1 and γ visibly changes the advantages.
 
+``compute_score_even_prompts_solved`` also scores every response to a prompt of even dataset index 1: about half
+the groups are uniform whatever the policy samples, so DAPO's group filtering has groups to evict in every run
+(with the parity rule alone a group of 4 is uniform with probability 1/8, and a short run often has none).
+
 A Slurm test holds a run at a known point with it: while the file named by ``$FGRPO_TEST_HOLD_FILE`` exists and
 a path it lists exists too, scoring waits (at most 10 minutes a call). Each line is a gate: ``PATH`` holds every scorer,
 ``JOBID PATH`` only the scorers of Slurm job JOBID (``$SLURM_JOB_ID``), so two jobs can each be held at their own
@@ -49,3 +53,9 @@ def _hold() -> None:
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
     _hold()
     return 1.0 if len(solution_str) % 2 == 0 else 0.0
+
+
+def compute_score_even_prompts_solved(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
+    if extra_info["index"] % 2 == 0:
+        return 1.0
+    return compute_score(data_source, solution_str, ground_truth, extra_info, **kwargs)

@@ -8,8 +8,8 @@ groups mix successes and failures. Metrics come from verl's ``file`` logger (one
 
 What continues from such checkpoints is checked where a run does it anyway: ``trainer.resume_mode=auto`` (what
 every Slurm job of ``fgrpo-verl launch`` runs) resumes twice in tests/test_slurm_launch_e2e_on_cpu.py, from a
-checkpoint verl saved and from one saved on a stop request; DAPO's group filtering runs in
-tests/test_cpu_vllm_e2e_on_cpu.py.
+checkpoint verl saved and from one saved on a stop request (where the suite can start Slurm: as root, as in CI);
+DAPO's group filtering runs in tests/test_cpu_vllm_e2e_on_cpu.py.
 """
 
 from __future__ import annotations
@@ -77,6 +77,6 @@ def test_each_step_is_checkpointed_and_only_the_resume_point_keeps_optimizer_sta
     ckpt = run["ckpt"]
     assert sorted(run["steps"]) == [0, 1, 2]
     assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
-    optim = lambda step: sorted(p.name for p in (ckpt / f"global_step_{step}" / "actor").glob("optim_*.pt"))  # noqa: E731
-    assert (ckpt / "global_step_1" / "actor" / "model_world_size_1_rank_0.pt").is_file()
-    assert optim(1) == [] and optim(2) == ["optim_world_size_1_rank_0.pt"]
+    actor = lambda step: sorted(p.name for p in (ckpt / f"global_step_{step}" / "actor").glob("*.pt"))  # noqa: E731
+    assert actor(1) == ["extra_state_world_size_1_rank_0.pt", "model_world_size_1_rank_0.pt"]
+    assert actor(2) == [*actor(1), "optim_world_size_1_rank_0.pt"]

@@ -2,8 +2,9 @@
 
 - A 3-step F-GRPO run with DAPO's group filtering (``fgrpo-verl train backend=cpu_vllm``, maze task, the demo's
   1M-parameter Qwen2: vLLM's CPU attention needs head_dim >= 32) with validation through vLLM at the last step.
-  The parity reward (``cpu_backend_parity_reward.py``) leaves some groups uniform: filtering evicts them and
-  generates again until the step's 4 groups all mix outcomes, which the rollout dump of every step shows. verl's
+  The parity reward (``cpu_backend_parity_reward.py``, with every prompt of even index solved) leaves about half
+  the groups uniform: filtering evicts them and generates again until the step's 4 groups all mix outcomes, which
+  the rollout dump of every step shows. verl's
   ``training/rollout_probs_diff_*`` compares the probabilities vLLM sampled with against the actor's own for the
   same tokens: after updates (steps 2 and 3) they only agree if the actor's weights reached the engine. Measured
   once with the weight load skipped after the first sync (docs/cpu_backend.md): max 0.048 and 0.044 at steps 2
@@ -17,27 +18,30 @@ of a run is one process at a time importing torch/verl/vLLM, so the second run f
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from side_by_side import wait_for_ray
+# the CPU backend's e2e test recomputes F-GRPO advantages from verl's rollout dump: the same check here
+from test_cpu_backend_e2e_on_cpu import _expected_advantage_range, _rollouts
 from verl_runs import metrics, run_train, stopping_on_error
 
 pytestmark = pytest.mark.e2e
 
 REWARD_FILE = Path(__file__).resolve().parent / "cpu_backend_parity_reward.py"
 STEPS = 3
+GAMMA = 1.0
 # max |p_vLLM - p_actor| over sampled tokens: ~4e-8 when synced, ~0.04 when the engine keeps old weights
 SYNCED_PROBS_DIFF = 1e-4
 
 
 def _overrides(maze, root: Path) -> list[str]:
     return [
-        # the settings of the measured negative control above (verl's optimiser defaults: no warm-up)
-        "backend=cpu_vllm", "algorithm.adv_estimator=fgrpo", "algorithm.fgrpo.gamma=1.0",
+        # the settings of the measured negative control above (verl's optimiser defaults: no warm-up), plus DAPO's
+        # group filtering, which chooses the groups a step trains on and leaves the weight sync as it is
+        "backend=cpu_vllm", "algorithm.adv_estimator=fgrpo", f"algorithm.fgrpo.gamma={GAMMA}",
         "algorithm.use_kl_in_reward=False", "actor_rollout_ref.actor.use_kl_loss=False",
         f"data.train_files={maze.train_file}", f"data.val_files={maze.val_file}", "data.train_batch_size=4",
         f"data.max_prompt_length={maze.prompt_length}", f"data.max_response_length={maze.max_response_length}",
@@ -46,7 +50,7 @@ def _overrides(maze, root: Path) -> list[str]:
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16", "actor_rollout_ref.actor.optim.lr=1e-3",
         "actor_rollout_ref.rollout.val_kwargs.n=2", "actor_rollout_ref.rollout.val_kwargs.do_sample=True",
         "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
-        f"reward.custom_reward_function.path={REWARD_FILE}", "reward.custom_reward_function.name=compute_score",
+        f"reward.custom_reward_function.path={REWARD_FILE}", "reward.custom_reward_function.name=compute_score_even_prompts_solved",
         "algorithm.filter_groups.enable=True", f"trainer.rollout_data_dir={root / 'rollouts'}",
         "trainer.logger=[console,file]", "trainer.project_name=cpu_vllm_e2e", f"trainer.experiment_name={root.name}",
         "trainer.save_freq=-1", f"trainer.test_freq={STEPS}", "trainer.val_before_train=False",
@@ -99,14 +103,27 @@ def test_verls_vllm_rollout_samples_with_the_actors_updated_weights(trained):
         assert m["training/rollout_probs_diff_max"] < SYNCED_PROBS_DIFF, (step, m["training/rollout_probs_diff_max"])
         assert m["actor/grad_norm"] > 0  # the actor moved, so every later step samples from new weights
         assert m["fgrpo/num_groups"] == 4  # the focal estimator saw the 4 groups of n=4
-        # DAPO filtering: every kept group has both outcomes (uniform groups were evicted and regenerated)
-        by_group = defaultdict(set)
-        for line in (run["rollouts"] / f"{step}.jsonl").read_text().splitlines():
-            sample = json.loads(line)
-            by_group[sample["uid"].rsplit("_", 2)[0]].add(float(sample["score"]) > 0)
-        assert len(by_group) == 4 and all(o == {True, False} for o in by_group.values()), (step, by_group)
     # validation sampled through the engine too (val_kwargs.n = 2 per held-out maze)
     assert any(k.startswith("val-core/") and k.endswith("/mean@2") for k in steps[STEPS]), sorted(steps[STEPS])
+
+
+def test_dapo_filtering_keeps_mixed_groups_and_the_focal_estimator_scales_their_advantages(trained):
+    """verl dumps a step's rollouts after filtering (the batch it trains on): every kept group has both outcomes,
+    and the logged advantage range is F-GRPO's (γ = 1) recomputed from the dumped scores, not GRPO's."""
+    run, steps = trained
+    # the filter evicted something (else the mixed-groups check below would hold without it)
+    assert sum(m.get("training/filter_groups/evicted_samples", 0) for m in steps.values()) > 0, steps
+    for step, m in steps.items():
+        rollouts = _rollouts(run["rollouts"], step)
+        by_group = defaultdict(set)
+        for sample in rollouts:
+            by_group[sample["uid"].rsplit("_", 2)[0]].add(float(sample["score"]) > 0)
+        assert len(by_group) == 4 and all(o == {True, False} for o in by_group.values()), (step, by_group)
+        hi, lo = _expected_advantage_range(rollouts, GAMMA)
+        hi0, lo0 = _expected_advantage_range(rollouts, 0.0)
+        assert m["critic/advantages/max"] == pytest.approx(hi, abs=1e-4), step
+        assert m["critic/advantages/min"] == pytest.approx(lo, abs=1e-4), step
+        assert abs(hi - hi0) > 1e-2 or abs(lo - lo0) > 1e-2, "gamma must change this batch's advantages"
 
 
 def test_no_weight_sync_noise_in_the_log(trained):

@@ -53,6 +53,10 @@ def test_two_step_run_is_quiet_survives_a_slow_ray_start_and_ends_without_a_wand
     assert "'adv_estimator': 'fgrpo'" in full and "step:2 - " in full
     assert "Exception ignored in atexit callback" not in full and "Connection lost" not in full, full[-5000:]
     assert "target_num_threads" not in full
+    # train asked the TaskRunner to register strictly (a trainer mode another plugin took fails the start there):
+    # the variable is in the runtime_env verl handed to ray.init, as the string Ray's env_vars need
+    init = next(line for line in full.splitlines() if line.startswith("ray init kwargs: "))
+    assert "'FGRPO_VERL_STRICT_REGISTRATION': '1'" in init, init
     assert list(run["root"].glob("wandb/offline-run-*/run-*.wandb")), "no offline W&B run written"
     # verl's actors ran at this test's priority, not Ray's nice 15 (backend=cpu's RAY_worker_niceness)
     niceness = run["niceness"]

@@ -347,8 +347,9 @@ def test_demo_is_registered_and_rejects_bad_gammas(tmp_path):
 @pytest.mark.ray
 def test_demo_end_to_end_tiny(tmp_path, capsys):
     """The whole demo at toy scale: build, SFT, F-GRPO through verl on the CPU backend, table and plot. One run
-    (γ = 0.5), one RL step: the last step's validation dump is what the table reads. Each further γ is the same
-    code path again at the cost of a verl start-up (a loop over ``--gammas``; its parsing is tested above)."""
+    (γ = 0.5), one RL step: the last step's validation dump is what the table reads. Not run here, each at the
+    cost of another verl start-up: the default two γ (a second run from the same process, a γ = 0 run named
+    ``grpo``, a table of two rows and a plot of two curves)."""
     from fgrpo_verl.cli import main
 
     rc = main([

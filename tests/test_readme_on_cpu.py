@@ -23,6 +23,7 @@ import re
 import shlex
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -58,7 +59,8 @@ class Case:
     append: str = ""
     expect: tuple[str, ...] = ()  # substrings of stdout+stderr
     check: Callable[[str, str], None] | None = None  # more assertions on (stdout, stderr)
-    wrote: Callable[[Path], None] | None = None  # assertions on what the command wrote (its block's directory, after the block)
+    # assertions on what the command wrote: its block's directory, once the block has run
+    wrote: Callable[[Path], None] | None = None
 
 
 CPU_DATA = ("data.train_files=maze/data/train.parquet data.val_files=maze/data/val.parquet "
@@ -261,13 +263,17 @@ def _shell(command: str, cwd: Path, timeout: int = 600) -> subprocess.CompletedP
 _HELP_ANSWERS: dict[tuple[str, ...], subprocess.CompletedProcess] = {}
 
 
+_HELP_LOCK = threading.Lock()
+
+
 def _help(program: tuple[str, ...], cwd: Path) -> subprocess.CompletedProcess:
     """``PROGRAM --help`` (e.g. ``hf download``), run once per program: several README commands (four ``hf download``
     lines, ``prepare-benchmarks`` in two blocks) are checked against the same help text, which does not depend on
     the directory it is asked in."""
-    if program not in _HELP_ANSWERS:
-        _HELP_ANSWERS[program] = _shell(shlex.join(program) + " --help", cwd)
-    return _HELP_ANSWERS[program]
+    with _HELP_LOCK:  # README blocks run side by side: one asks, the other waits for its answer
+        if program not in _HELP_ANSWERS:
+            _HELP_ANSWERS[program] = _shell(shlex.join(program) + " --help", cwd)
+        return _HELP_ANSWERS[program]
 
 
 def _blocks() -> dict[int, list[str]]:
@@ -355,7 +361,8 @@ def blocks_run(request, fixtures, tmp_path_factory):
 
     root = tmp_path_factory.mktemp("readme_blocks")
     wanted = {item.callspec.params["block"] for item in request.session.items
-              if getattr(item, "module", None) is request.module and hasattr(item, "callspec")}
+              if getattr(item, "module", None) is request.module and getattr(item, "originalname", "") ==
+              "test_readme_block_runs"}
     order = sorted(wanted, key=lambda b: -len(_blocks()[b]))
     pool = ThreadPoolExecutor(2, thread_name_prefix="readme-block")
     futures = {b: pool.submit(_run_block, b, fixtures, root / f"block{b}") for b in order}

@@ -2,7 +2,8 @@
 config its cluster job would run (tests/rehearsal.py: what is kept, what is scaled), through worker start-up, one
 training step and validation, so that what verl's start-up refuses is found here and not in a GPU allocation.
 
-One verl run per distinct shape, not per gamma or N (the two maze runs side by side: ``runs``):
+One verl run per distinct shape, not per gamma or N, one after another (side by side, the two maze runs took as
+long as one after the other: vLLM's engine start keeps both cores busy):
 
 - maze (1 GPU, TP 1, validation n = 2048): its largest N (128), the fullest TransferQueue and the most
   micro-batches; the other N differ only in batch size, which the preflight checks per run with verl's own
@@ -31,9 +32,8 @@ from types import SimpleNamespace
 import pytest
 from fgrpo_verl.environment import environment_with
 from rehearsal import BACKEND, VAL_SAMPLES, rehearsal, standin_llm, standin_maze
-from side_by_side import selected_tests, wait_for_ray
 from verl_runs import metrics as _metrics
-from verl_runs import run_train, stopping_on_error
+from verl_runs import run_train
 
 pytestmark = pytest.mark.e2e
 
@@ -46,10 +46,10 @@ BELOW_BOUND_N = VAL_SAMPLES
 PROBLEMS = [(f"What is {a} + {b} ?", str(a + b)) for a in range(1, 5) for b in range(1, 5)]
 
 
-def _train(reh, run_dir: Path, *extra: str, stop=None) -> dict:
+def _train(reh, run_dir: Path, *extra: str) -> dict:
     """The rehearsal's verl run (wall time and peak memory printed with ``pytest -s``)."""
     return run_train([*reh.overrides, *extra, f"trainer.experiment_name={run_dir.name}"], run_dir, env=reh.env,
-                     label=f"rehearsal {reh.recipe} {reh.run} ({reh.overrides[0]})", stop=stop)
+                     label=f"rehearsal {reh.recipe} {reh.run} ({reh.overrides[0]})")
 
 
 def _assert_ok(result: dict) -> None:
@@ -81,54 +81,48 @@ def _below(reh):
 
 
 @pytest.fixture(scope="module")
-def runs(request, tmp_path_factory):
-    """The module's three verl runs: the two maze runs side by side (the run at the bound in a thread, the run
-    below it in this one once the first's Ray node is up), then the LLM shape alone (two vLLM engines: ~11 GiB,
-    too much beside the maze run's ~8 on a 24 GiB machine). On CPU most of a run's start-up is one process at a
-    time importing torch/verl/vLLM, so a second run fills the other core. A ``-k`` selection starts only the runs
-    of the tests it selects.
-
-    - ``at_bound``: the maze recipe at the preflight's TransferQueue bound, with its rollouts and validation dumped;
-    - ``below_bound``: each storage unit one sample smaller than the bound needs. TransferQueue does not depend on
-      the rollout engine: the hf rollout's faster start does. Nor on the group size beyond the samples it stores:
-      the recipe's storage units and validation with a group of BELOW_BOUND_N fail the same way after an eighth of
-      the n=128 step's rollouts and micro-batches (the n=128 step runs at its bound in the other run);
-    - ``llm``: the 3B/4B LLM recipe shape on 2 logical GPUs (2 replicas), on a stand-in model."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    wanted = selected_tests(request)
-    out = {}
-    with ThreadPoolExecutor(1) as pool, stopping_on_error() as stop:
-        if wanted & {"test_maze_recipe_starts_trains_and_validates_at_the_storage_bound",
-                     "test_one_slot_per_storage_unit_below_the_bound_fails_in_verl_and_in_the_preflight"}:
-            root = tmp_path_factory.mktemp("rehearsal_maze")
-            env = standin_maze(root / "maze", n_train=4, n_val=2)
-        if "test_maze_recipe_starts_trains_and_validates_at_the_storage_bound" in wanted:
-            reh = rehearsal(*MAZE_RUN, root, None, env)
-            summary = _check_preflight(reh, root)
-            run = pool.submit(_train, reh, root / "run", f"trainer.rollout_data_dir={root / 'rollouts'}",
-                              f"trainer.validation_data_dir={root / 'validation'}", stop=stop)
-            out["at_bound"] = SimpleNamespace(root=root, reh=reh, summary=summary, run=run)
-            wait_for_ray(root / "run" / "train.log", run)
-        if "test_one_slot_per_storage_unit_below_the_bound_fails_in_verl_and_in_the_preflight" in wanted:
-            reh = rehearsal(*MAZE_RUN, root / "below_bound", None, env, backend="cpu",
-                            scaled_also={"actor_rollout_ref.rollout.n": BELOW_BOUND_N})
-            below, units, live, total = _below(reh)
-            out["below_bound"] = SimpleNamespace(root=root, reh=below, units=units, live=live, total=total,
-                                                 run=_train(below, root / "below"))
-        if "at_bound" in out:
-            out["at_bound"].run = out["at_bound"].run.result()
-        if "test_llm_recipe_shape_starts_on_two_gpus_with_two_replicas_and_validates" in wanted:
-            llm_root = tmp_path_factory.mktemp("rehearsal_llm")
-            model, env = standin_llm(llm_root / "llm", PROBLEMS)
-            reh = rehearsal(*LLM_RUN, llm_root, model, env)
-            summary = _check_preflight(reh, llm_root)
-            out["llm"] = SimpleNamespace(root=llm_root, reh=reh, summary=summary, run=_train(reh, llm_root / "run"))
-    return out
+def maze_inputs(tmp_path_factory):
+    """The stand-in maze data and model of both maze runs: (root, job environment)."""
+    root = tmp_path_factory.mktemp("rehearsal_maze")
+    return root, standin_maze(root / "maze", n_train=4, n_val=2)
 
 
-def test_maze_recipe_starts_trains_and_validates_at_the_storage_bound(runs):
-    at_bound = runs["at_bound"]
+@pytest.fixture(scope="module")
+def at_bound(maze_inputs):
+    """The maze recipe at the preflight's TransferQueue bound, with its rollouts and validation dumped."""
+    root, env = maze_inputs
+    reh = rehearsal(*MAZE_RUN, root, None, env)
+    summary = _check_preflight(reh, root)
+    return SimpleNamespace(root=root, reh=reh, summary=summary, run=_train(
+        reh, root / "run", f"trainer.rollout_data_dir={root / 'rollouts'}",
+        f"trainer.validation_data_dir={root / 'validation'}"))
+
+
+@pytest.fixture(scope="module")
+def below_bound(maze_inputs):
+    """The maze recipe with each storage unit one sample smaller than the bound needs. TransferQueue does not
+    depend on the rollout engine: the hf rollout's faster start does. Nor on the group size beyond the samples it
+    stores: the recipe's storage units and validation with a group of BELOW_BOUND_N fail the same way after an
+    eighth of the n=128 step's rollouts and micro-batches (the n=128 step runs at its bound in ``at_bound``)."""
+    root, env = maze_inputs
+    reh = rehearsal(*MAZE_RUN, root / "below_bound", None, env, backend="cpu",
+                    scaled_also={"actor_rollout_ref.rollout.n": BELOW_BOUND_N})
+    below, units, live, total = _below(reh)
+    return SimpleNamespace(root=root, reh=below, units=units, live=live, total=total,
+                           run=_train(below, root / "below"))
+
+
+@pytest.fixture(scope="module")
+def llm(tmp_path_factory):
+    """The 3B/4B LLM recipe shape on 2 logical GPUs (2 replicas), on a stand-in model."""
+    root = tmp_path_factory.mktemp("rehearsal_llm")
+    model, env = standin_llm(root / "llm", PROBLEMS)
+    reh = rehearsal(*LLM_RUN, root, model, env)
+    summary = _check_preflight(reh, root)
+    return SimpleNamespace(root=root, reh=reh, summary=summary, run=_train(reh, root / "run"))
+
+
+def test_maze_recipe_starts_trains_and_validates_at_the_storage_bound(at_bound):
     root, reh = at_bound.root, at_bound.reh
     print(f"\n[rehearsal] backend={BACKEND} maze kept {reh.kept}\n[rehearsal] scaled {reh.scaled}")
     print(f"[rehearsal] {at_bound.summary}")
@@ -147,13 +141,13 @@ def test_maze_recipe_starts_trains_and_validates_at_the_storage_bound(runs):
     assert (root / "checkpoints" / "global_step_1").is_dir()
 
 
-def test_one_slot_per_storage_unit_below_the_bound_fails_in_verl_and_in_the_preflight(runs):
+def test_one_slot_per_storage_unit_below_the_bound_fails_in_verl_and_in_the_preflight(below_bound):
     """The other side of the TransferQueue bound: the maze run with each storage unit one sample smaller than the
     preflight's bound needs. verl's TransferQueue refuses it mid-validation; the preflight refuses it up front."""
     from fgrpo_verl.config.compose import compose
     from fgrpo_verl.launch import preflight
 
-    below = runs["below_bound"]
+    below = below_bound
     # the step's training batch and the validation batch each fit one slot per unit below the bound; the
     # validation put, while the training batch is still held, does not. More than one unit: the per-unit capacity
     # (ceil(total / units)), not only the total, is what both sides pin
@@ -170,8 +164,7 @@ def test_one_slot_per_storage_unit_below_the_bound_fails_in_verl_and_in_the_pref
     assert "in _validate" in result["log"], result["log"][-4000:]
 
 
-def test_llm_recipe_shape_starts_on_two_gpus_with_two_replicas_and_validates(runs):
-    llm = runs["llm"]
+def test_llm_recipe_shape_starts_on_two_gpus_with_two_replicas_and_validates(llm):
     print(f"\n[rehearsal] backend={BACKEND} llm kept {llm.reh.kept}\n[rehearsal] scaled {llm.reh.scaled}\n"
           f"[rehearsal] {llm.summary}")
     assert "2 rollout replica(s) of TP 1" in llm.summary
