@@ -74,7 +74,7 @@ setup(
     extras_require={
         "gpu": GPU_EXTRAS,
         "cpu-vllm": CPU_VLLM_EXTRAS,
-        "test": ["pytest>=8", "hypothesis>=6", "pytest-timeout", "import-linter==2.17"],
+        "test": ["pytest>=8", "hypothesis>=6", "pytest-timeout", "pytest-xdist==3.8.0", "import-linter==2.17"],
     },
     entry_points={
         # `import verl` loads every entry point of this group in every process (driver, TaskRunner, workers).
