@@ -56,6 +56,5 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kw
 
 
 def compute_score_even_prompts_solved(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
-    if extra_info["index"] % 2 == 0:
-        return 1.0
-    return compute_score(data_source, solution_str, ground_truth, extra_info, **kwargs)
+    parity = compute_score(data_source, solution_str, ground_truth, extra_info, **kwargs)  # holds like it
+    return 1.0 if extra_info["index"] % 2 == 0 else parity

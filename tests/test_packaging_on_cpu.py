@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -11,13 +12,20 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+# what a build neither needs nor should see: the venv, git, earlier build outputs, run outputs
+IGNORED = (".venv", ".git", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", ".hypothesis", "outputs",
+           "wandb", "runs")
 
 
 @pytest.fixture(scope="module")
 def wheel_install(tmp_path_factory):
     out = tmp_path_factory.mktemp("wheel")
+    # built from a copy of the source: a build in the checkout rewrites its build/ and fgrpo_verl.egg-info/ (whose
+    # entry points every process started in the checkout reads) while other test files run beside this one
+    src = out / "src"
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(*IGNORED))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out),
-                    str(ROOT)], check=True, timeout=600)
+                    str(src)], check=True, timeout=600)
     wheel = next(out.glob("fgrpo_verl-*.whl"))
     target = out / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)],

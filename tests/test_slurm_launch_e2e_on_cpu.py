@@ -282,6 +282,11 @@ def test_one_launch_completes_through_usr1_and_a_requeue_with_the_focal_estimato
     assert resumed == checkpoint_at_requeue
     assert starts[1] == list(range(stopped + 1, resumed + 1)), (starts, resumed)
     assert starts[2] == list(range(resumed + 1, STEPS + 1)), (starts, resumed)
+    # each resumed start's rollout server sampled its first step with the actor's weights, those of the loaded
+    # checkpoint: the rollout's token probabilities equal the actor's (~2e-8 when synced; a rollout left with older
+    # weights at this learning rate was off by ~0.04 in the vLLM run's negative control, docs/cpu_backend.md)
+    for step in (starts[1][0], starts[2][0]):
+        assert _logged_metric(log, step, "training/rollout_probs_diff_max") < 1e-3, (step, log[-6000:])
 
     # W&B (offline): every start wrote to the same, deterministic run id, one folder each, and nothing else did
     run_id = tracking.run_id(PROJECT, experiment, str(ckpt))
