@@ -1,4 +1,4 @@
-"""The first hour of a new user (issue 18): every mistake answered in one line, quiet commands, fast launcher
+"""The first hour of a new user: every mistake answered in one line, quiet commands, fast launcher
 answers, and the conveniences a new user looks for. No Ray here (the end-to-end parts are in
 ``test_first_hour_e2e_on_cpu.py``).
 

@@ -1,4 +1,4 @@
-"""Unit tests of the run lifecycle (issue 10) without Slurm: identity, hardened rendering, status, step checks,
+"""Unit tests of the run lifecycle without Slurm: identity, hardened rendering, status, step checks,
 the trainer's stop-at-step-boundary hook and the private Ray directory."""
 
 from __future__ import annotations

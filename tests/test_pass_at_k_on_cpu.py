@@ -110,7 +110,7 @@ def test_large_batch_is_chunked_and_consistent():
     np.testing.assert_allclose(got, [ref[int(x)] for x in c], rtol=1e-12, atol=0)
 
 
-# ---- table-based implementation (issue 11): exact against Fraction arithmetic, property-tested -------------------
+# ---- table-based implementation: exact against Fraction arithmetic, property-tested -------------------
 from hypothesis import given, settings, strategies as st  # noqa: E402
 
 from fgrpo_verl.pass_at_k import pass_at_k_curve, pass_at_k_table  # noqa: E402

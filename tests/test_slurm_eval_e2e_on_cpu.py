@@ -1,4 +1,4 @@
-"""From a recipe to the table on a real Slurm cluster (issue 20): `fgrpo-verl launch` of a tiny maze recipe on the
+"""From a recipe to the table on a real Slurm cluster: `fgrpo-verl launch` of a tiny maze recipe on the
 CPU backend with an `evaluation:` block, two runs (GRPO γ = 0 and F-GRPO γ = 1), two epochs each.
 
 What one launch does, checked from what a user sees (job logs, run directories, W&B offline files, `report`):

@@ -1,4 +1,4 @@
-"""The run lifecycle of `fgrpo-verl launch` on a real Slurm cluster (issue 10; scripts/slurm_cluster.sh, loopback only):
+"""The run lifecycle of `fgrpo-verl launch` on a real Slurm cluster (scripts/slurm_cluster.sh, loopback only):
 
 (e) a job with a 1-minute time limit and `--signal=B:USR1@50`: on the signal the trainer (a stand-in for verl's,
     tests/slurm_jobs/standin_trainer.py) checkpoints at the step boundary and stops, the job requeues itself and
