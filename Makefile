@@ -27,24 +27,25 @@ $(VENV)/.installed: setup.py Makefile
 venv: $(VENV)/.installed
 
 # Two phases, every test in exactly one. The unit and verl-integration tests run on both cores (pytest-xdist; a
-# whole file per worker, so a module's fixtures still start once): 470 s instead of 719 s one at a time. The
+# whole file per worker, so a module's fixtures still start once): ~400 s instead of ~720 s one at a time. The
 # end-to-end, Slurm and Ray tests run one at a time after them: each verl run already keeps both cores busy, and a
 # Ray node must start within Ray's 30 s. Both phases run unless the first is interrupted; each ends with its
 # slowest tests, so drift in the suite's time shows in every run (CI's included). PYTEST_ARGS go to both, so they may
 # not choose markers or workers (-m, -n: each phase sets its own; run pytest directly for that); a phase left empty
 # by them (pytest's status 5) is no failure, both are.
 FAST := not e2e and not slurm and not ray
+FAST_RUN := -m "$(FAST)" -n 2 --dist loadfile
 test: venv slurm-deps
 	$(if $(filter -m -n -n% --numprocesses%,$(PYTEST_ARGS)),@echo "make test: PYTEST_ARGS may not hold -m or -n (each phase sets its own); run pytest directly" >&2; exit 2)
 	fast=0; slow=0; \
-	$(PY) -m pytest tests -m "$(FAST)" -n 2 --dist loadfile --durations=5 $(PYTEST_ARGS) || fast=$$?; \
+	$(PY) -m pytest tests $(FAST_RUN) --durations=5 $(PYTEST_ARGS) || fast=$$?; \
 	[ $$fast != 2 ] || exit 2; \
 	$(PY) -m pytest tests -m "not ($(FAST))" --durations=15 $(PYTEST_ARGS) || slow=$$?; \
 	if [ $$fast = 5 ] && [ $$slow = 5 ]; then echo "make test: PYTEST_ARGS selected no test" >&2; exit 5; fi; \
 	for rc in $$fast $$slow; do [ $$rc = 0 ] || [ $$rc = 5 ] || exit $$rc; done
 
 test-fast: venv
-	$(PY) -m pytest tests -m "$(FAST)" -n 2 --dist loadfile $(PYTEST_ARGS)
+	$(PY) -m pytest tests $(FAST_RUN) $(PYTEST_ARGS)
 
 # The README's main job: GRPO vs F-GRPO through verl on CPU on the rare-mode task, exact rare-mass metrics over
 # seeds (11 min on 2 idle cores after install, docs/raremode.md). DEMO_ARGS="--task maze" runs the maze demo, "--full" the long variant.
