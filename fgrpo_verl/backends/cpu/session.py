@@ -25,6 +25,7 @@ GPU, a second concurrent run would wait for the first's GPU bundle (and must not
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Mapping
@@ -75,11 +76,20 @@ class RaySession:
         from fgrpo_verl.job import ray_start
 
         cpus, gpus, ray_settings = self._cpu_config()
-        # for the raylet started now (worker niceness); this process's environment as before afterwards
-        with environment_with(ray_settings):
-            # a slow start on a busy machine is retried (fgrpo_verl/job/ray_start.py)
-            ray_start.init(num_cpus=self.num_cpus or cpus, num_gpus=self.num_gpus or gpus, include_dashboard=False,
-                           log_to_driver=False)
+        # Ray 2.60 turns token authentication on for a new local cluster and warns that it did: the cluster is
+        # protected as it should be, and the warning tells a demo user nothing to act on. Asking for the mode with
+        # RAY_AUTH_MODE=token would not do: Ray reads it when it is imported, which may be before this point.
+        auth_log = logging.getLogger("ray._private.authentication.authentication_token_setup")
+        auth_level = auth_log.level
+        auth_log.setLevel(logging.ERROR)
+        try:
+            # for the raylet started now (worker niceness); this process's environment as before afterwards
+            with environment_with(ray_settings):
+                # a slow start on a busy machine is retried (fgrpo_verl/job/ray_start.py)
+                ray_start.init(num_cpus=self.num_cpus or cpus, num_gpus=self.num_gpus or gpus,
+                               include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+        finally:
+            auth_log.setLevel(auth_level)
         self.address = ray.get_runtime_context().gcs_address
         return self
 
