@@ -231,7 +231,7 @@ def test_parallel_scoring_matches_serial(tmp_path):
     assert float(first["pass_at_k"]) == pytest.approx(want)
 
 
-# ---- issue 11: honest tables and calibrated significance -----------------------------------------------------------
+# ---- honest tables and calibrated significance -----------------------------------------------------------------
 from fgrpo_verl.evaluation.calibration import null_rejection_rates  # noqa: E402
 from fgrpo_verl.evaluation.significance import combine_draws, interval, subsample_draws, summarise  # noqa: E402
 

@@ -31,7 +31,7 @@ def test_two_step_run_is_quiet_survives_a_slow_ray_start_and_ends_without_a_wand
     assert run["rc"] == 0, run["stdout"] + run["stderr"] + full[-5000:]
     out, err = run["stdout"].splitlines(), run["stderr"].splitlines()
     terminal = out + err
-    # the terminal (was 1,156 lines), 7 lines: on stdout where the log is, one line per step (step 0: the
+    # the terminal, 7 lines (verl's own output is over a thousand): on stdout where the log is, one line per step (step 0: the
     # validation before training, which has no training metrics to show), the end; on stderr the slow start
     # retried and W&B's sync hint. Validation and checkpoints add nothing else.
     assert len(terminal) == 7, "\n".join(terminal)

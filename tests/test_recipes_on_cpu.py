@@ -37,7 +37,7 @@ def _readable(experiment: str) -> str:
 
 
 def _expected_name(algo: str, gamma: float, n: int, model: str, cfg) -> str:
-    # issue 6: {algo}-g{gamma}-n{N}-{model}-s{seed}; F-prefixed algo when gamma > 0; seed = verl's data-loader seed
+    # the W&B name: {algo}-g{gamma}-n{N}-{model}-s{seed}; F-prefixed algo when gamma > 0; seed = verl's data-loader seed
     label = ("f" if gamma > 0 else "") + algo
     return tracking.run_name(label, gamma, n, model, cfg.actor_rollout_ref.actor.data_loader_seed)
 # paper §5.3: model id and max response length
