@@ -13,8 +13,11 @@ What one launch does, checked from what a user sees (job logs, run directories, 
    merged again), scores the completions on disk, generates the rest, and gets exactly what an uninterrupted
    evaluation gets; the focal run's selection job, held at the same time, gets USR1 (what Slurm sends ahead of
    the time limit): it stops, requeues itself and finishes;
-4. the training runs' W&B offline files hold every checkpoint's evaluation (read back with the repo's reader);
-5. `fgrpo-verl report` prints the table and lists nothing missing; a relaunch submits nothing.
+4. the run directories' file system has no flock (tests/noflock_shim.c answers ENOSYS there, as Lustre mounted
+   ``noflock`` does): every merge and evaluation lock falls back to its owner file, and none is left behind, the
+   killed and the stopped jobs' included;
+5. the training runs' W&B offline files hold every checkpoint's evaluation (read back with the repo's reader);
+6. `fgrpo-verl report` prints the table and lists nothing missing; a relaunch submits nothing.
 """
 
 from __future__ import annotations
@@ -60,11 +63,19 @@ def _overlong(train_file: Path, out: Path, keep: int, extra: int) -> None:
     pd.concat([kept, long]).reset_index(drop=True).to_parquet(out)
 
 
+def _noflock_shim(out: Path) -> Path:
+    """tests/noflock_shim.c built as a shared library (``make slurm-deps`` installs gcc beside Slurm)."""
+    lib = out / "noflock.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-o", str(lib), str(REPO / "tests" / "noflock_shim.c"), "-ldl"],
+                   check=True, capture_output=True)
+    return lib
+
+
 @pytest.fixture(scope="module")
 def workdir(slurm, tmp_path_factory):
     from fgrpo_verl.tasks.maze import build
 
-    root = Path(tmp_path_factory.mktemp("slurm_eval"))
+    root = Path(tmp_path_factory.mktemp("slurm_eval")).resolve()
     maze = build(root / "maze", size=7, n_train=16, n_val=4, model_preset="tiny", seed=0)
     train = root / "train.parquet"
     _overlong(Path(maze.train_file), train, keep=8, extra=4)
@@ -88,6 +99,8 @@ def workdir(slurm, tmp_path_factory):
         "resources": {"request_gpus": False, "ray_num_cpus": 32, "cpus_per_task": 2, "ray_join_timeout": 180},
         "env": {"WANDB_MODE": "offline", "WANDB_DIR": str(root), "RAY_DEDUP_LOGS": "0",
                 "FGRPO_TEST_HOLD_FILE": str(root / "hold"),
+                # every job: no flock under the launch directory (runs, checkpoints, evaluations)
+                "LD_PRELOAD": str(_noflock_shim(root)), "FGRPO_TEST_NOFLOCK_DIR": str(root),
                 # the evaluation's scorer is a module of tests/ (the training reward is loaded from its path)
                 "PYTHONPATH": f"{REPO}:{REPO / 'tests'}"},
         "common": common,
@@ -242,8 +255,12 @@ def test_launch_evaluates_every_checkpoint_resumes_a_killed_evaluation_and_repor
         # a job that ends cleanly on its first start leaves no Ray process of its own behind
         assert wait_no_processes(f"fgrpo-ray-{job}") == []
     for (run, phase), job in evals.items():
-        assert _state(slurm, job) == "COMPLETED", _log(workdir, base.job_name if run == "grpo" else focal.job_name,
-                                                        job)[-6000:]
+        log = _log(workdir, base.job_name if run == "grpo" else focal.job_name, job)
+        assert _state(slurm, job) == "COMPLETED", log[-6000:]
+        # no flock here: each lock the evaluation took was its owner file
+        assert "no flock on" in log and "locking with the owner file" in log, log[-6000:]
+    # every owner file is gone, the killed and the stopped jobs' included
+    assert sorted(workdir.rglob("*.owner")) == [] and sorted(workdir.rglob("*.owner.break")) == []
     for job in (base, focal):
         assert ck.saved_steps(job.checkpoint_dir) == [2, 4]
         assert ck.read_steps(job.checkpoint_dir)["steps_per_epoch"] == 2
