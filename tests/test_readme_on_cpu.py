@@ -118,6 +118,11 @@ def _every_paper_main_run(what: Callable[[str], int]) -> Callable[[str, str], No
     return check
 
 
+def _files_exist(root: Path, *names: str) -> None:
+    missing = [n for n in names if not (root / n).is_file()]
+    assert not missing, f"not written under {root}: {missing}"
+
+
 def _documented_in(path: str, *needles: str) -> Callable[[str, str], None]:
     """A command that only sets a variable: what reads it says so (``path`` under the repository)."""
     def check(out: str, err: str) -> None:
@@ -129,7 +134,7 @@ def _documented_in(path: str, *needles: str) -> Callable[[str, str], None]:
 CASES = {
     "make demo": Case("make", expect=("fgrpo-verl demo",)),
     "make test": Case("make", expect=("-m pytest tests",)),
-    "pip install 'fgrpo-verl[gpu]'": Case("setup"),
+    "pip install -e '.[gpu]'": Case("setup"),
     "pip install flash-attn==2.8.3 --no-build-isolation": Case("setup"),
     "fgrpo-verl --version": Case("run", expect=("fgrpo-verl 0.", "(verl 0.9.1, python 3.")),
     # the Ray-actor check starts a Ray cluster (tests/test_verl_integration_on_cpu.py runs it)
@@ -138,6 +143,17 @@ CASES = {
     "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu": Case("setup"),
     "pip install -e '.[test,cpu-vllm]'": Case("setup"),
     "pip uninstall -y torchvision torchaudio torchcodec": Case("setup"),
+    # the first CPU run: the maze data and model as written; the training composed and validated (--cfg job): the
+    # suite's shared maze run (tests/verl_runs.py) trains the same task and model on the same backend
+    "python -m fgrpo_verl.tasks.maze data/maze --size 7 --n-train 64 --n-val 4 --model-preset tiny --sft "
+    "--sft-steps 20": Case("run", expect=("SFT: 20 steps",),
+                           wrote=lambda cwd: _files_exist(cwd / "data" / "maze", "data/train.parquet",
+                                                          "data/val.parquet", "sft_model/config.json")),
+    "WANDB_MODE=offline fgrpo-verl train algo=grpo dataset=maze base_model=maze_3m backend=cpu "
+    "algorithm.fgrpo.gamma=0.5 data.train_batch_size=4 actor_rollout_ref.actor.ppo_mini_batch_size=4 "
+    "trainer.total_training_steps=2":
+        Case("then", append="--cfg job", expect=("  gamma: 0.5\n", "path: ${oc.env:FGRPO_MAZE_DIR,data/maze}/sft_model\n",
+                                                 "  total_training_steps: 2\n", "path: pkg://fgrpo_verl.tasks.maze.reward")),
     "fgrpo-verl train algo=grpo algorithm.fgrpo.gamma=1.0 data.train_files=... actor_rollout_ref.model.path=...":
         Case("then", replace={"data.train_files=... actor_rollout_ref.model.path=...": CPU_DATA + " backend=cpu"},
              append="--cfg job", expect=("  gamma: 1.0\n", "path: maze/init_model")),
@@ -299,7 +315,7 @@ def _setup_kwargs() -> dict:
 
 def _check_setup(command: str) -> None:
     kwargs = _setup_kwargs()
-    if command == "pip install 'fgrpo-verl[gpu]'":
+    if command == "pip install -e '.[gpu]'":
         assert "verl[verl-core]==0.9.1" in kwargs["install_requires"]
         for pin in ("vllm==0.24.0", "torch==2.11.0", "transformers==5.9.0"):  # the README comment's versions
             assert pin in kwargs["extras_require"]["gpu"], kwargs["extras_require"]["gpu"]
