@@ -23,6 +23,8 @@ from fgrpo_verl.config.paths import recipes_dir
 
 TESTS = Path(__file__).resolve().parent
 GIB = 2**30
+# how an estimate refusal (the GPU-memory rules) ends: the documented way to submit anyway
+HINT = "(an estimate: FGRPO_PREFLIGHT_MEMORY=warn submits anyway, docs/slurm.md)"
 
 # One composer for the module, as the launcher composes a recipe's runs: Hydra composes each distinct list of
 # config-group selections once, and each config's value overrides are applied to a copy with Hydra's own applier
@@ -454,6 +456,10 @@ def test_prompt_plus_response_must_fit_max_model_len_and_the_models_positions(tm
     assert line.endswith("shorten data.max_response_length to 80 or raise actor_rollout_ref.rollout.max_model_len "
                          "to 500")
     _run([*_maze(), "actor_rollout_ref.rollout.max_model_len=500"], tmp_path)  # the bound itself fits
+    # prompts that alone fill the window: no response length can help, and the fix says so
+    (line,) = _refused([*_maze(), "actor_rollout_ref.rollout.max_model_len=300"], tmp_path)
+    assert line.endswith("data.max_prompt_length=320 alone fills 300 tokens: shorten the prompts and the responses to "
+                         "300 tokens together or raise actor_rollout_ref.rollout.max_model_len to 500"), line
 
 
 def test_memory_estimate_follows_its_formula(tmp_path):
@@ -494,7 +500,8 @@ def test_runs_that_cannot_fit_the_gpus_are_refused(tmp_path):
                                                       "trainer.n_gpus_per_node"]
     assert "113.5 GiB FSDP states per GPU" in lines[1]
     assert "lower it" not in lines[0] and lines[0].endswith("use more GPUs, or set "
-                                                             "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true")
+                                                             "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true "
+                                                             + HINT)
     # states that leave vLLM little room (8 GiB GPUs): one consistent advice per key, never "raise" after "lower"
     lines = _refused([*seven_b, "cluster=2x8", "slurm.gpu_memory_gib=8"], tmp_path)
     utilization = [line for line in lines if line.startswith("actor_rollout_ref.rollout.gpu_memory_utilization")]
@@ -531,7 +538,7 @@ def test_rollout_memory_follows_verls_phases(tmp_path, verl_vllm_verdicts):
         (line,) = _refused([*seven_b, f"{util}={value}"], tmp_path)
         assert line.startswith(f"{util}={value}: from the second step on") and "verl frees the gradients" in line
         assert line.endswith("lower it to 0.93 or less, use more GPUs, or set "
-                             "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true"), line
+                             "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true " + HINT), line
     starts, refused = verl_vllm_verdicts["START"]
     assert starts[-1] == "accepted" and refused[-1].startswith("refused Free memory on device")
     (line,) = _refused([*seven_b, f"{util}=0.98"], tmp_path)
@@ -553,7 +560,7 @@ def test_offload_does_not_shrink_the_update(tmp_path):
     assert line.startswith("trainer.n_gpus_per_node=1: a training step needs at least 141.3 GiB per GPU (113.5 GiB "
                            "FSDP states per GPU") and "even with param/optimizer offload" in line
     assert line.endswith("or FSDP2's CPU offload (backend=gpu_fsdp2 with "
-                         "actor_rollout_ref.actor.fsdp_config.offload_policy=true)")
+                         "actor_rollout_ref.actor.fsdp_config.offload_policy=true) " + HINT)
     policy = "actor_rollout_ref.actor.fsdp_config.offload_policy=true"
     assert "27.8 GiB training" in _run([*one, "backend=gpu_fsdp2", policy], tmp_path).summary()
     _refused([*one, policy], tmp_path)
@@ -612,7 +619,7 @@ def test_the_3b_and_4b_models_run_one_gpu_per_replica_and_fit(tmp_path):
 def test_dry_run_prints_each_runs_preflight(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))
-    assert cli_main(["launch", "maze", "--dry-run", "--only", "n128-g0p5"]) == 0
+    assert cli_main(["launch", "maze", "--dry-run", "--only", "n128-g0p5"]) == 3
     out = capsys.readouterr().out
     # the summary names each distinct preflight once, beside the run it is about
     assert "n128-g0p5: preflight: 1 rollout replica(s) of TP 1 x DP 1 x PP 1 on 1 GPU(s); 32768 samples per step" in out
@@ -713,3 +720,349 @@ def test_cpu_vllm_refuses_a_bad_weight_sync_timeout_before_the_job(tmp_path, mon
     assert line.startswith("FGRPO_VLLM_WEIGHT_SYNC_TIMEOUT_S=(environment): FGRPO_VLLM_WEIGHT_SYNC_TIMEOUT_S must be a "
                            f"positive number of seconds, got {raw!r}")
     _run([*_maze(), *CPU_VLLM[1:]], tmp_path)  # only the vLLM backend reads it
+
+
+# ---------------------------------------------------------------- dynamic batch sizes, fused kernels, the reference
+
+SEVEN_B = ["algo=grpo", "base_model=qwen25_7b", "dataset=deepscaler", "cluster=2x8"]
+DYNAMIC = "actor_rollout_ref.actor.use_dynamic_bsz=true"
+QWEN7B = dict(vocab=152064, hidden=3584, layers=28)  # Qwen2.5-7B's published config.json
+
+
+def _verl_micro_batches(lengths: list[int], budget, sp: int = 1) -> list[int]:
+    """verl's own ``prepare_micro_batches`` with dynamic batch sizes on one GPU's batch of sequences of these real
+    lengths (nested, as verl's v1 trainer hands them to its workers), budget ``max_token_len_per_gpu`` and Ulysses
+    SP ``sp``: the tokens of each micro-batch it makes."""
+    import torch
+    from verl.utils import tensordict_utils as tu
+
+    ids = torch.nested.nested_tensor([torch.zeros(n, dtype=torch.long) for n in lengths], layout=torch.jagged)
+    batch = tu.get_tensordict({"input_ids": ids}, non_tensor_dict={
+        "use_dynamic_bsz": True, "max_token_len_per_gpu": budget, "sp_size": sp})
+    micro, _ = preflight._engine_utils().prepare_micro_batches(batch)
+    return [int(m["input_ids"].offsets().diff().sum()) for m in micro]
+
+
+def _verl_source(relative: str) -> str:
+    import verl
+
+    return (Path(verl.__path__[0]) / relative).read_text()
+
+
+def test_dynamic_batch_sizes_keep_the_mini_batch_rule_and_drop_the_micro_batch_one(tmp_path):
+    """verl's TrainingWorker.train_mini_batch asserts mini_batch_size % dp == 0 whatever sizes the micro-batches;
+    prepare_micro_batches checks no micro-batch size when it packs by tokens."""
+    qwen4b = ["algo=grpo", "base_model=qwen3_4b_base", "dataset=deepscaler", "cluster=2x8"]
+    (line,) = _refused([*qwen4b, DYNAMIC, "actor_rollout_ref.actor.ppo_mini_batch_size=1"], tmp_path)
+    assert line.startswith("actor_rollout_ref.actor.ppo_mini_batch_size=1: a mini-batch of 1 prompts x rollout.n=8 = "
+                           "8 samples does not split over the 16 data-parallel GPU(s)") and "with dynamic batch sizes" \
+        in line
+    # 2 prompts x 8 = 16 samples: one per GPU. A micro-batch of 3 does not divide it: refused with fixed micro-batches,
+    # not read with dynamic ones
+    two = [*qwen4b, "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+           "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3"]
+    (line,) = _refused(two, tmp_path)
+    assert line.startswith("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3: each GPU's share of a mini-batch "
+                           "is 1")
+    assert "verl packs each micro-batch up to its token budget" in _run([*two, DYNAMIC], tmp_path).summary()
+
+
+def test_dynamic_batch_sizes_need_their_token_budgets(tmp_path):
+    """verl's ActorRolloutRefWorker.init_model asserts the actor's and the rollout's budgets are set, and that the
+    rollout's log_prob_use_dynamic_bsz is the actor's use_dynamic_bsz; the reference worker's unset budget fails in
+    verl's prepare_micro_batches (None x SP). Each is refused naming its key; a budget nothing reads is not."""
+    with pytest.raises(TypeError):
+        _verl_micro_batches([10, 20], None)
+    source = _verl_source("workers/engine_workers.py")
+    for assertion in ("assert self.config.actor.use_dynamic_bsz == self.config.rollout.log_prob_use_dynamic_bsz",
+                      "assert self.config.rollout.log_prob_max_token_len_per_gpu is not None",
+                      "assert self.config.actor.ppo_max_token_len_per_gpu is not None"):
+        assert assertion in source
+    actor, rollout, ref = (f"actor_rollout_ref.{s}" for s in ("actor", "rollout", "ref"))
+    dynamic = [*SEVEN_B, DYNAMIC]
+    (line,) = _refused([*dynamic, f"{actor}.ppo_max_token_len_per_gpu=null",
+                        f"{rollout}.log_prob_max_token_len_per_gpu=16384"], tmp_path)
+    assert line.startswith(f"{actor}.ppo_max_token_len_per_gpu=None: verl's ActorRolloutRefWorker.init_model asserts "
+                           "it is set when actor.use_dynamic_bsz is true") and "at least 9216" in line
+    (line,) = _refused([*dynamic, f"{rollout}.log_prob_max_token_len_per_gpu=null"], tmp_path)
+    assert line.startswith(f"{rollout}.log_prob_max_token_len_per_gpu=None: verl's ActorRolloutRefWorker.init_model")
+    (line,) = _refused([*dynamic, f"{actor}.ppo_max_token_len_per_gpu=0",
+                        f"{rollout}.log_prob_max_token_len_per_gpu=16384"], tmp_path)
+    assert line.startswith(f"{actor}.ppo_max_token_len_per_gpu=0: no sequence fits it")
+    for actor_dynamic, rollout_dynamic in ((True, False), (False, True)):
+        (line,) = _refused([*SEVEN_B, f"{actor}.use_dynamic_bsz={str(actor_dynamic).lower()}",
+                            f"{rollout}.log_prob_use_dynamic_bsz={str(rollout_dynamic).lower()}"], tmp_path)
+        assert line.startswith(f"{rollout}.log_prob_use_dynamic_bsz={rollout_dynamic}: actor_rollout_ref.actor."
+                               f"use_dynamic_bsz is {actor_dynamic}")
+    _run([*dynamic, f"{rollout}.log_prob_use_dynamic_bsz=true"], tmp_path)
+    # fixed micro-batches read no budget
+    _run([*SEVEN_B, f"{actor}.ppo_max_token_len_per_gpu=null", f"{rollout}.log_prob_max_token_len_per_gpu=null"],
+         tmp_path)
+    # the reference worker's (use_kl_loss), which LoRA leaves to the actor (verl's ref_in_actor): no ref worker then
+    kl = [*dynamic, f"{actor}.use_kl_loss=true", f"{ref}.log_prob_max_token_len_per_gpu=null"]
+    (line,) = _refused(kl, tmp_path)
+    assert line.startswith(f"{ref}.log_prob_max_token_len_per_gpu=None: the reference worker sizes its micro-batches")
+    _run([*kl, "actor_rollout_ref.model.lora_rank=32"], tmp_path)
+    _run([*kl, f"{actor}.use_kl_loss=false"], tmp_path)
+
+
+def test_a_budget_below_prompt_plus_response_warns_as_verl_checks_real_lengths(tmp_path):
+    """verl's rearrange_micro_batches asserts the budget x SP holds the longest *real* sequence of a GPU's batch (v1
+    hands its workers nested tensors, no padding): a step of shorter sequences trains. So a budget below
+    prompt + response is a warning note, not a refusal; budget x SP at prompt + response admits every length."""
+    assert _verl_micro_batches([400, 100, 300], 200, sp=2) == [400, 400]  # 200 x 2 = 400 tokens per micro-batch
+    with pytest.raises(AssertionError, match="max_token_len must be greater than the sequence length"):
+        _verl_micro_batches([401, 100], 200, sp=2)
+    budget = "actor_rollout_ref.actor.ppo_max_token_len_per_gpu"
+    summary = _run([*SEVEN_B, DYNAMIC, f"{budget}=9215"], tmp_path).summary()  # T = 1024 + 8192 = 9216
+    assert (f"warning: {budget}=9215 tokens < prompt + response = 9216: verl's rearrange_micro_batches stops the run "
+            "at the first step with a sequence over 9215 tokens") in summary and "9216 admits every length" in summary
+    # the rollout's budget follows the actor's (verl's rollout.yaml): warned too
+    assert "warning: actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=9215 tokens" in summary
+    assert "warning" not in _run([*SEVEN_B, DYNAMIC, f"{budget}=9216"], tmp_path).summary()
+    # Ulysses SP 2: verl multiplies the per-GPU budget by SP (prepare_micro_batches)
+    sp2 = [*SEVEN_B, DYNAMIC, "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2"]
+    assert "warning" not in _run([*sp2, f"{budget}=4608"], tmp_path).summary()
+    assert f"warning: {budget}=4607 x Ulysses SP 2 = 9214 tokens" in _run([*sp2, f"{budget}=4607"], tmp_path).summary()
+
+
+def test_dynamic_batch_sizes_activations_are_a_micro_batch_packed_to_its_budget(tmp_path):
+    """verl packs a micro-batch up to budget x SP tokens (shorter sequences fill it: 64 of 512 tokens make two full
+    micro-batches, where full-length ones make one each), and Ulysses gives each GPU 1/SP of them. The estimate's
+    micro-batch: min(budget x SP, the GPU's samples x T) tokens over SP GPUs, not ppo_micro_batch_size_per_gpu x T."""
+    assert _verl_micro_batches([512] * 64, 8192, sp=2) == [16384, 16384]
+    assert _verl_micro_batches([9216] * 4, 8192, sp=2) == [9216] * 4
+    arch = preflight.architecture("Qwen/Qwen2.5-7B")
+    v, h, layers = QWEN7B["vocab"], QWEN7B["hidden"], QWEN7B["layers"]
+    budget = "actor_rollout_ref.actor.ppo_max_token_len_per_gpu"
+
+    def found(*extra):
+        return {p.name: p for p in preflight.passes(compose([*SEVEN_B, DYNAMIC, *extra]), arch, 16)}
+
+    # SP 2: 8 data-parallel groups, 64 samples each per mini-batch; 8192 x 2 tokens per micro-batch, 8192 per GPU
+    update = found(f"{budget}=8192", "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2")["update"]
+    assert (update.key, update.tokens, update.budget) == (budget, 8192, True)
+    assert update.activations == 8192 * (4 * v + 2 * h * layers)
+    # a mini-batch share under the budget: 2 prompts x 8 samples / 16 GPUs = 1 sample of 9,216 tokens
+    small = found("actor_rollout_ref.actor.ppo_mini_batch_size=2")
+    assert small["update"].tokens == 9216
+    assert small["log-prob"].tokens == 16384  # 2,048 / 16 = 128 samples: the rollout's budget binds
+    assert small["log-prob"].activations == 16384 * 2 * v
+    # the bound: 90,000 tokens fit the update on 80 GiB (7.1 GiB of states), 100,000 do not, with SP 1 or 2 (the
+    # budget is per GPU)
+    assert "memory >= 74.9 GiB training" in _run([*SEVEN_B, DYNAMIC, f"{budget}=90000"], tmp_path).summary()
+    for sp in (1, 2):
+        (line,) = _refused([*SEVEN_B, DYNAMIC, f"{budget}=100000",
+                            f"actor_rollout_ref.actor.ulysses_sequence_parallel_size={sp}"], tmp_path)
+        assert line.startswith(f"{budget}=100000: a training step needs at least 82.4 GiB per GPU"), line
+        assert "75.3 GiB for one update micro-batch packed to its token budget (100000 tokens per GPU)" in line
+        assert line.endswith("lower it, or set actor_rollout_ref.model.use_fused_kernels=true " + HINT), line
+
+
+def _peak_bytes(fn) -> int:
+    """The most CPU memory ``fn`` holds at once beyond what existed before it, from torch's memory profiler (every
+    allocation and free of the CPU allocator, in order)."""
+    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler._memory_profiler import Action, MemoryProfile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof:
+        fn()
+    held = peak = 0
+    for _, action, _, size in MemoryProfile(prof.profiler.kineto_results).timeline:
+        held += size if action == Action.CREATE else -size if action == Action.DESTROY else 0
+        peak = max(peak, held)
+    return peak
+
+
+def test_verls_fused_torch_kernel_holds_what_the_estimate_counts():
+    """verl's FusedLinearForPPO (the torch backend, and liger where liger-kernel is not installed: verl falls back to
+    the torch kernel) on CPU in bf16, 4 chunks of 512 tokens, a small vocabulary and hidden size (so that the chunk's
+    arrays dominate): its peak is the estimate's chunk term, 12 / 20 / 28 B per chunk x V element (log-probs, update,
+    update with the entropy in the loss), to within 1 %."""
+    import torch
+    from verl.utils.experimental import torch_functional
+
+    tokens, hidden, vocab = 4 * preflight.FUSED_CHUNK, 8, 4096
+    torch.manual_seed(0)
+    states = torch.randn(tokens, hidden, dtype=torch.bfloat16)
+    weights = torch.randn(vocab, hidden, dtype=torch.bfloat16)
+    labels = torch.randint(0, vocab, (tokens,))
+
+    def infer(backend):
+        with torch.no_grad():
+            torch_functional.FusedLinearForPPO(impl_backend=backend).forward(states, weights, labels)
+
+    def train(backend, entropy):
+        h, w = states.detach().requires_grad_(True), weights.detach().requires_grad_(True)
+        log_probs, entropies = torch_functional.FusedLinearForPPO(impl_backend=backend).forward(h, w, labels)
+        (log_probs.sum() + (0.0 * entropies.sum() if entropy else 0.0)).backward()  # verl: - entropy_coeff x entropy
+
+    backends = ["torch"]
+    if torch_functional._LIGER_FUSED_LINEAR_SCALED_CROSS_ENTROPY is None:
+        backends.append("liger")  # runs the torch kernel
+        liger = compose([*SEVEN_B, "actor_rollout_ref.model.use_fused_kernels=true",
+                         "actor_rollout_ref.model.fused_kernel_options.impl_backend=liger"])
+        assert preflight.lm_head(liger) == "torch"
+    for backend in backends:
+        for measured, (train_pass, entropy) in ((_peak_bytes(lambda: infer(backend)), (False, False)),
+                                                (_peak_bytes(lambda: train(backend, False)), (True, False)),
+                                                (_peak_bytes(lambda: train(backend, True)), (True, True))):
+            counted = preflight.head_bytes("torch", tokens, vocab, train_pass, entropy)
+            assert counted <= measured <= 1.01 * counted, (backend, train_pass, entropy, measured / counted)
+    # the chunk term does not grow with the micro-batch: 512 tokens at a time
+    assert preflight.head_bytes("torch", 100_000, vocab, True) == preflight.head_bytes("torch", 512, vocab, True)
+
+
+def test_fused_kernels_count_the_lm_head_in_chunks_not_the_micro_batchs_logits(tmp_path):
+    """Qwen2.5-7B on 24 GiB GPUs: the bf16 logits of 4 x 9,216 tokens (and their gradient) do not fit beside the
+    states; verl's fused kernels never hold them: torch in 512-token chunks (28 B per element with the entropy in the
+    loss), triton a d_logits of 9,504 columns per token. The hidden states stay."""
+    arch = preflight.architecture("Qwen/Qwen2.5-7B")
+    v, h, layers = QWEN7B["vocab"], QWEN7B["hidden"], QWEN7B["layers"]
+    fused = "actor_rollout_ref.model.use_fused_kernels=true"
+    backend = "actor_rollout_ref.model.fused_kernel_options.impl_backend"
+    t = 4 * 9216
+    for extra, head in ((["actor_rollout_ref.actor.entropy_coeff=0"], 512 * v * 20),
+                        (["actor_rollout_ref.actor.entropy_coeff=0.001"], 512 * v * 28),
+                        ([f"{backend}=triton"], t * 9504 * 2)):
+        (update,) = [p for p in preflight.passes(compose([*SEVEN_B, fused, *extra]), arch, 16) if p.name == "update"]
+        assert update.tokens == t and update.activations == t * 2 * h * layers + head, extra
+    small = [*SEVEN_B, "slurm.gpu_memory_gib=24"]
+    (line,) = _refused(small, tmp_path)
+    assert line.startswith("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4: a training step needs at least "
+                           "34.9 GiB per GPU") and line.endswith(HINT)
+    assert "memory >= 15.4 GiB training" in _run([*small, fused], tmp_path).summary()
+    assert "memory >= 14.6 GiB training" in _run([*small, fused, f"{backend}=triton"], tmp_path).summary()
+    # the bound with fused kernels: 15.4 GiB fits 16 GiB, not 15 (a KV cache that holds one 9,216-token sequence)
+    fits = [*SEVEN_B, fused, "actor_rollout_ref.rollout.max_model_len=9216"]
+    _run([*fits, "slurm.gpu_memory_gib=16"], tmp_path)
+    (line,) = _refused([*fits, "slurm.gpu_memory_gib=15"], tmp_path)
+    assert line.startswith("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4: a training step needs at least "
+                           "15.4 GiB per GPU") and line.endswith("or shorten the sequences " + HINT)
+
+
+def test_a_fused_backend_verl_does_not_patch_is_refused_as_its_forward_has_no_log_probs(tmp_path):
+    """verl's patch_forward_with_backends (on a tiny Llama here) gives the model a forward that returns log_probs for
+    torch, liger (the torch kernel without liger-kernel) and triton, and skips any other value, leaving a forward
+    whose output has no log_probs, which verl's engine reads: refused, naming the key and the valid values. verl's
+    Triton kernel needs CUDA (it fails on CPU) and asserts hidden_size % 128 == 0."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from verl.models.transformers.monkey_patch import patch_forward_with_backends
+
+    def verl_forward(backend):
+        tiny = type("Tiny", (LlamaForCausalLM,), {})  # verl patches the model's class: a throwaway one
+        model = tiny(LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                 num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=32))
+        patch_forward_with_backends(model, use_fused_kernels=True, fused_kernels_backend=backend)
+        return model(input_ids=torch.randint(0, 64, (1, 8)), return_dict=True)
+
+    assert verl_forward("torch").log_probs.shape == (1, 8) and verl_forward("liger").log_probs.shape == (1, 8)
+    assert not hasattr(verl_forward("fused"), "log_probs") and not hasattr(verl_forward(None), "log_probs")
+    with pytest.raises(RuntimeError):  # on CPU
+        verl_forward("triton")
+    assert "assert hidden_size % 128 == 0" in _verl_source("utils/kernel/kernels.py")
+    fused = [*SEVEN_B, "actor_rollout_ref.model.use_fused_kernels=true"]
+    key = "actor_rollout_ref.model.fused_kernel_options.impl_backend"
+    for value in ("fused", "null"):
+        (line,) = _refused([*fused, f"{key}={value}"], tmp_path)
+        shown = None if value == "null" else value
+        assert line.startswith(f"{key}={shown}: verl patches the model's forward for fused kernels only with torch, "
+                               "triton or liger") and "reads output.log_probs" in line
+        assert line.endswith("set it to one of torch, triton, liger, or "
+                             "actor_rollout_ref.model.use_fused_kernels=false")
+    for value in ("torch", "triton", "liger"):
+        _run([*fused, f"{key}={value}"], tmp_path)
+    _run([*SEVEN_B, f"{key}=fused"], tmp_path)  # not read without fused kernels
+    # triton: a hidden size that is not a multiple of 128 (config-only model, hidden 768 + 32), and on CPU
+    odd = tmp_path / "odd"
+    odd.mkdir()
+    odd.joinpath("config.json").write_text(
+        '{"vocab_size": 1024, "hidden_size": 800, "num_hidden_layers": 2, "num_attention_heads": 8,'
+        ' "num_key_value_heads": 8, "max_position_embeddings": 32768, "intermediate_size": 1024}')
+    (line,) = _refused([*fused, f"{key}=triton", f"actor_rollout_ref.model.path={odd}"], tmp_path)
+    assert line.startswith(f"{key}=triton: the model's hidden size 800 is not a multiple of 128")
+    _run([*fused, f"{key}=torch", f"actor_rollout_ref.model.path={odd}"], tmp_path)
+    _maze_model(tmp_path / "data" / "maze" / "sft_model")
+    cpu = ["backend=cpu", *_maze(), "actor_rollout_ref.model.use_fused_kernels=true"]
+    (line,) = _refused([*cpu, f"{key}=triton"], tmp_path)
+    assert line.startswith(f"{key}=triton: verl's Triton kernel (kernels.py efficient_entropy_forward) asserts CUDA")
+    _run([*cpu, f"{key}=torch"], tmp_path)
+
+
+def test_the_reference_worker_follows_ref_in_actor(tmp_path):
+    """use_kl_loss needs reference log-probs: a reference worker computes them with the ref block's settings,
+    unless LoRA has the actor compute them with its own (verl's v1 PPOTrainer._setup, ref_in_actor). The ref
+    block's micro-batch is checked, and its pass counted in the memory estimate, only where that worker runs."""
+    kl = [*SEVEN_B, "actor_rollout_ref.actor.use_kl_loss=true"]
+    lora = "actor_rollout_ref.model.lora_rank=32"
+    micro = "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"
+    (line,) = _refused([*kl, f"{micro}=3"], tmp_path)
+    assert line.startswith(f"{micro}=3: each GPU computes log-probs of 128 samples")
+    _run([*kl, f"{micro}=3", lora], tmp_path)
+    _run([*SEVEN_B, f"{micro}=3"], tmp_path)  # no reference model
+    # all 128 samples of a GPU in one reference micro-batch: 128 x 9,216 tokens of bf16 logits
+    (line,) = _refused([*kl, f"{micro}=128"], tmp_path)
+    assert line.startswith(f"{micro}=128: a training step needs at least") and \
+        "for one reference log-prob micro-batch of full-length sequences (1179648 tokens per GPU)" in line
+    _run([*kl, f"{micro}=128", lora], tmp_path)
+
+
+# ---------------------------------------------------------------- FGRPO_PREFLIGHT_MEMORY: submitting past an estimate
+
+
+def test_an_estimate_refusal_says_how_to_submit_anyway_and_warn_submits_it(tmp_path, monkeypatch):
+    """Over the memory estimate (Qwen2.5-7B on 24 GiB GPUs) the refusal ends with how to submit anyway;
+    FGRPO_PREFLIGHT_MEMORY=warn in the job's environment (this process's, or a recipe's env:) submits it with a note
+    that keeps the numbers. Unset, blank or refuse refuses; any other value is refused, naming the variable."""
+    over = [*SEVEN_B, "slurm.gpu_memory_gib=24"]
+    head = "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4: a training step needs at least 34.9 GiB per GPU"
+    (line,) = _refused(over, tmp_path)
+    assert line.startswith(head) and line.endswith(HINT)
+    summary = _run(over, tmp_path, env={"FGRPO_PREFLIGHT_MEMORY": "warn"}).summary()
+    assert summary.startswith(f"preflight: {head}") and HINT not in summary
+    assert "> 24 GiB (slurm.gpu_memory_gib); over the estimate; submitted because FGRPO_PREFLIGHT_MEMORY=warn" in \
+        summary
+    for value in ("refuse", "", " "):
+        (line,) = _refused(over, tmp_path, env={"FGRPO_PREFLIGHT_MEMORY": value})
+        assert line.startswith(head)
+    (line,) = _refused(SEVEN_B, tmp_path, env={"FGRPO_PREFLIGHT_MEMORY": "yes"})
+    assert line == ("FGRPO_PREFLIGHT_MEMORY='yes': not one of its values (refuse, warn, or unset); unset it, or set "
+                    "FGRPO_PREFLIGHT_MEMORY=warn to submit a run over the memory estimate")
+    # the launcher's check with a recipe's env:, and the job's own environment (jobenv)
+    status, text = preflight.check_run(compose(over), str(tmp_path), env={"FGRPO_PREFLIGHT_MEMORY": "warn"})
+    assert status == "ok" and "submitted because FGRPO_PREFLIGHT_MEMORY=warn" in text
+    monkeypatch.setenv("FGRPO_PREFLIGHT_MEMORY", "warn")
+    assert "submitted because FGRPO_PREFLIGHT_MEMORY=warn" in _run(over, tmp_path).summary()
+    monkeypatch.delenv("FGRPO_PREFLIGHT_MEMORY")
+    # a recipe's env: as fgrpo-verl launch plans it (the preflight in the launcher's validator process)
+    recipe = tmp_path / "tight.yaml"
+    body = ("name: tight\nproject: fgrpo-tight\n{env}common: [algo=grpo, base_model=qwen25_7b, dataset=deepscaler, "
+            "cluster=2x8, slurm.gpu_memory_gib=24]\nruns:\n  - {{name: r, overrides: []}}\n")
+    recipe.write_text(body.format(env=""))
+    with pytest.raises(ValueError) as err:
+        plan_jobs(str(recipe), None, [], tmp_path / "logs", tmp_path)
+    assert str(err.value).startswith(f"recipe tight, run r: {head}") and str(err.value).endswith(HINT)
+    recipe.write_text(body.format(env="env: {FGRPO_PREFLIGHT_MEMORY: warn}\n"))
+    (job,) = plan_jobs(str(recipe), None, [], tmp_path / "logs", tmp_path)[1]
+    assert job.preflight.startswith(f"preflight: {head}") and "submitted because FGRPO_PREFLIGHT_MEMORY=warn" in \
+        job.preflight
+
+
+@pytest.mark.parametrize("certain", [
+    "actor_rollout_ref.actor.ppo_mini_batch_size=1",  # mini-batch divisibility
+    "actor_rollout_ref.rollout.tensor_model_parallel_size=3",  # TP x DP x PP vs the GPUs
+    "actor_rollout_ref.rollout.tensor_model_parallel_size=16",  # attention heads vs TP
+    "transfer_queue.backend.SimpleStorage.total_storage_size=1000",  # TransferQueue capacity
+])
+def test_warn_never_submits_past_a_certain_rule(tmp_path, certain):
+    """A run over the memory estimate that also breaks a certain rule: FGRPO_PREFLIGHT_MEMORY=warn lets the estimate
+    through and still refuses the certain rule, whose line offers no bypass."""
+    both = [*SEVEN_B, "slurm.gpu_memory_gib=24", certain]
+    lines = _refused(both, tmp_path)
+    estimates = [line for line in lines if line.endswith(HINT)]
+    assert estimates and len(estimates) < len(lines), lines
+    with pytest.raises(preflight.PreflightError) as err:
+        _run(both, tmp_path, env={"FGRPO_PREFLIGHT_MEMORY": "warn"})
+    assert err.value.refusals and not any(r.estimate for r in err.value.refusals)
+    assert str(err.value).splitlines() == [line for line in lines if not line.endswith(HINT)]

@@ -8,6 +8,11 @@ value and the fix. ``fgrpo-verl launch`` (submit and ``--dry-run``), ``fgrpo-ver
 it can be called on a config alone; the others restate verl's rule and a test pins each one to verl's behaviour
 (tests/test_preflight_on_cpu.py).
 
+A refusal is *certain* (a verl, vLLM or TransferQueue rule, restated or called: the run would stop) or an
+*estimate* (the GPU-memory rules below, :meth:`_Checks.check_memory`). ``FGRPO_PREFLIGHT_MEMORY=warn`` in the job's
+environment (this process's, or a recipe's ``env:`` over it) turns the estimate refusals into notes that keep their
+numbers; unset or ``refuse`` refuses them; any other value is refused. Certain refusals never yield to it.
+
 ======================================  =====================================================================
 check                                   verl (or vLLM / TransferQueue) source, and how it is checked here
 ======================================  =====================================================================
@@ -23,11 +28,36 @@ rollout replicas                        ``verl/workers/rollout/llm_server.py`` `
                                         replica.py`` ``RolloutReplica.__init__`` (a replica spanning nodes uses
                                         whole nodes): the replica's ``__init__`` is called
 mini-batch per GPU                      ``verl/workers/engine_workers.py`` ``TrainingWorker.train_mini_batch``
-                                        asserts ``ppo_mini_batch_size * n % dp == 0``: restated
+                                        asserts ``ppo_mini_batch_size * n % dp == 0``, with dynamic batch sizes
+                                        too: restated
 micro-batch per GPU (update, log-prob)  ``verl/workers/engine/utils.py`` ``prepare_micro_batches`` asserts the
                                         per-GPU batch is a multiple of the micro-batch: called on a dummy batch
                                         of the per-GPU size (after v1's upsampling, ``trainer_base.py``
-                                        ``_get_required_batch_multiple``: a multiple of lcm(dp, mini x n))
+                                        ``_get_required_batch_multiple``: a multiple of lcm(dp, mini x n)). Not
+                                        with dynamic batch sizes (no fixed micro-batch), per pass: the actor's
+                                        ``use_dynamic_bsz``, the reference's ``log_prob_use_dynamic_bsz``
+token budgets (``use_dynamic_bsz``)     ``engine_workers.py`` ``ActorRolloutRefWorker.init_model`` asserts
+                                        ``actor.use_dynamic_bsz == rollout.log_prob_use_dynamic_bsz`` and both
+                                        budgets (``actor.ppo_max_token_len_per_gpu``, ``rollout.log_prob_max_
+                                        token_len_per_gpu``) set: restated; the reference worker's
+                                        ``ref.log_prob_max_token_len_per_gpu`` unset fails in
+                                        ``prepare_micro_batches`` (None x SP): called. A budget x Ulysses SP
+                                        below prompt + response is a note, not a refusal: ``verl/utils/
+                                        seqlen_balancing.py`` ``rearrange_micro_batches`` asserts the budget x SP
+                                        >= the longest *real* sequence of the GPU's batch (v1 hands workers nested
+                                        tensors, no padding), so only a step with a longer sequence stops
+reference worker                        ``verl/trainer/ppo/v1/trainer_base.py`` ``_setup``: a reference model runs
+                                        (``need_reference_policy``: ``use_kl_loss`` or ``use_kl_in_reward``) in
+                                        its own worker unless LoRA (``model.lora.rank``, else ``model.lora_rank``,
+                                        > 0, or ``model.lora_adapter_path``) makes the actor compute it
+                                        (``ref_in_actor``, with the rollout block's log-prob settings): restated
+fused kernels                           ``verl/models/transformers/monkey_patch.py`` ``patch_forward_with_backends``
+                                        patches the forward only for ``fused_kernel_options.impl_backend`` torch,
+                                        triton or liger; with any other value the model returns logits and
+                                        ``FSDPEngine.prepare_model_outputs`` reads ``output.log_probs``, never
+                                        set: restated, pinned by verl's function on a tiny model. triton:
+                                        ``verl/utils/kernel/kernels.py`` ``efficient_entropy_forward`` asserts
+                                        CUDA tensors and ``hidden_size % 128 == 0``: restated
 TransferQueue capacity                  ``transfer_queue/storage/simple_storage.py`` ``StorageUnitData.put_data``
                                         ("Storage capacity exceeded"): each of the ``num_data_storage_units`` holds
                                         ceil(total_storage_size / units) samples and sample i lives in unit
@@ -44,7 +74,8 @@ vLLM scheduler                          vLLM's ``SchedulerConfig`` (max_num_batc
 attention heads vs TP                   vLLM's ``ModelConfig.verify_with_parallel_config`` (heads % TP == 0) and
                                         ``QKVParallelLinear`` (KV heads % TP == 0, or TP % KV heads == 0 when
                                         TP is larger: replicated). Restated; pinned by vLLM's layer
-memory per GPU                          the estimate below
+memory per GPU                          the estimate below (estimate refusals: ``FGRPO_PREFLIGHT_MEMORY=warn``
+                                        submits anyway)
 model files                             a local directory or a complete snapshot in the Hugging Face cache
                                         (``fgrpo_verl/launch/models.py``); only where the run will start
 ======================================  =====================================================================
@@ -61,11 +92,14 @@ metrics are logged, and validates (``trainer.test_freq``) before that, one valid
 the fullest unit holds ceil(live / units), refused above ceil(total_storage_size / units). Dynamic sampling
 (``algorithm.filter_groups``) and the async trainer modes keep more batches in flight: not modelled.
 
-**The memory estimate** (bytes per GPU; a lower bound of the peak of a step whose sequences all reach the full
-length, so a refusal is certain and a pass is not a promise). W GPUs, P parameters, vocabulary V, hidden size
-H, L layers, KV heads K of dimension D, T = data.max_prompt_length + data.max_response_length, M = the cluster's
-GPU memory (``slurm.gpu_memory_gib``, set by the ``cluster`` group), u = ``rollout.gpu_memory_utilization``.
-The actor's FSDP states resident on a GPU follow verl's phases (:func:`fsdp_states` cites the code):
+**The memory estimate** (bytes per GPU; a lower bound of the peak of a step whose micro-batches are full: fixed
+micro-batches of full-length sequences, or, with dynamic batch sizes, micro-batches packed to their token budget,
+which shorter sequences reach). W GPUs, P parameters, vocabulary V, hidden size H, L layers, KV heads K of dimension
+D, T = data.max_prompt_length + data.max_response_length, M = the cluster's GPU memory (``slurm.gpu_memory_gib``,
+set by the ``cluster`` group), u = ``rollout.gpu_memory_utilization``, SP = the Ulysses sequence-parallel size
+(``actor.ulysses_sequence_parallel_size`` when > 1, else ``actor.fsdp_config``'s, as ``FSDPActorConfig`` reads it;
+the reference's own for its pass). The actor's FSDP states resident on a GPU follow verl's phases
+(:func:`fsdp_states` cites the code):
 
     start     S0 = 4 P / W      vLLM starts after the actor's init_model: fp32 params only (AdamW's moments are
                                 allocated at the first optimizer step); 0 with param_offload
@@ -73,9 +107,28 @@ The actor's FSDP states resident on a GPU follow verl's phases (:func:`fsdp_stat
                                 ends); params 0 with param_offload, moments 0 with optimizer_offload
     update    S2 = 16 P / W     params + grads + moments, loaded back to the GPU even with param/optimizer offload
                                 (0 only with FSDP2's offload_policy, which also zeroes S0 and S1)
-    training  A = max(mb x T x (4 V + 2 H L),  lmb x T x 2 V)   one micro-batch mb (ppo_micro_batch_size_per_gpu):
-                  bf16 logits and their gradient, one bf16 hidden state per layer (gradient checkpointing); one
-                  log-prob micro-batch lmb (rollout.log_prob_micro_batch_size_per_gpu): bf16 logits
+    training  A = the largest of one micro-batch's activations in each of verl's passes (:func:`passes`), t the
+                  micro-batch's tokens on one GPU:
+                  update      t x 2 H L + head(t, train)   one bf16 hidden state per layer (gradient checkpointing)
+                  log-probs   head(t, inference)           the actor's (also the reference's with LoRA,
+                                                           ref_in_actor) and the reference worker's
+              t = ceil(mb x T / SP)                 fixed micro-batches of mb samples (actor.ppo_micro_batch_size_
+                                                    per_gpu; rollout. / ref.log_prob_micro_batch_size_per_gpu)
+              t = ceil(min(B x SP, r x T) / SP)     use_dynamic_bsz: prepare_micro_batches packs a micro-batch up
+                                                    to the budget B (actor.ppo_max_token_len_per_gpu; rollout. /
+                                                    ref.log_prob_max_token_len_per_gpu) x SP tokens
+                                                    (rearrange_micro_batches), and Ulysses gives each GPU 1/SP
+                                                    of them; r = the GPU's samples of the pass (its share of a
+                                                    mini-batch; of the batch)
+              head: the LM head (model.use_fused_kernels, fused_kernel_options.impl_backend)
+                  not fused        t x 2 V x 2 train, t x 2 V inference   bf16 logits (and their gradient)
+                  torch            min(512, t) x V x 20 train (28 with the entropy in the loss: actor.entropy_coeff
+                                   != 0 or actor.calculate_entropy), x 12 inference: verl's FusedLinearForPPO
+                                   works in 512-token chunks (fp32 arrays of chunk x V, measured on verl's class);
+                                   also liger where liger-kernel is not installed (verl falls back to it)
+                  triton           t x 9504 x 2 train (the backward's d_logits has 9,504 columns whatever V),
+                                   t x 12 ceil(V / 1024) inference
+                  liger            0 where liger-kernel is installed (its kernel is not modelled)
     vLLM      u x M, of which 2 P / TP are bf16 weights and the rest KV cache at
                   2 x L x ceil(K / TP) x D x 2 bytes per token (K and V, bf16)
 
@@ -84,10 +137,11 @@ The actor's FSDP states resident on a GPU follow verl's phases (:func:`fsdp_stat
                   S2 + A (+ u x M when rollout.free_cache_engine is false) > M    (the update)
                   u x M - 2 P / TP < KV of one max_model_len sequence             (vLLM refuses to start)
 
-Not counted: CUDA context and allocator fragmentation, optimizer temporaries, vLLM's activation profile, the
-reference model (``use_kl_loss``), dynamic batch sizes' token budgets and fused kernels (A assumes fixed micro-batches
-that materialize the logits). The dry run states S2 + A, S1 + u x M, the KV cache and how many full-length sequences
-of the replica's share of the batch it holds at once.
+Not counted: CUDA context and allocator fragmentation, optimizer temporaries, FSDP's gathered (unsharded) layers
+and the LM head's full-size gradient, vLLM's activation profile, the reference model's weights (``use_kl_loss``),
+entropy over materialized logits (not fused: ``calculate_entropy``, the log-prob pass's entropy), the fused kernels'
+per-token outputs, ``pad_to_length``'s bucket padding. The dry run states S2 + A, S1 + u x M, the KV cache and how
+many full-length sequences of the replica's share of the batch it holds at once.
 """
 
 from __future__ import annotations
@@ -109,6 +163,26 @@ DTYPE_BYTES = {"fp32": 4, "float32": 4, "32": 4, "bf16": 2, "bfloat16": 2, "fp16
 # bf16 activations
 ACT_BYTES = 2
 VLLM_NAMES = ("vllm", "sglang")
+# model.fused_kernel_options.impl_backend values verl's patch_forward_with_backends patches the forward for
+# (verl/models/transformers/monkey_patch.py)
+FUSED_BACKENDS = ("torch", "triton", "liger")
+# verl's FusedLinearForPPO (verl/utils/experimental/torch_functional.py) as the patched forward builds it
+# (verl/models/transformers/dense_common.py forward_with_torch_backend: the default chunk_size, 512 tokens)
+FUSED_CHUNK = 512
+# bytes per element of one chunk x V that its torch kernel holds at its peak, measured on verl's class
+# (tests/test_preflight_on_cpu.py): the update's backward (5 fp32 arrays), 7 with the entropy's gradient, the
+# log-prob forward (3 fp32 arrays)
+FUSED_TORCH_TRAIN, FUSED_TORCH_TRAIN_ENTROPY, FUSED_TORCH_INFER = 20, 28, 12
+# verl's Triton kernel (verl/utils/kernel/kernels.py): efficient_entropy_backward's d_logits (the default
+# _Split_Dlogits_N) has 9,504 columns whatever V, in the hidden states' dtype; efficient_entropy_forward keeps three
+# fp32 (tokens, ceil(V / 1024)) arrays; it asserts hidden_size % 128 == 0
+TRITON_DLOGITS_COLUMNS = 9504
+TRITON_VOCAB_SPLIT = 1024
+TRITON_HIDDEN_MULTIPLE = 128
+# the job's environment variable that lets a run over the memory estimate be submitted (module docstring)
+MEMORY_ENV = "FGRPO_PREFLIGHT_MEMORY"
+MEMORY_MODES = ("refuse", "warn")
+ESTIMATE_HINT = f"(an estimate: {MEMORY_ENV}=warn submits anyway, docs/slurm.md)"
 
 
 @dataclass(frozen=True)
@@ -117,9 +191,17 @@ class Refusal:
     value: object
     problem: str
     fix: str
+    # an estimate (the GPU-memory rules) rather than a certain rule: FGRPO_PREFLIGHT_MEMORY=warn turns it into a note
+    estimate: bool = False
 
     def line(self) -> str:
-        return f"{self.key}={self.value}: {self.problem}; {self.fix}"
+        text = f"{self.key}={self.value}: {self.problem}; {self.fix}"
+        return f"{text} {ESTIMATE_HINT}" if self.estimate else text
+
+    def bypassed(self) -> str:
+        """The note of an estimate refusal that ``FGRPO_PREFLIGHT_MEMORY=warn`` let through: its numbers, and why."""
+        return (f"{self.key}={self.value}: {self.problem}; over the estimate; submitted because "
+                f"{MEMORY_ENV}=warn")
 
 
 class PreflightError(ValueError):
@@ -172,8 +254,20 @@ class _Checks:
         self.arch: Architecture | None = architecture(str(config.actor_rollout_ref.model.path), self.workdir)
         self.length = int(config.data.max_prompt_length) + int(config.data.max_response_length)
 
-    def refuse(self, key: str, value, problem: str, fix: str) -> None:
-        self.refusals.append(Refusal(key, value, problem, fix))
+    def refuse(self, key: str, value, problem: str, fix: str, estimate: bool = False) -> None:
+        self.refusals.append(Refusal(key, value, problem, fix, estimate))
+
+    # ------------------------------------------------------------------ FGRPO_PREFLIGHT_MEMORY
+    def memory_mode(self) -> str:
+        """``FGRPO_PREFLIGHT_MEMORY`` of the job's environment: "refuse" (unset or blank) or "warn"; another value
+        is refused (a certain refusal: the estimate's refusals stand)."""
+        raw = self.env.get(MEMORY_ENV, "")
+        mode = raw.strip() or "refuse"
+        if mode in MEMORY_MODES:
+            return mode
+        self.refuse(MEMORY_ENV, repr(raw), f"not one of its values ({', '.join(MEMORY_MODES)}, or unset)",
+                    f"unset it, or set {MEMORY_ENV}=warn to submit a run over the memory estimate")
+        return "refuse"
 
     # ------------------------------------------------------------------ rollout layout
     def check_rollout(self) -> None:
@@ -333,48 +427,43 @@ class _Checks:
 
     # ------------------------------------------------------------------ batches
     def batch_layout(self) -> tuple[int, int, int]:
-        """(dp, the training batch B' after v1's upsampling, samples per GPU of one mini-batch)."""
-        n = int(self.rollout.n)
-        sp = int(self.actor.get("ulysses_sequence_parallel_size", 1) or 1)
-        dp = max(1, self.world // sp)
-        mini = int(self.actor.ppo_mini_batch_size) * n
-        batch = int(self.config.data.train_batch_size) * n
-        multiple = math.lcm(dp, mini)
-        return dp, math.ceil(batch / multiple) * multiple, mini
+        """(dp, the training batch B' after v1's upsampling, samples of one mini-batch)."""
+        return batch_layout(self.config, self.world)
 
     def check_batches(self) -> None:
-        if self.actor.use_dynamic_bsz:
-            self.notes.append("dynamic batch sizes (token budgets): micro-batch divisibility not checked")
-            return
         dp, padded, mini = self.batch_layout()
         n = int(self.rollout.n)
-        if mini % dp:
+        dynamic = bool(self.actor.use_dynamic_bsz)
+        if mini % dp:  # asserted whatever sizes the micro-batches
             self.refuse(
                 "actor_rollout_ref.actor.ppo_mini_batch_size", self.actor.ppo_mini_batch_size,
                 f"a mini-batch of {self.actor.ppo_mini_batch_size} prompts x rollout.n={n} = {mini} samples does not "
                 f"split over the {dp} data-parallel GPU(s) (verl's TrainingWorker.train_mini_batch asserts "
-                "mini_batch_size % dp == 0)",
+                "mini_batch_size % dp == 0" + (", with dynamic batch sizes too" if dynamic else "") + ")",
                 f"make ppo_mini_batch_size x {n} a multiple of {dp}",
             )
             return
         per_gpu = mini // dp
         micro = self.actor.ppo_micro_batch_size_per_gpu
         micro_batches = None
-        if micro is not None and not _splits(per_gpu, int(micro)):
+        if not dynamic and micro is not None and not _splits(per_gpu, int(micro)):
             self.refuse(
                 "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", micro,
                 f"each GPU's share of a mini-batch is {per_gpu} samples, not a multiple of it (verl's "
                 "prepare_micro_batches asserts it)",
                 f"use a divisor of {per_gpu}, e.g. {_largest_divisor(per_gpu, int(micro))}",
             )
-        elif micro is not None:
+        elif not dynamic and micro is not None:
             micro_batches = per_gpu // int(micro)
-        rows = padded // dp
         for section in ("rollout", "ref"):
-            key = f"actor_rollout_ref.{section}.log_prob_micro_batch_size_per_gpu"
-            if section == "ref" and not _uses_reference(self.config):
+            if section == "ref" and not _ref_worker(self.config):
+                continue  # no reference model, or the actor computes it (LoRA) with the rollout's settings
+            block = self.config.actor_rollout_ref[section]
+            if _pass_dynamic(self.config, section):
                 continue
-            value = self.config.actor_rollout_ref[section].get("log_prob_micro_batch_size_per_gpu")
+            rows = padded // (dp if section == "rollout" else max(1, self.world // _sp(block)))
+            key = f"actor_rollout_ref.{section}.log_prob_micro_batch_size_per_gpu"
+            value = block.get("log_prob_micro_batch_size_per_gpu")
             if value is not None and not _splits(rows, int(value)):
                 self.refuse(key, value, f"each GPU computes log-probs of {rows} samples, not a multiple of it "
                             "(verl's prepare_micro_batches asserts it)",
@@ -383,6 +472,85 @@ class _Checks:
             self.notes.append(f"verl pads each training batch to {padded} samples (a multiple of lcm(dp, mini x n))")
         if micro_batches is not None:
             self.notes.append(f"{padded} samples per step, {micro_batches} micro-batch(es) of {micro} per GPU per update")
+        if dynamic:
+            self.notes.append(f"{padded} samples per step; dynamic batch sizes: verl packs each micro-batch up to its "
+                              "token budget (no micro-batch divisibility)")
+
+    def check_budgets(self) -> None:
+        """Dynamic batch sizes' token budgets, as verl's workers read them (module docstring)."""
+        actor_dynamic = bool(self.actor.use_dynamic_bsz)
+        rollout_dynamic = bool(self.rollout.get("log_prob_use_dynamic_bsz", False))
+        if actor_dynamic != rollout_dynamic:
+            self.refuse(
+                "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz", rollout_dynamic,
+                f"actor_rollout_ref.actor.use_dynamic_bsz is {actor_dynamic} (verl's ActorRolloutRefWorker.init_model "
+                "asserts actor.use_dynamic_bsz == rollout.log_prob_use_dynamic_bsz)",
+                f"set it to {str(actor_dynamic).lower()}, or leave it unset (it follows the actor's)",
+            )
+        budgets = []
+        if actor_dynamic:
+            # ActorRolloutRefWorker.init_model: `assert ...log_prob_max_token_len_per_gpu is not None` and
+            # `assert ...ppo_max_token_len_per_gpu is not None` when actor.use_dynamic_bsz
+            why = "verl's ActorRolloutRefWorker.init_model asserts it is set when actor.use_dynamic_bsz is true"
+            budgets += [("actor", "ppo_max_token_len_per_gpu", _sp(self.actor), why, "each update micro-batch"),
+                        ("rollout", "log_prob_max_token_len_per_gpu", _sp(self.actor), why,
+                         "each log-prob micro-batch")]
+        if _ref_worker(self.config) and _pass_dynamic(self.config, "ref"):
+            ref = self.config.actor_rollout_ref.ref
+            budgets.append(("ref", "log_prob_max_token_len_per_gpu", _sp(ref),
+                            "the reference worker sizes its micro-batches by it (ref.log_prob_use_dynamic_bsz) and "
+                            "verl's prepare_micro_batches fails on an unset one (None x sequence-parallel size)",
+                            "each reference log-prob micro-batch"))
+        for section, name, sp, why, what in budgets:
+            key = f"actor_rollout_ref.{section}.{name}"
+            value = self.config.actor_rollout_ref[section].get(name)
+            fits = math.ceil(self.length / sp)
+            if value is None:
+                self.refuse(key, value, why, f"set it to the tokens one GPU may hold in {what}, at least {fits} "
+                            f"(prompt + response = {self.length} tokens" + (f" / Ulysses SP {sp}" if sp > 1 else "")
+                            + ") to admit every sequence")
+            elif int(value) < 1:
+                self.refuse(key, value, "no sequence fits it (verl's rearrange_micro_batches asserts the budget x "
+                            "the sequence-parallel size >= the longest sequence)", f"set it to at least {fits}")
+            elif int(value) * sp < self.length:
+                # not a refusal: rearrange_micro_batches compares the budget with the step's real (unpadded) lengths
+                self.notes.append(
+                    f"warning: {key}={value}" + (f" x Ulysses SP {sp} = {int(value) * sp}" if sp > 1 else "")
+                    + f" tokens < prompt + response = {self.length}: verl's rearrange_micro_batches stops the run at "
+                    f"the first step with a sequence over {int(value) * sp} tokens (it asserts the budget holds the "
+                    f"longest real sequence); shorter steps train; {fits} admits every length")
+
+    def check_kernels(self) -> None:
+        """model.use_fused_kernels: the backend verl patches the forward for, and what its Triton kernel asserts."""
+        model = self.config.actor_rollout_ref.model
+        if not bool(model.get("use_fused_kernels", False)):
+            return
+        key = "actor_rollout_ref.model.fused_kernel_options.impl_backend"
+        backend = (model.get("fused_kernel_options") or {}).get("impl_backend")
+        if backend not in FUSED_BACKENDS:
+            self.refuse(
+                key, backend,
+                "verl patches the model's forward for fused kernels only with torch, triton or liger "
+                "(monkey_patch.py patch_forward_with_backends skips any other value), so the model returns logits "
+                "and verl's engine reads output.log_probs, which it never set: the first log-prob pass fails",
+                f"set it to one of {', '.join(FUSED_BACKENDS)}, or actor_rollout_ref.model.use_fused_kernels=false",
+            )
+            return
+        if backend == "liger":
+            self.notes.append("fused kernels: liger-kernel is installed, its LM head's memory is not estimated"
+                              if _liger_installed() else "fused kernels: liger-kernel is not installed here, so verl's "
+                              "FusedLinearForPPO runs (and the estimate counts) its torch kernel")
+        if backend != "triton":
+            return
+        if str(self.config.trainer.get("device", "cuda")) == "cpu":
+            self.refuse(key, backend, "verl's Triton kernel (kernels.py efficient_entropy_forward) asserts CUDA "
+                        "tensors, and trainer.device is cpu", "use impl_backend=torch on CPU")
+        elif self.arch is not None and self.arch.hidden_size % TRITON_HIDDEN_MULTIPLE:
+            multiple = TRITON_HIDDEN_MULTIPLE
+            self.refuse(key, backend,
+                        f"the model's hidden size {self.arch.hidden_size} is not a multiple of {multiple} (verl's "
+                        f"Triton kernel, kernels.py efficient_entropy_forward, asserts hidden_size % {multiple} == 0)",
+                        "use impl_backend=torch")
 
     # ------------------------------------------------------------------ TransferQueue
     def check_storage(self) -> None:
@@ -448,7 +616,9 @@ class _Checks:
                 f"not fit {what} ({effective}): verl would run and cut {cut} to {effective} - prompt tokens (its vLLM "
                 "server's generate); fgrpo-verl's policy, not verl's, refuses it so that every sample gets the full "
                 "response budget",
-                f"shorten data.max_response_length to {max(1, effective - prompt)}"
+                (f"shorten data.max_response_length to {effective - prompt}" if effective > prompt else
+                 f"data.max_prompt_length={prompt} alone fills {effective} tokens: shorten the prompts and the "
+                 f"responses to {effective} tokens together")
                 + (f" or raise {key} to {self.length}" if positions is None or positions >= self.length else ""),
             )
 
@@ -478,7 +648,7 @@ class _Checks:
                 f"{_gib(est.states_start)} GiB per GPU of {dtype} parameters (AdamW's moments are not allocated before "
                 f"the first update) and asks for {_gib(est.vllm)} GiB free: {_gib(est.states_start + est.vllm)} GiB > "
                 f"{gib} GiB (slurm.gpu_memory_gib); vLLM's request_memory refuses to start",
-                f"{lower}use more GPUs, or set actor_rollout_ref.actor.fsdp_config.param_offload=true",
+                f"{lower}use more GPUs, or set actor_rollout_ref.actor.fsdp_config.param_offload=true", estimate=True,
             )
         elif name in VLLM_NAMES and est.states_rollout + est.vllm > capacity:
             self.refuse(
@@ -489,13 +659,14 @@ class _Checks:
                 f"the gradients when each update ends): {_gib(est.states_rollout + est.vllm)} GiB > {gib} GiB "
                 "(slurm.gpu_memory_gib); the rollout runs out of GPU memory",
                 f"{lower}use more GPUs, or set actor_rollout_ref.actor.fsdp_config.optimizer_offload=true",
+                estimate=True,
             )
         tag = f"{_gib(est.states_train)} GiB FSDP states per GPU"
         training = est.states_train + est.activations + (est.vllm if held else 0.0)
+        largest = est.largest
         if training > capacity:
-            if est.activations >= est.states_train:  # the micro-batch is the larger term
-                key, value = "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", self.actor.ppo_micro_batch_size_per_gpu
-                fix = "lower it (and rollout.log_prob_micro_batch_size_per_gpu), or shorten the sequences"
+            if largest is not None and est.activations >= est.states_train:  # the micro-batch is the larger term
+                key, value, fix = largest.key, largest.value, largest.fix()
             else:
                 key, value = "trainer.n_gpus_per_node", self.config.trainer.n_gpus_per_node
                 # param/optimizer offload does not help here: verl moves them back to the GPU for the update
@@ -504,9 +675,10 @@ class _Checks:
             self.refuse(key, value,
                         f"a training step needs at least {_gib(training)} GiB per GPU ({tag}: {dtype} parameters, "
                         f"gradients and AdamW moments, on the GPU for the update even with param/optimizer offload; "
-                        f"{_gib(est.activations)} GiB for one micro-batch of {self.length}-token sequences"
+                        f"{_gib(est.activations)} GiB for "
+                        + (largest.describe() if largest is not None else "activations")
                         + (f"; vLLM's {_gib(est.vllm)} GiB, free_cache_engine=false" if held else "")
-                        + f") > {gib} GiB (slurm.gpu_memory_gib)", fix)
+                        + f") > {gib} GiB (slurm.gpu_memory_gib)", fix, estimate=True)
         if name in VLLM_NAMES:
             tp = _parallel(self.rollout)[0]
             mml = int(self.rollout.get("max_model_len") or self.arch.max_position_embeddings)
@@ -517,7 +689,7 @@ class _Checks:
                     f"holds fewer than max_model_len={mml} tokens (vLLM refuses to start)",
                     f"set actor_rollout_ref.rollout.max_model_len={self.length} (prompt + response), "
                     + ("" if est.states_rollout + est.vllm > capacity else "raise gpu_memory_utilization, ")
-                    + f"or raise TP above {tp}",
+                    + f"or raise TP above {tp}", estimate=True,
                 )
             at_once = int(max(est.kv_cache, 0.0) // (est.kv_per_token * self.length))
             self.notes.append(
@@ -564,6 +736,29 @@ def storage_load(config, workdir: Path) -> StorageLoad:
 
 
 @dataclass(frozen=True)
+class Pass:
+    """One micro-batch of one of verl's passes over the model, on one GPU (module docstring: the memory estimate)."""
+
+    name: str  # "update", "log-prob", "reference log-prob"
+    key: str  # the setting that sizes its micro-batches
+    value: object
+    budget: bool  # sized by a token budget (dynamic batch sizes), else by samples
+    tokens: int  # t: the micro-batch's tokens on one GPU (after Ulysses SP's split)
+    head: str  # the LM head: "logits" (not fused), "torch", "triton", "liger" (installed)
+    activations: float  # bytes
+
+    def describe(self) -> str:
+        packed = "packed to its token budget" if self.budget else "of full-length sequences"
+        return f"one {self.name} micro-batch {packed} ({self.tokens} tokens per GPU)"
+
+    def fix(self) -> str:
+        also = (" (and rollout.log_prob_micro_batch_size_per_gpu)"
+                if self.key == "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu" else "")
+        fused = ", or set actor_rollout_ref.model.use_fused_kernels=true" if self.head == "logits" else ""
+        return f"lower it{also}" + ("" if self.budget else ", or shorten the sequences") + fused
+
+
+@dataclass(frozen=True)
 class MemoryEstimate:
     """Bytes per GPU (module docstring): the actor's FSDP states resident in each phase of verl's step, and the
     rest."""
@@ -571,11 +766,114 @@ class MemoryEstimate:
     states_start: float  # when vLLM starts: fp32 parameters only
     states_rollout: float  # during a rollout after the first update: parameters and AdamW moments
     states_train: float  # during an update: parameters, gradients and AdamW moments
-    activations: float
+    activations: float  # the largest pass's
     vllm: float
     vllm_weights: float
     kv_cache: float
     kv_per_token: float
+    passes: tuple[Pass, ...] = ()
+
+    @property
+    def largest(self) -> Pass | None:
+        return max(self.passes, key=lambda p: p.activations, default=None)
+
+
+def batch_layout(config, world: int) -> tuple[int, int, int]:
+    """(dp, the training batch B' after v1's upsampling, samples of one mini-batch): dp = GPUs / the actor's Ulysses
+    SP (``FSDPEngine.get_data_parallel_size``), B' a multiple of lcm(dp, mini x n)
+    (``_get_required_batch_multiple``)."""
+    n = int(config.actor_rollout_ref.rollout.n)
+    dp = max(1, world // _sp(config.actor_rollout_ref.actor))
+    mini = int(config.actor_rollout_ref.actor.ppo_mini_batch_size) * n
+    batch = int(config.data.train_batch_size) * n
+    multiple = math.lcm(dp, mini)
+    return dp, math.ceil(batch / multiple) * multiple, mini
+
+
+def _sp(block) -> int:
+    """The Ulysses sequence-parallel size of an actor or reference block, as verl's ``FSDPActorConfig.__post_init__``
+    sets its engine's: the block's own ``ulysses_sequence_parallel_size`` when > 1, else ``fsdp_config``'s."""
+    legacy = int(block.get("ulysses_sequence_parallel_size", 1) or 1)
+    if legacy > 1:
+        return legacy
+    return max(1, int((block.get("fsdp_config") or {}).get("ulysses_sequence_parallel_size", 1) or 1))
+
+
+def _pass_dynamic(config, section: str) -> bool:
+    """Whether a log-prob pass sizes its micro-batches by tokens: the actor's follows actor.use_dynamic_bsz (verl
+    asserts rollout.log_prob_use_dynamic_bsz equals it), the reference worker's ref.log_prob_use_dynamic_bsz
+    (``ActorRolloutRefWorker.init_model``)."""
+    aro = config.actor_rollout_ref
+    if section == "rollout":
+        return bool(aro.actor.use_dynamic_bsz)
+    return bool(aro.ref.get("log_prob_use_dynamic_bsz", False))
+
+
+def lm_head(config) -> str:
+    """How verl's engine computes the LM head's log-probs: "logits" (materialized, model.use_fused_kernels=false),
+    or the fused kernel's backend: "torch", "triton", "liger" (only where liger-kernel is installed: verl's
+    FusedLinearForPPO runs its torch kernel otherwise), or the unsupported backend as given (refused)."""
+    model = config.actor_rollout_ref.model
+    if not bool(model.get("use_fused_kernels", False)):
+        return "logits"
+    backend = (model.get("fused_kernel_options") or {}).get("impl_backend")
+    if backend == "liger" and not _liger_installed():
+        return "torch"
+    return str(backend)
+
+
+def head_bytes(head: str, tokens: int, vocab: int, train: bool, entropy: bool = False) -> float:
+    """Bytes the LM head holds at its peak for ``tokens`` tokens on one GPU (module docstring: head)."""
+    if head == "torch":
+        per_element = (FUSED_TORCH_TRAIN_ENTROPY if entropy else FUSED_TORCH_TRAIN) if train else FUSED_TORCH_INFER
+        return float(min(FUSED_CHUNK, tokens) * vocab * per_element)
+    if head == "triton":
+        forward = tokens * 3 * math.ceil(vocab / TRITON_VOCAB_SPLIT) * 4
+        return float(max(forward, tokens * TRITON_DLOGITS_COLUMNS * ACT_BYTES) if train else forward)
+    if head == "liger":
+        return 0.0
+    return float(tokens * ACT_BYTES * vocab * (2 if train else 1))  # bf16 logits (and their gradient)
+
+
+def passes(config, arch: Architecture, world: int) -> tuple[Pass, ...]:
+    """One micro-batch of each pass verl runs over the model in a step, on one GPU: the actor's update and log-prob
+    passes, and the reference worker's log-prob pass where it runs (module docstring). A pass whose micro-batch
+    size or budget is unset is left out (refused by :meth:`_Checks.check_budgets`)."""
+    aro = config.actor_rollout_ref
+    actor, rollout = aro.actor, aro.rollout
+    length = int(config.data.max_prompt_length) + int(config.data.max_response_length)
+    dp, padded, mini = batch_layout(config, world)
+    head = lm_head(config)
+    if head not in ("logits", *FUSED_BACKENDS):
+        head = "logits"  # refused (check_kernels); estimated as materialized logits
+    # the update's entropy is in the loss, with a gradient, when verl computes it (v1 _update_actor)
+    entropy = bool(actor.get("calculate_entropy", False)) or float(actor.get("entropy_coeff", 0) or 0) != 0.0
+    hidden = ACT_BYTES * arch.hidden_size * arch.num_hidden_layers
+    found = []
+
+    def add(name, section, dynamic, micro_name, budget_name, sp, rows, train):
+        block = aro[section]
+        name_key = budget_name if dynamic else micro_name
+        value = block.get(name_key)
+        if value is None or int(value) < 1:
+            return
+        # tokens of one micro-batch over its sequence-parallel group, then one GPU's share
+        group = min(int(value) * sp, max(1, rows) * length) if dynamic else int(value) * length
+        tokens = math.ceil(group / sp)
+        act = head_bytes(head, tokens, arch.vocab_size, train, entropy) + (tokens * hidden if train else 0)
+        found.append(Pass(name, f"actor_rollout_ref.{section}.{name_key}", value, dynamic, tokens, head, float(act)))
+
+    sp = _sp(actor)
+    add("update", "actor", bool(actor.use_dynamic_bsz), "ppo_micro_batch_size_per_gpu", "ppo_max_token_len_per_gpu",
+        sp, mini // dp, True)
+    # the actor's log-probs (and, with LoRA, the reference's: ref_in_actor runs them on the actor's settings)
+    add("log-prob", "rollout", _pass_dynamic(config, "rollout"), "log_prob_micro_batch_size_per_gpu",
+        "log_prob_max_token_len_per_gpu", sp, padded // dp, False)
+    if _ref_worker(config):
+        ref_sp = _sp(aro.ref)
+        add("reference log-prob", "ref", _pass_dynamic(config, "ref"), "log_prob_micro_batch_size_per_gpu",
+            "log_prob_max_token_len_per_gpu", ref_sp, padded // max(1, world // ref_sp), False)
+    return tuple(found)
 
 
 def fsdp_states(config, params: float, world: int) -> tuple[float, float, float]:
@@ -615,20 +913,16 @@ def fsdp_states(config, params: float, world: int) -> tuple[float, float, float]
 
 def estimate_memory(config, arch: Architecture, world: int) -> MemoryEstimate:
     """The per-GPU memory estimate of the module docstring for ``config`` on ``world`` GPUs."""
-    actor, rollout = config.actor_rollout_ref.actor, config.actor_rollout_ref.rollout
+    rollout = config.actor_rollout_ref.rollout
     start, during_rollout, update = fsdp_states(config, arch.params, world)
-    length = int(config.data.max_prompt_length) + int(config.data.max_response_length)
-    micro = int(actor.ppo_micro_batch_size_per_gpu or 0)
-    log_prob_micro = int(rollout.get("log_prob_micro_batch_size_per_gpu") or 0)
-    train = micro * length * (2 * ACT_BYTES * arch.vocab_size + ACT_BYTES * arch.hidden_size * arch.num_hidden_layers)
-    infer = log_prob_micro * length * ACT_BYTES * arch.vocab_size
+    found = passes(config, arch, world)
     capacity = float((config.get("slurm") or {}).get("gpu_memory_gib", 0)) * GIB
     vllm = float(rollout.gpu_memory_utilization) * capacity
     tp = int(rollout.tensor_model_parallel_size)
     weights = ACT_BYTES * arch.params / tp
     kv_per_token = 2 * arch.num_hidden_layers * math.ceil(arch.num_key_value_heads / tp) * arch.head_dim * ACT_BYTES
-    return MemoryEstimate(start, during_rollout, update, float(max(train, infer)), vllm, weights, vllm - weights,
-                          float(kv_per_token))
+    return MemoryEstimate(start, during_rollout, update, max((p.activations for p in found), default=0.0), vllm,
+                          weights, vllm - weights, float(kv_per_token), found)
 
 
 def _gib(nbytes: float) -> str:
@@ -682,10 +976,31 @@ def _largest_divisor(n: int, at_most: int) -> int:
     return max(d for d in _divisors(n) if d <= max(1, at_most))
 
 
-def _uses_reference(config) -> bool:
+def _ref_in_actor(config) -> bool:
+    """verl's v1 ``PPOTrainer._setup``: with LoRA (``model.lora.rank``, else ``model.lora_rank``, > 0, or a
+    ``model.lora_adapter_path``) the actor computes the reference log-probs (its base weights, the adapter off)."""
+    model = config.actor_rollout_ref.model
+    rank = int((model.get("lora") or {}).get("rank", 0) or 0)
+    if rank <= 0:
+        rank = int(model.get("lora_rank", 0) or 0)
+    return rank > 0 or model.get("lora_adapter_path") is not None
+
+
+def _ref_worker(config) -> bool:
+    """Whether a reference model runs beside the actor, with the ref block's log-prob settings: verl needs a
+    reference policy (``need_reference_policy``: use_kl_loss or use_kl_in_reward) and LoRA does not put it in the
+    actor (``_setup``: ``self.use_reference_policy and not self.ref_in_actor``)."""
     from verl.trainer.ppo.utils import need_reference_policy
 
-    return bool(need_reference_policy(config))
+    return bool(need_reference_policy(config)) and not _ref_in_actor(config)
+
+
+def _liger_installed() -> bool:
+    """Whether verl's FusedLinearForPPO finds liger-kernel's function here (it falls back to its torch kernel
+    otherwise: ``_LIGER_FUSED_LINEAR_SCALED_CROSS_ENTROPY is None``)."""
+    from verl.utils.experimental import torch_functional
+
+    return torch_functional._LIGER_FUSED_LINEAR_SCALED_CROSS_ENTROPY is not None
 
 
 def _parquet_rows(files, workdir: Path) -> int | None:
@@ -718,18 +1033,26 @@ def _replica_probe():
 def run(config, workdir: Path, require_model: bool = False, env=None) -> Report:
     """Every check above on the composed ``config`` (relative data paths from ``workdir``); ``require_model``: the
     model must be loadable offline here (a submit, a job start); ``env``: the job's environment (default: this
-    process's). Raises :class:`PreflightError`."""
+    process's). Raises :class:`PreflightError`; with ``FGRPO_PREFLIGHT_MEMORY=warn`` in ``env`` the estimate refusals
+    become notes (:meth:`Refusal.bypassed`) and only the certain ones raise."""
     checks = _Checks(config, workdir, env)
+    mode = checks.memory_mode()
     checks.check_rollout()
     checks.check_batches()
+    checks.check_budgets()
+    checks.check_kernels()
     checks.check_storage()
     checks.check_lengths()
     checks.check_memory()
     if require_model:
         checks.check_model()
-    if checks.refusals:
-        raise PreflightError(checks.refusals)
-    return Report(tuple(checks.notes))
+    refusals, notes = checks.refusals, checks.notes
+    if mode == "warn":
+        notes = [r.bypassed() for r in refusals if r.estimate] + notes
+        refusals = [r for r in refusals if not r.estimate]
+    if refusals:
+        raise PreflightError(refusals)
+    return Report(tuple(notes))
 
 
 def check_run(config, workdir: str, require_model: bool = False, env: dict | None = None) -> tuple[str, str]:
