@@ -8,6 +8,7 @@ evaluated but not logged; the final pass refuses until the run is finished; seve
 as one. The four tests that merge and sample are marked e2e (about 2 minutes together on 2 busy cores)."""
 
 import copy
+import dataclasses
 import json
 import os
 import shutil
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from fgrpo_verl.evaluation import checkpoint_eval as ce
+from fgrpo_verl.evaluation.plan import Plan
 from fgrpo_verl.job import checkpoints as ck
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -55,10 +57,10 @@ def built(tmp_path_factory):
     return root, run, bench
 
 
-def make_plan(root: Path, run: Path, bench: Path, **extra) -> dict:
+def make_plan(root: Path, run: Path, bench: Path, **extra) -> Plan:
     plan = {"recipe": "t", "run": "r", "experiment": "exp", "project": "p", "run_dir": str(run), "gamma": 0.0,
             "wandb": {"run_id": f"id{abs(hash(str(run))) % 10**8}", "log": True},
-            "steps": {"save_freq": 2, "total": 4, "train_batch_size": 4, "group_size": 4},
+            "steps": {"save_freq": 2, "total": 4, "train_batch_size": 4, "group_size": 4, "epochs_only": None},
             # the tiny model is not a solver: a parity scorer gives pass@k strictly between 0 and 1
             "benchmarks": {"A": {"file": str(bench), "scorer": "cpu_backend_parity_reward:compute_score",
                                  "group": "math"}},
@@ -67,10 +69,10 @@ def make_plan(root: Path, run: Path, bench: Path, **extra) -> dict:
             "protocol": "select",
             "sampling": {"backend": "transformers", "temperature": 1.0, "top_p": 1.0, "seed": 0, "threshold": 1.0,
                          "prompt_preset": "none", "max_new_tokens": 6},
-            "engine": {"device": "cpu", "batch_size": 8, "problems_per_call": 2}, "gpus": 1, "workers": 1,
-            "baseline": None}
+            "setting_source": "test", "engine": {"device": "cpu", "batch_size": 8, "problems_per_call": 2},
+            "gpus": 1, "workers": 1, "baseline": None}
     plan.update(extra)
-    return plan
+    return Plan.from_dict(plan)
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +134,7 @@ def test_selection_pass_evaluates_each_epoch_checkpoint_once_and_logs_it_to_wand
     for step in (2, 4):
         assert (run / f"global_step_{step}" / ck.EVAL_DIR / "merged_hf" / "fgrpo_merge.json").is_file()
         assert 0 < results[step]["pass_at_k"]["A"]["1"] < 1
-    rows = wandb_rows(wandb_dir, plan["wandb"]["run_id"])
+    rows = wandb_rows(wandb_dir, plan.wandb.run_id)
     assert [r["eval/checkpoint_step"] for r in rows] == [2, 4] and [r["_step"] for r in rows] == [5, 6]
     assert rows[1]["eval/selection/A/pass@4"] == pytest.approx(results[4]["pass_at_k"]["A"]["4"])
 
@@ -145,7 +147,7 @@ def test_selection_pass_evaluates_each_epoch_checkpoint_once_and_logs_it_to_wand
     assert out.count("was evaluated on this unchanged checkpoint: skipped") == 2 and "merging" not in out
     assert "nothing new to log" in out
     assert marker.stat().st_mtime_ns == merged_at and Path(results[2]["generations"][0]).read_bytes() == generations
-    assert len(wandb_rows(wandb_dir, plan["wandb"]["run_id"])) == 2
+    assert len(wandb_rows(wandb_dir, plan.wandb.run_id)) == 2
 
     # verl trains step 4 again (a run resumed from an earlier checkpoint): merged and evaluated anew
     save_path = run / "global_step_4" / "actor" / "model_world_size_1_rank_0.pt"
@@ -180,7 +182,7 @@ def test_an_unfinished_run_is_evaluated_but_not_logged_and_its_final_pass_waits(
     out = capsys.readouterr().out
     assert "training not finished (step 4 of 6)" in out and "W&B logging waits for the finished run" in out
     assert "W&B run" not in out
-    assert wandb_rows(wandb_dir, plan["wandb"]["run_id"]) == []
+    assert wandb_rows(wandb_dir, plan.wandb.run_id) == []
     assert ce.run_phase(plan, "final") == 1
     assert "no checkpoint can be selected yet: training not finished (step 4 of 6)" in capsys.readouterr().out
     assert not (run / ck.EVAL_DIR / ce.SELECTED).exists()
@@ -203,9 +205,10 @@ def test_final_pass_selects_by_the_protocol_and_workers_give_the_numbers_of_one_
     scores = {s: ck.current_result(base, s, label)["pass_at_k"]["A"]["1"] for s in (2, 4)}
     # the focal run: two worker processes, each evaluating half of every checkpoint's problems
     focal_plan = make_plan(root, focal, bench, gamma=1.0, workers=2,
-                           baseline={"run": "r", "experiment": "exp", "run_dir": str(base), "steps": base_plan["steps"]})
+                           baseline={"run": "r", "experiment": "exp", "run_dir": str(base),
+                                     "steps": dataclasses.asdict(base_plan.steps)})
     plan_file = root / "focal_plan.json"
-    plan_file.write_text(json.dumps(focal_plan))
+    plan_file.write_text(focal_plan.to_json())
     assert ce.run_phase(focal_plan, "selection", plan_file) == 0
     for step in (2, 4):
         # the same weights (copies of one checkpoint), the same seeds: the same samples, however split
@@ -219,7 +222,7 @@ def test_final_pass_selects_by_the_protocol_and_workers_give_the_numbers_of_one_
     assert selected["step"] == best and "over all checkpoints" in selected["how"]
     final = ck.current_result(base, best, ce.pass_label(base_plan, "final"))
     assert final["settings"]["n"] == 8
-    rows = wandb_rows(wandb_dir, base_plan["wandb"]["run_id"])
+    rows = wandb_rows(wandb_dir, base_plan.wandb.run_id)
     assert [(r["eval/checkpoint_step"], "eval/final/A/pass@8" in r) for r in rows] == [(2, False), (4, False),
                                                                                        (best, True)]
     assert ce.run_phase(focal_plan, "final", plan_file) == 0
@@ -238,17 +241,23 @@ def test_a_checkpoint_with_merged_weights_is_not_merged_again(built, capsys):
     for f in (root / "model").glob("*.safetensors"):
         shutil.copy(f, actor / "huggingface" / f.name)
     (run / "latest_checkpointed_iteration.txt").write_text("2")
-    plan = make_plan(root, run, bench, steps={"save_freq": 2, "total": 2, "train_batch_size": 4, "group_size": 4},
-                     wandb={"run_id": "x", "log": False})
+    plan = make_plan(root, run, bench, steps={"save_freq": 2, "total": 2, "train_batch_size": 4, "group_size": 4,
+                                              "epochs_only": None}, wandb={"run_id": "x", "log": False})
     assert ce.run_phase(plan, "selection") == 0
     assert "merging" not in capsys.readouterr().out and not (run / "global_step_2" / ck.EVAL_DIR / "merged_hf").exists()
 
 
-def test_a_plan_that_is_not_json_is_refused(tmp_path, capsys):
+def test_a_plan_that_is_not_json_or_not_this_versions_is_refused_in_one_line(tmp_path, capsys):
     bad = tmp_path / "plan.json"
     bad.write_text("{not json")
     assert ce.main(["selection", "--plan", str(bad)]) == 2
     assert "cannot read the plan" in capsys.readouterr().err
+    other = make_plan(tmp_path, tmp_path / "run", tmp_path / "b.jsonl").to_dict()
+    other["sampling"]["top_k"] = 20   # a key this version does not know
+    bad.write_text(json.dumps(other))
+    assert ce.main(["selection", "--plan", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"cannot read the plan {bad}: plan.sampling: unknown key(s) ['top_k']" in err
 
 
 def test_save_per_epoch_sets_save_freq_to_verls_own_epoch(tmp_path):
@@ -274,12 +283,14 @@ def test_save_per_epoch_sets_save_freq_to_verls_own_epoch(tmp_path):
 
 
 def test_workers_split_the_visible_gpus_by_tensor_parallel_size(monkeypatch):
-    plan = {"engine": {"tensor_parallel_size": 2}, "sampling": {"backend": "vllm"}, "gpus": 8, "workers": 1}
+    cpu = make_plan(Path("/root"), Path("/run"), Path("/bench.jsonl"))
+    plan = dataclasses.replace(cpu, engine={"tensor_parallel_size": 2}, gpus=8, workers=1,
+                               sampling=dataclasses.replace(cpu.sampling, backend="vllm"))
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     assert ce._gpu_slices(plan) == ["0,1", "2,3", "4,5", "6,7"]
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6")  # what Slurm gave the job
-    assert ce._gpu_slices({**plan, "engine": {"tensor_parallel_size": 1}}) == ["4", "5", "6"]
+    assert ce._gpu_slices(dataclasses.replace(plan, engine={"tensor_parallel_size": 1})) == ["4", "5", "6"]
     assert ce._gpu_slices(plan) == ["4,5"]
     with pytest.raises(ValueError, match="needs 4 GPUs, this job sees 3"):
-        ce._gpu_slices({**plan, "engine": {"tensor_parallel_size": 4}})
-    assert ce._gpu_slices({**plan, "sampling": {"backend": "transformers"}, "workers": 3}) == [None] * 3
+        ce._gpu_slices(dataclasses.replace(plan, engine={"tensor_parallel_size": 4}))
+    assert ce._gpu_slices(dataclasses.replace(plan, sampling=cpu.sampling, workers=3)) == [None] * 3

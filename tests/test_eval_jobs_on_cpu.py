@@ -2,7 +2,6 @@
 `evaluation:` block, the setting each run's base model implies, the baseline of each focal run, the job scripts
 (dependencies, the plan they carry), what a relaunch submits, and the cost printed by --dry-run."""
 
-import json
 import re
 import subprocess
 from pathlib import Path
@@ -13,6 +12,7 @@ import yaml
 
 from fgrpo_verl.evaluation.cost import CostAssumptions, pass_gpu_hours
 from fgrpo_verl.evaluation.model_presets import eval_setting, known_model
+from fgrpo_verl.evaluation.plan import Plan
 from fgrpo_verl.launch import eval_jobs as ej
 
 BENCH = {"AIME24": "b/AIME24.jsonl", "MATH500": "b/MATH500.jsonl", "GPQA": "b/GPQA.jsonl"}
@@ -37,23 +37,36 @@ def test_defaults_follow_the_paper():
 
 
 @pytest.mark.parametrize("raw, match", [
-    ({"protocl": "select"}, r"unknown key\(s\) \['protocl'\]"),
+    ({"protocl": "select"}, r"evaluation\.protocl: unknown key; valid keys: \[.*'protocol'"),
     ({"averages": {"Math Avg": ["AIME24", "AMC"]}}, r"unknown benchmark\(s\) \['AMC'\]"),
     ({"select_by": "OOD Avg"}, "select_by='OOD Avg'"),
     ({"selection": {"n": 8, "benchmarks": ["AIME24"]}}, r"lacks \['MATH500'\]"),
-    ({"protocol": "cheap"}, "protocol='cheap'"),
-    ({"backend": "sglang"}, "backend='sglang'"),
+    ({"protocol": "cheap"}, r"evaluation\.protocol: expected one of \['select', 'full'\], got 'cheap'"),
+    ({"backend": "sglang"}, r"evaluation\.backend: expected one of \['vllm', 'transformers'\], got 'sglang'"),
     ({"final": {"n": 0}}, r"final.n=0: expected an integer >= 1"),
     ({"gpus_per_node": 6, "engine": {"tensor_parallel_size": 4}}, "not a multiple"),
-    ({"engine": {"tp": 2}}, r"unknown key\(s\) \['tp'\]"),
-    ({"tables": ["table9"]}, "tables="),
+    ({"engine": {"tp": 2}}, r"evaluation\.engine\.tp: unknown key; valid keys: \['tensor_parallel_size'"),
+    ({"tables": ["table9"]}, r"evaluation\.tables\[0\]: expected one of \['table1', .*got 'table9'"),
     ({"cost": {"mean_response_fraction": 2}}, "mean_response_fraction"),
     ({"seed": -1}, "seed must be"),
     ({"resources": {"gpus": 8}}, "unknown resources key"),
+    # the schema's types: nothing is converted ("32" is not a count), and the error names the key's full path
+    ({"selection": {"n": "32"}}, r"^r\.yaml: evaluation\.selection\.n: expected an integer, got '32'$"),
+    ({"temperature": "0.6"}, r"evaluation\.temperature: expected a number, got '0\.6'"),
+    ({"seed": True}, r"evaluation\.seed: expected an integer, got True"),
+    ({"seed": "${SEED}"}, r"evaluation\.seed: expected an integer, got '\$\{SEED\}'"),  # not an interpolation
+    ({"engine": {"tensor_parallel_size": "2"}}, r"evaluation\.engine\.tensor_parallel_size: expected an integer"),
+    ({"averages": {"Math Avg": "AIME24"}}, r"evaluation\.averages\.Math Avg: expected a list, each a string"),
+    ({"benchmarks": {"A": {"file": "a", "scorr": "math"}}},
+     r"evaluation\.benchmarks\.A\.scorr: unknown key; valid keys: \['file', 'scorer', 'group'\]"),
+    ({"benchmarks": {"A": {"scorer": "math"}}}, r"evaluation\.benchmarks\.A\.file is required: a string"),
+    ({"benchmarks": []}, r"evaluation\.benchmarks: expected a mapping"),
+    ({"selection": 8}, r"evaluation\.selection: expected null or a mapping with keys \['n', 'benchmarks'\], got 8"),
 ])
 def test_bad_values_are_refused_naming_the_key(raw, match):
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(ValueError, match=match) as err:
         spec(**raw)
+    assert "\n" not in str(err.value)
 
 
 def test_benchmark_paths_and_scorers_expand_environment_variables(monkeypatch):
@@ -130,9 +143,9 @@ def test_each_run_is_evaluated_with_its_base_models_preset_and_length(paper_main
     expected = {"qwen25_7b": ("qwen2.5-7b", 8192), "qwen3_4b_base": ("qwen3-4b-base", 4096),
                 "llama32_3b_instruct": ("llama-3.2-3b-instruct", 8192)}
     for name, job in jobs.items():
-        sampling = job.evaluation.jobs[0].plan["sampling"]
-        assert (sampling["prompt_preset"], sampling["max_new_tokens"]) == expected[name.split("-")[0]], name
-        assert f"preset {sampling['prompt_preset']}, {sampling['max_new_tokens']} new tokens" in \
+        sampling = job.evaluation.jobs[0].plan.sampling
+        assert (sampling.prompt_preset, sampling.max_new_tokens) == expected[name.split("-")[0]], name
+        assert f"preset {sampling.prompt_preset}, {sampling.max_new_tokens} new tokens" in \
             job.evaluation.setting_line
 
 
@@ -174,21 +187,13 @@ def test_the_job_script_carries_singleton_and_a_plan_that_reads_back(paper_main,
     assert lines[lines.index(next(x for x in lines if x.endswith("-final.sbatch"))) + 1] == final.text
     assert f'#SBATCH --job-name="{job.job_name}"' in final.text
     assert '#SBATCH --signal="B:USR1@120"' in final.text and "#SBATCH --requeue" in final.text
-    plan = json.loads(final.text.split("<<'FGRPO_EVAL_PLAN' &\n", 1)[1].split("\nFGRPO_EVAL_PLAN\n", 1)[0])
-    assert plan == final.plan
-    assert plan["baseline"]["experiment"] == job.baseline_job.job_name
+    text = final.text.split("<<'FGRPO_EVAL_PLAN' &\n", 1)[1].split("\nFGRPO_EVAL_PLAN\n", 1)[0]
+    plan = Plan.from_json(text)
+    assert plan == final.plan and plan.to_json() == text
+    assert plan.baseline.experiment == job.baseline_job.job_name
     script = tmp_path / "job.sh"
     script.write_text(final.text)
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
-
-
-def test_a_plan_with_quotes_dollars_and_backticks_stays_data(tmp_path):
-    plan = {"benchmarks": {"A": {"file": "/d/it's $(touch x) `id` \\ \"q\".jsonl"}}, "weird": "\u2028line"}
-    text = ej.plan_text(plan)
-    script = tmp_path / "s.sh"
-    script.write_text(f"cat <<'FGRPO_EVAL_PLAN' > {tmp_path}/out.json\n{text}\nFGRPO_EVAL_PLAN\n")
-    assert subprocess.run(["bash", str(script)], cwd=tmp_path).returncode == 0
-    assert json.loads((tmp_path / "out.json").read_text()) == plan and not (tmp_path / "x").exists()
 
 
 def test_the_dry_run_prints_each_protocols_gpu_hours_from_the_configs(paper_main):
@@ -213,10 +218,9 @@ def test_the_dry_run_prints_each_protocols_gpu_hours_from_the_configs(paper_main
 
 # ---- what a (re)launch submits ----------------------------------------------------------------------------------
 def _fake(name, gamma, run_dir, protocol="select"):
-    plan = {"run_dir": str(run_dir), "steps": {"save_freq": 2, "total": 4, "train_batch_size": 4, "group_size": 4},
-            "passes": {"selection": {"n": 4, "benchmarks": ["A"]}, "final": {"n": 8, "benchmarks": ["A"]}},
-            "benchmarks": {"A": {"file": "a", "scorer": "math", "group": "math"}}, "sampling": {"backend": "t"},
-            "protocol": protocol}
+    from test_eval_plan_on_cpu import plan_dict  # save_freq 2, total 4; selection n=4 and final n=8 on benchmark A
+
+    plan = Plan.from_dict({**plan_dict(), "run_dir": str(run_dir), "protocol": protocol})
     jobs = tuple(ej.EvalJob(p, plan, ()) for p in (("selection", "final") if protocol == "select" else ("selection",)))
     return SimpleNamespace(job_name=name, run=SimpleNamespace(name=name), run_label=name, evaluation=SimpleNamespace(jobs=jobs))
 
@@ -244,19 +248,19 @@ def test_a_relaunch_submits_nothing_for_runs_with_an_evaluation_in_the_queue_and
     assert decisions[-1].depends_on == (ej.SelectionOf("f"), "41")
 
 
-def test_dependencies_go_on_sbatchs_command_line_and_the_planned_script_is_submitted(tmp_path, monkeypatch):
-    """A fake sbatch on PATH records its arguments: each evaluation job gets --dependency=afterany:<the ids it waits
-    for>,singleton (the command line replaces the script's directive) and the script rendered at planning,
-    unchanged; training jobs get none (their script's singleton)."""
+def _fake_sbatch_and_two_runs(tmp_path, monkeypatch, fail_at: int = 0) -> tuple:
+    """A fake sbatch on PATH that records its arguments and answers ids 100, 101, ... (call ``fail_at`` is refused
+    as sbatch refuses a memory request the nodes cannot satisfy), and a baseline run b and a focal run f with
+    evaluation jobs."""
     import os
-
-    from fgrpo_verl.launch.render import sbatch
 
     bin_dir, log = tmp_path / "bin", tmp_path / "sbatch.log"
     bin_dir.mkdir()
     (bin_dir / "squeue").write_text("#!/bin/sh\nexit 0\n")
-    # ids 100, 101, ...: one line of arguments per call
-    (bin_dir / "sbatch").write_text(f'#!/bin/sh\necho "$@" >> {log}\nn=$(wc -l < {log})\necho $((99 + n))\n')
+    (bin_dir / "sbatch").write_text(
+        f'#!/bin/sh\necho "$@" >> {log}\nn=$(wc -l < {log})\n'
+        f'if [ "$n" = {fail_at} ]; then echo "sbatch: error: Memory specification can not be satisfied" >&2; exit 1; fi\n'
+        'echo $((99 + n))\n')
     for f in bin_dir.iterdir():
         f.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
@@ -269,8 +273,37 @@ def test_dependencies_go_on_sbatchs_command_line_and_the_planned_script_is_submi
         job.checkpoint_dir, job.fingerprint, job.overrides = tmp_path / name, "fp", ()
         jobs.append(job)
     jobs[0].baseline_job, jobs[1].baseline_job = None, jobs[0]
+    (tmp_path / "scripts").mkdir()
+    return log, jobs
+
+
+def test_a_refused_sbatch_stops_the_launch_counting_the_jobs_it_leaves_queued(tmp_path, monkeypatch):
+    """sbatch refuses the third evaluation job: the two submitted before it are recorded as they went, and the
+    launch's error says how many jobs of each kind stay queued and that a relaunch submits the rest."""
+    from fgrpo_verl.launch import Submitted, _partly_submitted
+
+    _, jobs = _fake_sbatch_and_two_runs(tmp_path, monkeypatch, fail_at=3)
+    submitted = Submitted(training=[(jobs[0], "11"), (jobs[1], "12")])
+    with pytest.raises(RuntimeError, match="Memory specification can not be satisfied"):
+        ej.submit_eval_jobs(jobs, {"b": "11", "f": "12"}, tmp_path / "scripts", tmp_path / "logs",
+                            out=lambda *_: None, submitted=submitted.evaluation)
+    assert submitted.evaluation == [("b", "selection", "100"), ("f", "selection", "101")]
+    message = str(_partly_submitted(RuntimeError("sbatch failed"), submitted))
+    assert message == ("sbatch failed; 2 training and 2 evaluation job(s) were submitted before it and stay queued "
+                       "(job ids 11, 12, 100, 101); a relaunch skips them and submits the rest")
+    assert submitted.line("r") == "2 training and 2 evaluation job(s) submitted from recipe r"
+    assert Submitted().line("r").startswith("nothing submitted from recipe r")
+    assert str(_partly_submitted(RuntimeError("first"), Submitted())) == "first"  # nothing queued: as sbatch said
+
+
+def test_dependencies_go_on_sbatchs_command_line_and_the_planned_script_is_submitted(tmp_path, monkeypatch):
+    """A fake sbatch on PATH records its arguments: each evaluation job gets --dependency=afterany:<the ids it waits
+    for>,singleton (the command line replaces the script's directive) and the script rendered at planning,
+    unchanged; training jobs get none (their script's singleton)."""
+    from fgrpo_verl.launch.render import sbatch
+
+    log, jobs = _fake_sbatch_and_two_runs(tmp_path, monkeypatch)
     assert sbatch(tmp_path / "train.sbatch") == "100"
-    (tmp_path / "scripts").mkdir()  # submit_jobs makes it
     done = ej.submit_eval_jobs(jobs, {"b": "11", "f": "12"}, tmp_path / "scripts", tmp_path / "logs",
                                out=lambda *_: None)
     assert done == [("b", "selection", "101"), ("f", "selection", "102"), ("b", "final", "103"),
@@ -335,7 +368,7 @@ def test_a_finished_and_evaluated_run_gets_no_evaluation_job(tmp_path):
     make_run(tmp_path, "b", [2, 4], {2: 0.1, 4: 0.2}, label=sel)
     decisions, _ = ej.decide([job], [job.evaluation], {}, {}, {"b": None})
     assert [(d.phase, d.depends_on) for d in decisions] == [("final", ())]  # selection complete, final not
-    run = Path(plan["run_dir"])
+    run = Path(plan.run_dir)
     ck.write_json(run / ck.EVAL_DIR / ce.SELECTED, {"step": 4, "selection_label": sel})
     sig = ck.signature(run / "global_step_4" / "actor")
     ck.write_json(ck.result_path(run, 4, fin), {"signature": sig, "pass_at_k": {}})
@@ -399,7 +432,7 @@ def test_an_unknown_base_model_stops_the_launch_with_one_line_naming_the_choices
     assert "base model '/models/my-7b' is not one of the paper's" in line and "evaluation.prompt_preset" in line
     assert "Traceback" not in err
     # --no-eval launches it anyway (training only)
-    assert cli_main(["launch", "mine.yaml", "--dry-run", "--no-eval"]) == 0
+    assert cli_main(["launch", "mine.yaml", "--dry-run", "--no-eval"]) == 3
 
 
 def test_a_fresh_run_is_evaluated_in_its_own_directory_and_w_and_b_run(tmp_path):
@@ -409,8 +442,8 @@ def test_a_fresh_run_is_evaluated_in_its_own_directory_and_w_and_b_run(tmp_path)
     (fresh,) = plan_jobs("controls", ["grpo-kl"], [], tmp_path / "logs", tmp_path, fresh="20260101T000000")[1]
     for job in (plain, fresh):
         plan = job.evaluation.jobs[0].plan
-        assert plan["run_dir"] == str(job.checkpoint_dir) and plan["wandb"]["run_id"] == job.wandb_run_id
-        assert plan["experiment"] == job.job_name and f'#SBATCH --job-name="{job.job_name}"' in job.evaluation.jobs[0].text
+        assert plan.run_dir == str(job.checkpoint_dir) and plan.wandb.run_id == job.wandb_run_id
+        assert plan.experiment == job.job_name and f'#SBATCH --job-name="{job.job_name}"' in job.evaluation.jobs[0].text
     assert fresh.checkpoint_dir != plain.checkpoint_dir and fresh.wandb_run_id != plain.wandb_run_id
 
 

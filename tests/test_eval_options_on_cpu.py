@@ -7,6 +7,7 @@ import pytest
 
 from fgrpo_verl.evaluation.checkpoint_eval import pass_options
 from fgrpo_verl.evaluation.options import add_arguments, eval_options, from_text
+from fgrpo_verl.evaluation.plan import Plan
 
 
 def _parsed(argv):
@@ -37,14 +38,17 @@ def test_options_take_the_command_lines_defaults_and_checks(tmp_path):
 def test_a_checkpoints_pass_has_the_options_its_command_line_would_have(tmp_path):
     bench = tmp_path / "AIME24.jsonl"
     bench.write_text('{"id": "1", "problem": "p", "answer": "1"}\n')
-    plan = {
+    from test_eval_plan_on_cpu import plan_dict
+
+    plan = Plan.from_dict({
+        **plan_dict(),
         "sampling": {"backend": "vllm", "temperature": 1.0, "top_p": 0.95, "seed": 7, "prompt_preset": "none",
                      "max_new_tokens": 64, "threshold": 1.0},
         "engine": {"tensor_parallel_size": "2", "vllm_engine_args": {"enforce_eager": True}, "max_model_len": None},
-        "passes": {"selection": {"n": 32, "benchmarks": ["AIME24"]}},
+        "passes": {"selection": {"n": 32, "benchmarks": ["AIME24"]}, "final": {"n": 32, "benchmarks": ["AIME24"]}},
         "benchmarks": {"AIME24": {"file": str(bench), "scorer": "math", "group": "math"}},
         "averages": {"Math Avg": ["AIME24"]},
-    }
+    })
     out = tmp_path / "out"
     built = pass_options(plan, "selection", "step4", tmp_path / "model", out, resume=True)
     parsed = _parsed([

@@ -38,7 +38,7 @@ def no_flock(monkeypatch):
 
 # the merge of one checkpoint by the two workers of an evaluation job, each its own process, with no flock
 WORKER = textwrap.dedent("""
-    import errno, fcntl, json, os, sys, time
+    import errno, fcntl, os, sys, time
     from pathlib import Path
 
     def no_flock(fd, operation):
@@ -46,9 +46,10 @@ WORKER = textwrap.dedent("""
 
     fcntl.flock = no_flock
     from fgrpo_verl.evaluation import checkpoint_eval as ce
+    from fgrpo_verl.evaluation.plan import Plan
     from fgrpo_verl.job import locks
 
-    plan, shard, record = json.loads(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
+    plan, shard, record = Plan.from_json(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
     real_open = os.open
 
     def contended_open(path, flags, *args):  # the owner file already existed: this worker had to wait
@@ -83,16 +84,20 @@ WORKER = textwrap.dedent("""
 
 
 def test_two_workers_merge_one_at_a_time_without_flock(tmp_path):
+    from test_eval_plan_on_cpu import plan_dict
+
     from fgrpo_verl.evaluation import checkpoint_eval as ce
+    from fgrpo_verl.evaluation.plan import Plan
     from fgrpo_verl.job import checkpoints as ck
 
-    plan = {"run_dir": str(tmp_path / "run"), "benchmarks": {}, "sampling": {"temperature": 0.6},
-            "passes": {"selection": {"n": 4, "benchmarks": []}}}
+    no_benchmarks = {"n": 4, "benchmarks": []}
+    plan = Plan.from_dict({**plan_dict(), "run_dir": str(tmp_path / "run"), "benchmarks": {}, "averages": {},
+                           "passes": {"selection": no_benchmarks, "final": no_benchmarks}})
     out = ck.checkpoint_dir(tmp_path / "run", 2) / ck.EVAL_DIR / ce.pass_label(plan, "selection")
     ck.write_json(out / "checkpoint.json", {"signature": "weights", "benchmark_sha256": {}, "shards": 2})
     record = tmp_path / "record"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
-    workers = [subprocess.Popen([sys.executable, "-c", WORKER, json.dumps(plan), str(shard), str(record)], env=env,
+    workers = [subprocess.Popen([sys.executable, "-c", WORKER, plan.to_json(), str(shard), str(record)], env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for shard in (0, 1)]
     deadline = time.monotonic() + 60
     while not (record.exists() and record.read_text().count("ready") == 2):  # both imported, waiting for the go

@@ -177,6 +177,7 @@ def test_tables_2_and_3_label_each_run_as_the_papers_row_it_reproduces(tmp_path,
 def test_the_significance_test_scores_unscored_lines_with_each_benchmarks_own_scorer(tmp_path, monkeypatch):
     """GPQA's unscored lines are scored with its ``boxed`` scorer (math-verify would also accept ``\\boxed{b}``
     for B); SynLogic, whose scorer is not set here, is left out with a line naming it; scored lines keep theirs."""
+    from fgrpo_verl.evaluation.plan import BenchmarkFile
     from fgrpo_verl.launch.recipe_report import _counts
 
     monkeypatch.delenv("FGRPO_SYNLOGIC_SCORER", raising=False)
@@ -186,12 +187,10 @@ def test_the_significance_test_scores_unscored_lines_with_each_benchmarks_own_sc
              {"run": "r", "benchmark": "AIME24", "problem_id": "1", "correct": [1, 1, 0]}]
     gen = tmp_path / "generations.jsonl"
     gen.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    plan = {"benchmarks": {"GPQA": {"file": str(tmp_path / "GPQA.jsonl"), "scorer": "boxed", "group": "ood"},
-                           "SynLogic": {"file": str(tmp_path / "SynLogic.jsonl"), "scorer": "${FGRPO_SYNLOGIC_SCORER}",
-                                        "group": "ood"},
-                           "AIME24": {"file": str(tmp_path / "AIME24.jsonl"), "scorer": "math", "group": "math"}},
-            "sampling": {"threshold": 1.0}}
-    counts, skipped = _counts({"generations": [str(gen)]}, plan)
+    benches = {"GPQA": BenchmarkFile(str(tmp_path / "GPQA.jsonl"), "boxed", "ood"),
+               "SynLogic": BenchmarkFile(str(tmp_path / "SynLogic.jsonl"), "${FGRPO_SYNLOGIC_SCORER}", "ood"),
+               "AIME24": BenchmarkFile(str(tmp_path / "AIME24.jsonl"), "math", "math")}
+    counts, skipped = _counts({"generations": [str(gen)]}, benches, 1.0)
     assert sorted(counts) == ["AIME24", "GPQA"]
     assert counts["GPQA"].c.tolist() == [1] and counts["AIME24"].c.tolist() == [2]
     assert skipped == ["SynLogic: its scorer ${FGRPO_SYNLOGIC_SCORER} is not set here: "

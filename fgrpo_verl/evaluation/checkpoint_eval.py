@@ -4,7 +4,7 @@
     python -m fgrpo_verl.evaluation.checkpoint_eval selection --plan PLAN.json   (or --plan - : from stdin)
     python -m fgrpo_verl.evaluation.checkpoint_eval final --plan PLAN.json
 
-The plan (written by ``fgrpo-verl launch``, fgrpo_verl/launch/eval_jobs.py, into the job script) names the run
+The plan (evaluation/plan.py; written by ``fgrpo-verl launch`` into the job script) names the run
 directory, the benchmarks, the two passes (``selection``: small n on every epoch checkpoint; ``final``: n = 1024 on
 the checkpoint the protocol selects), the sampling settings (the Table 9 preset and length of the run's base model),
 the engine and the W&B run. Phases:
@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import datetime
 import json
 import os
@@ -48,6 +49,7 @@ import threading
 from pathlib import Path
 
 from fgrpo_verl.job import checkpoints as ck
+from fgrpo_verl.evaluation.plan import Plan, Steps
 from fgrpo_verl.evaluation.protocol import RunSteps, choose, run_scores
 
 PHASES = ("selection", "final")
@@ -69,25 +71,26 @@ def file_sha256(path) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------- settings
-def pass_settings(plan: dict, phase: str) -> dict:
+def pass_settings(plan: Plan, phase: str) -> dict:
     """Everything that decides a pass's samples and scores (its label hashes this)."""
-    spec = plan["passes"][phase]
-    benches = {name: {k: plan["benchmarks"][name][k] for k in ("scorer", "group")} for name in spec["benchmarks"]}
-    return {"n": int(spec["n"]), "benchmarks": benches, **plan["sampling"]}
+    spec = plan.passes[phase]
+    benches = {name: {"scorer": plan.benchmarks[name].scorer, "group": plan.benchmarks[name].group}
+               for name in spec.benchmarks}
+    return {"n": spec.n, "benchmarks": benches, **dataclasses.asdict(plan.sampling)}
 
 
-def pass_label(plan: dict, phase: str) -> str:
+def pass_label(plan: Plan, phase: str) -> str:
     return ck.settings_label(pass_settings(plan, phase))
 
 
-def pass_averages(plan: dict, phase: str) -> dict[str, list[str]]:
+def pass_averages(plan: Plan, phase: str) -> dict[str, list[str]]:
     """The recipe's average columns whose benchmarks are all in this pass."""
-    names = set(plan["passes"][phase]["benchmarks"])
-    return {avg: list(members) for avg, members in plan["averages"].items() if set(members) <= names}
+    names = set(plan.passes[phase].benchmarks)
+    return {avg: list(members) for avg, members in plan.averages.items() if set(members) <= names}
 
 
-def run_steps(steps: dict) -> RunSteps:
-    return RunSteps(steps.get("save_freq"), steps.get("total"), int(steps["train_batch_size"]), int(steps["group_size"]))
+def run_steps(steps: Steps) -> RunSteps:
+    return RunSteps(steps.save_freq, steps.total, steps.train_batch_size, steps.group_size)
 
 
 # ---------------------------------------------------------------------------------------------------- merge
@@ -122,26 +125,26 @@ def ensure_merged(ckpt: Path, sig: str) -> Path:
 
 
 # ---------------------------------------------------------------------------------------------------- evaluate
-def pass_options(plan: dict, phase: str, run_name: str, model: Path, out: Path, resume: bool):
+def pass_options(plan: Plan, phase: str, run_name: str, model: Path, out: Path, resume: bool):
     """The evaluation options (fgrpo_verl/evaluation/options.py) of one checkpoint's pass."""
     from fgrpo_verl.evaluation.options import eval_options, from_text
 
-    settings, engine = plan["sampling"], plan["engine"]
-    names = plan["passes"][phase]["benchmarks"]
-    benches = [plan["benchmarks"][name] for name in names]
+    settings = plan.sampling
+    names = plan.passes[phase].benchmarks
+    benches = [plan.benchmarks[name] for name in names]
     return eval_options(
-        model=[f"{run_name}={model}"], out=str(out), no_plots=True, n=int(plan["passes"][phase]["n"]),
-        backend=settings["backend"], temperature=float(settings["temperature"]), top_p=float(settings["top_p"]),
-        seed=int(settings["seed"]), prompt_preset=settings["prompt_preset"],
-        max_new_tokens=int(settings["max_new_tokens"]), threshold=float(settings["threshold"]),
-        bench=[f"{n}={b['file']}" for n, b in zip(names, benches)],
-        bench_scorer=[f"{n}={b['scorer']}" for n, b in zip(names, benches)],
-        bench_group=[f"{n}={b['group']}" for n, b in zip(names, benches)],
+        model=[f"{run_name}={model}"], out=str(out), no_plots=True, n=plan.passes[phase].n,
+        backend=settings.backend, temperature=float(settings.temperature), top_p=float(settings.top_p),
+        seed=settings.seed, prompt_preset=settings.prompt_preset, max_new_tokens=settings.max_new_tokens,
+        threshold=float(settings.threshold),
+        bench=[f"{n}={b.file}" for n, b in zip(names, benches)],
+        bench_scorer=[f"{n}={b.scorer}" for n, b in zip(names, benches)],
+        bench_group=[f"{n}={b.group}" for n, b in zip(names, benches)],
         average=[f"{avg}={','.join(members)}" for avg, members in pass_averages(plan, phase).items()] or None,
         resume=resume,
         # the recipe's engine: block, read as the command line reads its text (a mapping as JSON)
         **{key: from_text(key, value if isinstance(value, str) else json.dumps(value))
-           for key, value in engine.items() if value is not None},
+           for key, value in plan.engine.items() if value is not None},
     )
 
 
@@ -170,14 +173,14 @@ def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat()
 
 
-def prepare_checkpoint(plan: dict, phase: str, step: int, shards: int) -> dict | None:
+def prepare_checkpoint(plan: Plan, phase: str, step: int, shards: int) -> dict | None:
     """The current result of checkpoint ``step`` (None: it needs evaluating, and its folder is ready for it: a
     folder of other weights, benchmark files or shard count is removed first)."""
-    run_dir = Path(plan["run_dir"])
+    run_dir = Path(plan.run_dir)
     label = pass_label(plan, phase)
     ckpt = ck.checkpoint_dir(run_dir, step)
     sig = ck.signature(ckpt / "actor")
-    shas = {name: file_sha256(plan["benchmarks"][name]["file"]) for name in plan["passes"][phase]["benchmarks"]}
+    shas = {name: file_sha256(plan.benchmarks[name].file) for name in plan.passes[phase].benchmarks}
     result = ck.current_result(run_dir, step, label, shas)
     if result is not None:
         log(f"step {step}: {phase} pass {label} was evaluated on this unchanged checkpoint: skipped")
@@ -192,7 +195,7 @@ def prepare_checkpoint(plan: dict, phase: str, step: int, shards: int) -> dict |
     return None
 
 
-def run_shard(plan: dict, phase: str, step: int, shard: int, shards: int) -> None:
+def run_shard(plan: Plan, phase: str, step: int, shard: int, shards: int) -> None:
     """Evaluate shard ``shard`` of ``shards`` (problems whose index in their benchmark is ``shard`` mod ``shards``)
     of checkpoint ``step``: merge it if needed (one merger at a time), then ``fgrpo-verl eval`` (--resume when the
     shard was started before)."""
@@ -200,7 +203,7 @@ def run_shard(plan: dict, phase: str, step: int, shard: int, shards: int) -> Non
     from fgrpo_verl.evaluation.pipeline import GENERATIONS, MANIFEST
     from fgrpo_verl.job.locks import exclusive
 
-    ckpt = ck.checkpoint_dir(Path(plan["run_dir"]), step)
+    ckpt = ck.checkpoint_dir(Path(plan.run_dir), step)
     out = ckpt / ck.EVAL_DIR / pass_label(plan, phase)
     here = _shard_dir(out, shard, shards)
     if (here / "done.json").is_file():
@@ -211,8 +214,8 @@ def run_shard(plan: dict, phase: str, step: int, shard: int, shards: int) -> Non
     with exclusive(ckpt / ck.EVAL_DIR / ".merge.lock", log=log):
         model = ensure_merged(ckpt, stamp["signature"])
     files = {}
-    for name in plan["passes"][phase]["benchmarks"]:
-        source = plan["benchmarks"][name]["file"]
+    for name in plan.passes[phase].benchmarks:
+        source = plan.benchmarks[name].file
         if shards == 1:
             files[name] = source
             continue
@@ -224,18 +227,19 @@ def run_shard(plan: dict, phase: str, step: int, shard: int, shards: int) -> Non
             tmp.write_text("".join(json.dumps(r, default=str) + "\n" for r in records), encoding="utf-8")
             os.replace(tmp, path)
         files[name] = str(path)
-    shard_plan = {**plan, "benchmarks": {n: {**plan["benchmarks"][n], "file": f} for n, f in files.items()}}
+    shard_plan = dataclasses.replace(plan, benchmarks={n: dataclasses.replace(plan.benchmarks[n], file=f)
+                                                       for n, f in files.items()})
     resume = (here / GENERATIONS).is_file() or (here / MANIFEST).is_file()
     log(f"step {step}: {phase} pass shard {shard + 1}/{shards} ({'resuming' if resume else 'starting'}) -> {here}")
     _run_eval(pass_options(shard_plan, phase, f"step{step}", model, here, resume))
     ck.write_json(here / "done.json", {"finished_at": _now()})
 
 
-def combine(plan: dict, phase: str, step: int, shards: int) -> dict:
+def combine(plan: Plan, phase: str, step: int, shards: int) -> dict:
     """The result of checkpoint ``step`` from its finished shards (tables in its folder, then result.json)."""
     from fgrpo_verl.evaluation.pipeline import GENERATIONS
 
-    run_dir = Path(plan["run_dir"])
+    run_dir = Path(plan.run_dir)
     out = ck.checkpoint_dir(run_dir, step) / ck.EVAL_DIR / pass_label(plan, phase)
     parts = [_shard_dir(out, i, shards) for i in range(shards)]
     unfinished = [p.name for p in parts if not (p / "done.json").is_file()]
@@ -250,28 +254,26 @@ def combine(plan: dict, phase: str, step: int, shards: int) -> dict:
     stamp = ck.read_json(out / "checkpoint.json")
     result = {"step": step, "phase": phase, "label": out.name, "settings": pass_settings(plan, phase),
               "signature": stamp["signature"], "benchmark_sha256": stamp["benchmark_sha256"], "shards": shards,
-              "pass_at_k": values, "num_problems": problems, "experiment": plan["experiment"],
+              "pass_at_k": values, "num_problems": problems, "experiment": plan.experiment,
               "generations": [str(p / GENERATIONS) for p in parts], "evaluated_at": _now()}
     ck.write_json(out / ck.RESULT, result)
     return result
 
 
 # ---------------------------------------------------------------------------------------------------- workers
-def _gpu_slices(plan: dict) -> list[str | None]:
+def _gpu_slices(plan: Plan) -> list[str | None]:
     """One entry per worker: its CUDA_VISIBLE_DEVICES (None: no GPU assignment, the CPU back-end)."""
-    engine = plan["engine"]
-    count = int(plan.get("workers", 1))
-    if plan["sampling"]["backend"] != "vllm":
-        return [None] * max(1, count)
+    if plan.sampling.backend != "vllm":
+        return [None] * max(1, plan.workers)
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    gpus = [g for g in visible.split(",") if g] if visible else [str(i) for i in range(int(plan.get("gpus", 1)))]
-    tp = int(engine.get("tensor_parallel_size") or 1)
+    gpus = [g for g in visible.split(",") if g] if visible else [str(i) for i in range(plan.gpus)]
+    tp = int(plan.engine.get("tensor_parallel_size") or 1)
     if len(gpus) < tp:
         raise ValueError(f"tensor_parallel_size={tp} needs {tp} GPUs, this job sees {len(gpus)} ({gpus})")
     return [",".join(gpus[i * tp:(i + 1) * tp]) for i in range(len(gpus) // tp)]
 
 
-def evaluate_steps(plan: dict, phase: str, steps: list[int], plan_path: Path | None) -> dict[int, dict | str]:
+def evaluate_steps(plan: Plan, phase: str, steps: list[int], plan_path: Path | None) -> dict[int, dict | str]:
     """``{step: result or why not}``. Each checkpoint is split into one shard per worker (problems round-robin), so
     one checkpoint (the final pass) uses every GPU; shards write their own ``eval --out`` and resume on their own."""
     slices = _gpu_slices(plan)
@@ -319,9 +321,9 @@ def evaluate_steps(plan: dict, phase: str, steps: list[int], plan_path: Path | N
 
 
 # ---------------------------------------------------------------------------------------------------- W&B
-def log_to_wandb(plan: dict, phase: str, ordered: list[tuple[int, dict]]) -> list[int]:
+def log_to_wandb(plan: Plan, phase: str, ordered: list[tuple[int, dict]]) -> list[int]:
     """Log ``ordered`` (ascending steps, each with its result) to the run's W&B run; returns the steps logged."""
-    run_dir = Path(plan["run_dir"])
+    run_dir = Path(plan.run_dir)
     ledger_path = run_dir / ck.EVAL_DIR / LEDGER
     ledger = ck.read_json(ledger_path) or {"rows": []}
     label = pass_label(plan, phase)
@@ -331,8 +333,8 @@ def log_to_wandb(plan: dict, phase: str, ordered: list[tuple[int, dict]]) -> lis
         return []
     import wandb
 
-    _, total = ck.step_plan(run_dir, plan["steps"].get("save_freq"), plan["steps"].get("total"))
-    run = wandb.init(project=plan["project"], id=plan["wandb"]["run_id"], resume="allow", name=plan["experiment"])
+    _, total = ck.step_plan(run_dir, plan.steps.save_freq, plan.steps.total)
+    run = wandb.init(project=plan.project, id=plan.wandb.run_id, resume="allow", name=plan.experiment)
     run.define_metric("eval/checkpoint_step")
     run.define_metric("eval/*", step_metric="eval/checkpoint_step")
     rows = list(ledger["rows"])
@@ -353,28 +355,27 @@ def log_to_wandb(plan: dict, phase: str, ordered: list[tuple[int, dict]]) -> lis
     if phase == "final":
         run.summary["eval/selected_step"] = new[-1][0]
     run.finish()
-    ck.write_json(ledger_path, {"run_id": plan["wandb"]["run_id"], "rows": rows})
+    ck.write_json(ledger_path, {"run_id": plan.wandb.run_id, "rows": rows})
     return [s for s, _ in new]
 
 
 # ---------------------------------------------------------------------------------------------------- phases
-def choose_checkpoint(plan: dict) -> tuple[int | None, str]:
+def choose_checkpoint(plan: Plan) -> tuple[int | None, str]:
     """The final pass's checkpoint for this run (protocol.py), with how it was chosen or why there is none."""
     label = pass_label(plan, "selection")
-    select_by = plan["select_by"]
-    own = run_scores(plan["run"], Path(plan["run_dir"]), run_steps(plan["steps"]), label, select_by)
+    own = run_scores(plan.run, Path(plan.run_dir), run_steps(plan.steps), label, plan.select_by)
     baseline = None
-    if plan.get("baseline"):
-        base = plan["baseline"]
-        baseline = run_scores(base["run"], Path(base["run_dir"]), run_steps(base["steps"]), label, select_by)
-    chosen = choose(own, float(plan["gamma"]), baseline)
+    if plan.baseline is not None:
+        base = plan.baseline
+        baseline = run_scores(base.run, Path(base.run_dir), run_steps(base.steps), label, plan.select_by)
+    chosen = choose(own, plan.gamma, baseline)
     return (None if chosen.checkpoint is None else chosen.checkpoint.step), chosen.constraint
 
 
-def run_phase(plan: dict, phase: str, plan_path: Path | None = None) -> int:
-    run_dir = Path(plan["run_dir"])
-    save_freq, total = ck.step_plan(run_dir, plan["steps"].get("save_freq"), plan["steps"].get("total"))
-    done = ck.training_done(run_dir, plan["steps"].get("total"))
+def run_phase(plan: Plan, phase: str, plan_path: Path | None = None) -> int:
+    run_dir = Path(plan.run_dir)
+    save_freq, total = ck.step_plan(run_dir, plan.steps.save_freq, plan.steps.total)
+    done = ck.training_done(run_dir, plan.steps.total)
     saved = ck.saved_steps(run_dir)
     if phase == "selection":
         expected = set(ck.epoch_steps(save_freq, total))
@@ -393,8 +394,8 @@ def run_phase(plan: dict, phase: str, plan_path: Path | None = None) -> int:
             return 1
         log(f"selected checkpoint {step}: {how}")
         ck.write_json(run_dir / ck.EVAL_DIR / SELECTED, {
-            "step": step, "how": how, "gamma": plan["gamma"], "selection_label": pass_label(plan, "selection"),
-            "final_label": pass_label(plan, "final"), "baseline": (plan.get("baseline") or {}).get("run")})
+            "step": step, "how": how, "gamma": plan.gamma, "selection_label": pass_label(plan, "selection"),
+            "final_label": pass_label(plan, "final"), "baseline": plan.baseline and plan.baseline.run})
         steps = [step]
     if not steps:
         log("no checkpoint to evaluate")
@@ -406,10 +407,10 @@ def run_phase(plan: dict, phase: str, plan_path: Path | None = None) -> int:
         if isinstance(results[step], str):
             break  # W&B history is in order: nothing after a gap
         ordered.append((step, results[step]))
-    if plan["wandb"]["log"] and done:
+    if plan.wandb.log and done:
         logged = log_to_wandb(plan, phase, ordered)
-        log(f"W&B run {plan['wandb']['run_id']}: logged checkpoints {logged}" if logged else
-            f"W&B run {plan['wandb']['run_id']}: nothing new to log")
+        log(f"W&B run {plan.wandb.run_id}: logged checkpoints {logged}" if logged else
+            f"W&B run {plan.wandb.run_id}: nothing new to log")
     for step, why in failed.items():
         log(f"step {step}: not evaluated: {why}")
     log(f"{phase} pass: {len(results) - len(failed)} of {len(results)} checkpoint(s) evaluated")
@@ -441,7 +442,7 @@ def _main(argv: list[str] | None) -> int:
     parser.add_argument("--shard", default=None, help="(worker) I/S: evaluate shard I of S of each step")
     args = parser.parse_args(argv)
     try:
-        plan = json.load(sys.stdin) if args.plan == "-" else json.loads(Path(args.plan).read_text(encoding="utf-8"))
+        plan = Plan.from_json(sys.stdin.read() if args.plan == "-" else Path(args.plan).read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         print(f"fgrpo eval: error: cannot read the plan {args.plan}: {exc}", file=sys.stderr)
         return 2
@@ -458,8 +459,8 @@ def _main(argv: list[str] | None) -> int:
     plan_path = None
     if args.plan == "-":
         # workers read the plan from a file in the run dir (removed at the end)
-        plan_path = Path(plan["run_dir"]) / ck.EVAL_DIR / f".plan-{args.phase}-{os.getpid()}.json"
-        ck.write_json(plan_path, plan)
+        plan_path = Path(plan.run_dir) / ck.EVAL_DIR / f".plan-{args.phase}-{os.getpid()}.json"
+        ck.write_json(plan_path, plan.to_dict())
     else:
         plan_path = Path(args.plan)
     try:

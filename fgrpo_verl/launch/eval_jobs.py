@@ -48,7 +48,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fgrpo_verl.evaluation.cost import KNOWN_PROBLEMS, PassPlan, pass_gpu_hours, protocol_hours
-from fgrpo_verl.launch.eval_spec import EvalSpec, PassSpec, load_eval_spec  # noqa: F401 (load_eval_spec: callers)
+from fgrpo_verl.evaluation.plan import Baseline, BenchmarkFile, Pass, Passes, Plan, Sampling, Steps, Wandb
+from fgrpo_verl.launch.eval_spec import EvalSpec, load_eval_spec  # noqa: F401 (load_eval_spec: callers)
 from fgrpo_verl.launch.recipe import MEMORY_OPTIONS
 
 TEMPLATE = "eval.sbatch.template"
@@ -110,7 +111,7 @@ class EvalJob:
     """One evaluation job of one run: its script, rendered once (the ids it depends on are given to sbatch)."""
 
     phase: str
-    plan: dict
+    plan: Plan
     depends_on: tuple[str, ...]   # "training", "selection", "baseline selection"
     text: str = ""
 
@@ -144,8 +145,8 @@ def _count_problems(path: Path) -> int | None:
     return len(load_benchmark(str(path), path.stem))
 
 
-def plan_for_run(spec: EvalSpec, recipe, job, workdir: Path, baseline_job=None) -> dict:
-    """The plan JSON an evaluation job of ``job`` (a training JobScript) reads (checkpoint_eval.py)."""
+def plan_for_run(spec: EvalSpec, recipe, job, workdir: Path, baseline_job=None) -> Plan:
+    """The plan an evaluation job of ``job`` (a training JobScript) reads (checkpoint_eval.py)."""
     from fgrpo_verl.evaluation.model_presets import eval_setting
 
     config = job.config
@@ -154,49 +155,38 @@ def plan_for_run(spec: EvalSpec, recipe, job, workdir: Path, baseline_job=None) 
     logger = config.trainer.get("logger") or []
     logger = [logger] if isinstance(logger, str) else list(logger)
 
-    def steps_of(j) -> dict:
+    def steps_of(j) -> Steps:
         c = j.config
         per_epoch = bool(c.trainer.get("save_per_epoch")) and c.trainer.get("total_training_steps") is None
-        return {"save_freq": int(c.trainer.save_freq), "total": j.total_steps,
-                "train_batch_size": int(c.data.train_batch_size), "group_size": int(c.actor_rollout_ref.rollout.n),
-                # a checkpoint each epoch: the checkpoint count without the data (the cost estimate of a dry run)
-                "epochs_only": int(c.trainer.total_epochs) if per_epoch else None}
+        return Steps(save_freq=int(c.trainer.save_freq), total=j.total_steps,
+                     train_batch_size=int(c.data.train_batch_size), group_size=int(c.actor_rollout_ref.rollout.n),
+                     epochs_only=int(c.trainer.total_epochs) if per_epoch else None)
 
-    passes = spec.passes()
-    engine = {k: v for k, v in spec.engine.items()}
-    return {
-        "recipe": recipe.name, "run": job.run.name, "experiment": job.job_name,
-        "project": str(config.trainer.project_name), "run_dir": str(job.checkpoint_dir),
-        "gamma": float(config.algorithm.fgrpo.gamma),
-        "wandb": {"run_id": job.wandb_run_id, "log": "wandb" in logger},
-        "steps": steps_of(job),
-        "benchmarks": {b.name: {"file": str(Path(workdir) / b.file), "scorer": b.scorer, "group": b.group}
-                       for b in spec.benchmarks.values()},
-        "averages": {k: list(v) for k, v in spec.averages.items()},
-        "select_by": spec.select_by,
-        "passes": {name: {"n": p.n, "benchmarks": list(p.benchmarks)} for name, p in
-                   {"selection": passes["selection"], "final": spec.final}.items()},
-        "protocol": spec.protocol,
-        "sampling": {"backend": spec.backend, **spec.sampling, "prompt_preset": setting.preset,
-                     "max_new_tokens": setting.max_new_tokens},
-        "setting_source": setting.source,
-        "engine": engine,
-        "gpus": spec.gpus_per_node,
-        "workers": spec.workers,
-        "baseline": None if baseline_job is None else {
-            "run": baseline_job.run.name, "experiment": baseline_job.job_name,
-            "run_dir": str(baseline_job.checkpoint_dir), "steps": steps_of(baseline_job)},
-    }
+    return Plan(
+        recipe=recipe.name, run=job.run.name, experiment=job.job_name,
+        project=str(config.trainer.project_name), run_dir=str(job.checkpoint_dir),
+        gamma=float(config.algorithm.fgrpo.gamma),
+        wandb=Wandb(run_id=job.wandb_run_id, log="wandb" in logger),
+        steps=steps_of(job),
+        benchmarks={b.name: BenchmarkFile(file=str(Path(workdir) / b.file), scorer=b.scorer, group=b.group)
+                    for b in spec.benchmarks.values()},
+        averages={k: tuple(v) for k, v in spec.averages.items()},
+        select_by=spec.select_by,
+        passes=Passes(selection=spec.passes()["selection"], final=spec.final),
+        protocol=spec.protocol,
+        sampling=Sampling(backend=spec.backend, **spec.sampling, prompt_preset=setting.preset,
+                          max_new_tokens=setting.max_new_tokens),
+        setting_source=setting.source,
+        engine=dict(spec.engine),
+        gpus=spec.gpus_per_node,
+        workers=spec.workers,
+        baseline=None if baseline_job is None else Baseline(
+            run=baseline_job.run.name, experiment=baseline_job.job_name,
+            run_dir=str(baseline_job.checkpoint_dir), steps=steps_of(baseline_job)),
+    )
 
 
-def plan_text(plan: dict) -> str:
-    """The plan as JSON with one top-level key per line (readable in the job script; ASCII, so no character can
-    end the here-document early)."""
-    body = ",\n".join(f" {json.dumps(k)}: {json.dumps(plan[k], sort_keys=True, ensure_ascii=True)}" for k in sorted(plan))
-    return "{\n" + body + "\n}"
-
-
-def render_eval_job(recipe, job, phase: str, plan: dict, spec: EvalSpec, log_dir: Path, workdir: Path,
+def render_eval_job(recipe, job, phase: str, plan: Plan, spec: EvalSpec, log_dir: Path, workdir: Path,
                     mem: str | None = None) -> str:
     """The job script of one evaluation pass (slurm/eval.sbatch.template); ``mem``: its sbatch --mem
     (:func:`eval_memory`). Its dependencies on other jobs are not in it: :func:`submit_eval_jobs` gives them to
@@ -225,7 +215,7 @@ def render_eval_job(recipe, job, phase: str, plan: dict, spec: EvalSpec, log_dir
         "PHASE": phase,
         "EXPERIMENT": job.job_name,
         "EXPORTS": shell_exports(env),
-        "PLAN": plan_text(plan),
+        "PLAN": plan.to_json(),
     })
 
 
@@ -286,23 +276,23 @@ def find_baseline(job, candidates: list, texts: dict | None = None):
     return None
 
 
-def describe_cost(spec: EvalSpec, plan: dict, params: float | None,
+def describe_cost(spec: EvalSpec, plan: Plan, params: float | None,
                   problems: dict[str, int | None]) -> tuple[list[str], dict]:
     """The dry run's cost lines of one run and ``{"select": GPU-hours, "full": GPU-hours}`` (empty: unknown)."""
     if params is None:
         return ["eval cost: unknown (parameter count of the base model not known here)"], {}
     from fgrpo_verl.job.checkpoints import epoch_steps
 
-    save_freq, total = plan["steps"]["save_freq"], plan["steps"]["total"]
+    save_freq, total = plan.steps.save_freq, plan.steps.total
     if total and save_freq > 0:
         checkpoints = len(epoch_steps(save_freq, total))
-    elif plan["steps"].get("epochs_only"):
-        checkpoints = plan["steps"]["epochs_only"]  # a checkpoint each epoch: as many as epochs, whatever the data
+    elif plan.steps.epochs_only:
+        checkpoints = plan.steps.epochs_only  # a checkpoint each epoch: as many as epochs, whatever the data
     else:
         return ["eval cost: unknown (the run's step count needs its training data here)"], {}
-    length = plan["sampling"]["max_new_tokens"]
+    length = plan.sampling.max_new_tokens
 
-    def pass_plan(name, p: PassSpec, count) -> PassPlan:
+    def pass_plan(name, p: Pass, count) -> PassPlan:
         known = [b for b in p.benchmarks if problems.get(b) is not None]
         return PassPlan(name, p.n, sum(problems[b] for b in known),
                         tuple(b for b in p.benchmarks if b not in known), count)
@@ -349,8 +339,8 @@ def plan_evaluation(spec: EvalSpec, recipe, jobs: list, log_dir: Path, workdir: 
             f"{b} (prompt group {spec.benchmarks[b].group}, scorer {spec.benchmarks[b].scorer}"
             + (f"; {', '.join(spec.benchmarks[b].unset)} not set here, needed to submit" if spec.benchmarks[b].unset
                else "") + ")" for b in spec.final.benchmarks)
-        setting = (f"eval setting: preset {plan['sampling']['prompt_preset']}, {plan['sampling']['max_new_tokens']} "
-                   f"new tokens ({plan['setting_source']}); T={spec.sampling['temperature']:g}, "
+        setting = (f"eval setting: preset {plan.sampling.prompt_preset}, {plan.sampling.max_new_tokens} "
+                   f"new tokens ({plan.setting_source}); T={spec.sampling['temperature']:g}, "
                    f"top-p={spec.sampling['top_p']:g}, seed {spec.sampling['seed']}; benchmarks: {benches}")
         cost, hours = describe_cost(spec, plan, params, problems)
         out.append(RunEvaluation(setting, tuple(evals), tuple(cost), None if base is None else base.run.name, problems,
@@ -388,35 +378,35 @@ def submission_problems(spec: EvalSpec, workdir: Path) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------------ what is done
-def pass_complete(plan: dict, phase: str) -> bool:
+def pass_complete(plan: Plan, phase: str) -> bool:
     """Whether ``phase`` has nothing left to do for this run (a finished run, every candidate evaluated)."""
     from fgrpo_verl.evaluation import checkpoint_eval as ce
     from fgrpo_verl.job import checkpoints as ck
 
-    run_dir = Path(plan["run_dir"])
-    if not ck.training_done(run_dir, plan["steps"].get("total")):
+    run_dir = Path(plan.run_dir)
+    if not ck.training_done(run_dir, plan.steps.total):
         return False
     label = ce.pass_label(plan, phase)
     if phase == "selection":
-        save_freq, total = ck.step_plan(run_dir, plan["steps"].get("save_freq"), plan["steps"].get("total"))
+        save_freq, total = ck.step_plan(run_dir, plan.steps.save_freq, plan.steps.total)
         return all(ck.current_result(run_dir, s, label) is not None for s in ck.epoch_steps(save_freq, total))
     selected = ck.read_json(run_dir / ck.EVAL_DIR / ce.SELECTED)
     return bool(selected) and selected.get("selection_label") == ce.pass_label(plan, "selection") \
         and ck.current_result(run_dir, selected["step"], label) is not None
 
 
-def progress_line(plan: dict) -> str:
+def progress_line(plan: Plan) -> str:
     """``eval: selection 4/10 checkpoints; final: step 459 evaluated`` for ``--status``."""
     from fgrpo_verl.evaluation import checkpoint_eval as ce
     from fgrpo_verl.job import checkpoints as ck
 
-    run_dir = Path(plan["run_dir"])
-    save_freq, total = ck.step_plan(run_dir, plan["steps"].get("save_freq"), plan["steps"].get("total"))
+    run_dir = Path(plan.run_dir)
+    save_freq, total = ck.step_plan(run_dir, plan.steps.save_freq, plan.steps.total)
     expected = ck.epoch_steps(save_freq, total)
     label = ce.pass_label(plan, "selection")
     done = sum(ck.current_result(run_dir, s, label) is not None for s in expected if s in ck.saved_steps(run_dir))
     parts = [f"selection {done}/{len(expected) if expected else '?'} checkpoints"]
-    if plan["protocol"] == "select":
+    if plan.protocol == "select":
         selected = ck.read_json(run_dir / ck.EVAL_DIR / ce.SELECTED)
         if not selected:
             parts.append("final: not yet")
@@ -513,9 +503,10 @@ def check_submission(jobs: list) -> None:
 
 
 def submit_eval_jobs(jobs: list, train_ids: dict[str, str | None], script_dir: Path, log_dir: Path,
-                     out=print) -> list[tuple[str, str, str]]:
+                     out=print, submitted: list | None = None) -> list[tuple[str, str, str]]:
     """Submit the evaluation jobs a launch still needs (:func:`decide`), each with the script planned for it and
-    its dependencies on sbatch's command line; returns (run, pass, job id) of each."""
+    its dependencies on sbatch's command line; returns (run, pass, job id) of each, also appended to
+    ``submitted`` as each one goes (what a failing sbatch leaves queued)."""
     from fgrpo_verl.launch.identity import read_record, write_record
     from fgrpo_verl.launch.queue import active_jobs
     from fgrpo_verl.launch.render import sbatch, script_name
@@ -540,7 +531,7 @@ def submit_eval_jobs(jobs: list, train_ids: dict[str, str | None], script_dir: P
     for note in notes:
         out(f"skipped evaluation of {note}")
     submitted_selection: dict[str, str] = {}
-    done = []
+    done = [] if submitted is None else submitted
     for d in decisions:
         job = by_name[d.job_name]
         deps = [submitted_selection[dep.job_name] if isinstance(dep, SelectionOf) else dep for dep in d.depends_on]
@@ -584,10 +575,9 @@ def dry_run_lines(job) -> list[str]:
         lines.append(f"### no γ = 0 baseline for {job.run_label} in the recipe ({why}): its checkpoint is selected"
                      f" on its own scores, with no compute limit")
     for e in ev.jobs:
-        p = e.plan["passes"][e.phase] if e.phase in e.plan["passes"] else None
-        what = (f"n={p['n']} on every epoch checkpoint" if e.phase == "selection"
-                else f"n={p['n']} on the selected checkpoint")
-        lines.append(f"### eval job {job.job_name} [{e.phase} pass: {what}, benchmarks {', '.join(p['benchmarks'])}]"
+        p = e.plan.passes[e.phase]
+        what = f"n={p.n} on every epoch checkpoint" if e.phase == "selection" else f"n={p.n} on the selected checkpoint"
+        lines.append(f"### eval job {job.job_name} [{e.phase} pass: {what}, benchmarks {', '.join(p.benchmarks)}]"
                      f" after: {', '.join(e.depends_on)} (afterany), and singleton with the run's other jobs")
         # the ids exist only at submit: on the command line, not in the script
         script = f"<script dir>/{script_name(job.job_name, e.phase)}"

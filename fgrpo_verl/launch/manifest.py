@@ -15,6 +15,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from fgrpo_verl.evaluation.plan import Plan
+
 
 @dataclass(frozen=True)
 class PlannedRun:
@@ -25,7 +27,7 @@ class PlannedRun:
     job_name: str
     checkpoint_dir: Path
     total_steps: int | None
-    eval_plan: dict | None
+    eval_plan: Plan | None
 
 
 def manifest_path(workdir: Path, recipe_name: str) -> Path:
@@ -61,7 +63,8 @@ def write_manifest(path: Path, key: str, jobs: list) -> None:
     """Record ``jobs`` under ``key`` (other keys' entries kept: a submit of some runs, then of others)."""
     entries = _read(path)
     entries[key] = [{"run_name": r.run_name, "job_name": r.job_name, "checkpoint_dir": str(r.checkpoint_dir),
-                     "total_steps": r.total_steps, "eval_plan": r.eval_plan} for r in planned_runs(jobs)]
+                     "total_steps": r.total_steps, "eval_plan": r.eval_plan and r.eval_plan.to_dict()}
+                    for r in planned_runs(jobs)]
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(entries, indent=1, sort_keys=True) + "\n", encoding="utf-8")
@@ -74,9 +77,9 @@ def read_manifest(path: Path, key: str) -> list[PlannedRun] | None:
     if not isinstance(entry, list):
         return None
     try:
-        return [PlannedRun(e["run_name"], e["job_name"], Path(e["checkpoint_dir"]), e["total_steps"], e["eval_plan"])
-                for e in entry]
-    except (KeyError, TypeError):
+        return [PlannedRun(e["run_name"], e["job_name"], Path(e["checkpoint_dir"]), e["total_steps"],
+                           e["eval_plan"] and Plan.from_dict(e["eval_plan"])) for e in entry]
+    except (KeyError, TypeError, ValueError):   # ValueError: a plan of another version (plan.py)
         return None
 
 

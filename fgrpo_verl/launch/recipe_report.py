@@ -39,6 +39,7 @@ from pathlib import Path
 
 from fgrpo_verl.job import checkpoints as ck
 from fgrpo_verl.evaluation import paper_numbers
+from fgrpo_verl.evaluation.plan import BenchmarkFile, Plan
 from fgrpo_verl.evaluation.protocol import choose, run_scores
 from fgrpo_verl.evaluation.selection import RunSelection, select_gamma
 
@@ -52,7 +53,7 @@ class RunReport:
 
     name: str                 # recipe run name
     job: object               # its JobScript (planned identity)
-    plan: dict                # its evaluation plan (eval_jobs.plan_for_run)
+    plan: Plan                # its evaluation plan (eval_jobs.plan_for_run)
     model: str                # the paper's table name of its base model (or the model path's last component)
     family: str               # grpo / dapo / cispo / ...
     gamma: float
@@ -89,9 +90,9 @@ def collect_runs(jobs: list) -> list[RunReport]:
         rep = RunReport(job.run.name, job, plan, _model_name(str(config.actor_rollout_ref.model.path)),
                         algo[1:] if gamma > 0 and algo.startswith("f") else algo, gamma,
                         int(config.actor_rollout_ref.rollout.n))
-        run_dir = Path(plan["run_dir"])
-        scores[job.job_name] = run_scores(rep.name, run_dir, run_steps(plan["steps"]), pass_label(plan, "selection"),
-                                          plan["select_by"])
+        run_dir = Path(plan.run_dir)
+        scores[job.job_name] = run_scores(rep.name, run_dir, run_steps(plan.steps), pass_label(plan, "selection"),
+                                          plan.select_by)
         s = scores[job.job_name]
         rep.state = "not started" if not run_dir.is_dir() or (s.step == 0 and not ck.saved_steps(run_dir)) else \
             ("done" if s.done else "training")
@@ -104,8 +105,8 @@ def collect_runs(jobs: list) -> list[RunReport]:
             base = scores.get(base_job.job_name)
             if base is None:  # the baseline is not part of this report's runs
                 base = run_scores(base_job.run.name, base_job.checkpoint_dir,
-                                  run_steps(rep.plan["baseline"]["steps"]), pass_label(rep.plan, "selection"),
-                                  rep.plan["select_by"])
+                                  run_steps(rep.plan.baseline.steps), pass_label(rep.plan, "selection"),
+                                  rep.plan.select_by)
         rep.selection = choose(own, rep.gamma, base)
         if rep.state == "not started":
             rep.missing.append("not started")
@@ -118,9 +119,9 @@ def collect_runs(jobs: list) -> list[RunReport]:
                 rep.missing.append(f"no checkpoint selected: {rep.selection.constraint}")
             continue
         step = rep.selection.checkpoint.step
-        rep.final = ck.current_result(Path(rep.plan["run_dir"]), step, pass_label(rep.plan, "final"))
+        rep.final = ck.current_result(Path(rep.plan.run_dir), step, pass_label(rep.plan, "final"))
         if rep.final is None:
-            rep.missing.append(f"final pass (n={rep.plan['passes']['final']['n']}) of the selected checkpoint {step} "
+            rep.missing.append(f"final pass (n={rep.plan.passes.final.n}) of the selected checkpoint {step} "
                                "not evaluated")
     return reports
 
@@ -128,18 +129,18 @@ def collect_runs(jobs: list) -> list[RunReport]:
 # ------------------------------------------------------------------------------------------------ cells
 def report_k(reports: list[RunReport]) -> int:
     """K of pass@1/pass@K: 256 (the paper's), or the largest power of two every final pass's n allows."""
-    ns = [int(r.plan["passes"]["final"]["n"]) for r in reports]
+    ns = [r.plan.passes.final.n for r in reports]
     limit = min([256, *ns]) if ns else 256
     return 1 << int(math.floor(math.log2(limit)))
 
 
-def columns_of(plan: dict) -> list[str]:
+def columns_of(plan: Plan) -> list[str]:
     """Table columns in the paper's order: each average before its benchmarks, then the remaining benchmarks."""
     out: list[str] = []
-    for avg, members in plan["averages"].items():
-        if set(members) <= set(plan["passes"]["final"]["benchmarks"]):
+    for avg, members in plan.averages.items():
+        if set(members) <= set(plan.passes.final.benchmarks):
             out += [avg, *members]
-    out += [b for b in plan["passes"]["final"]["benchmarks"] if b not in out]
+    out += [b for b in plan.passes.final.benchmarks if b not in out]
     return out
 
 
@@ -204,12 +205,12 @@ def _paper_cells(table: str, model: str, method: str, columns: list[str]) -> dic
 
 
 # ------------------------------------------------------------------------------------------------ significance
-def _counts(result: dict, plan: dict) -> tuple[dict, list[str]]:
+def _counts(result: dict, benches: dict[str, BenchmarkFile], threshold: float) -> tuple[dict, list[str]]:
     """``({benchmark: BenchmarkScores}, skipped)`` of a final result's generation files. A line the evaluation scored
-    keeps its verdict; a line it left unscored is scored with its own benchmark's scorer (the plan's, which the
-    evaluation used: ``boxed`` for GPQA, ``ifeval`` for IFEval, ...), never another benchmark's. A benchmark whose
-    scorer cannot score here (SynLogic's ``FGRPO_SYNLOGIC_SCORER`` not set, a missing dependency, no answers) is
-    left out of the test, whole, with one line in ``skipped`` naming it and why."""
+    keeps its verdict; a line it left unscored is scored with its own benchmark's scorer (the plan's ``benches``,
+    which the evaluation used: ``boxed`` for GPQA, ``ifeval`` for IFEval, ...), never another benchmark's. A benchmark
+    whose scorer cannot score here (SynLogic's ``FGRPO_SYNLOGIC_SCORER`` not set, a missing dependency, no answers)
+    is left out of the test, whole, with one line in ``skipped`` naming it and why; ``threshold``: the plan's."""
     import numpy as np
 
     from fgrpo_verl.evaluation.formats import load_benchmark
@@ -221,7 +222,6 @@ def _counts(result: dict, plan: dict) -> tuple[dict, list[str]]:
     missing = [str(p) for p in paths if not p.is_file()]
     if missing or not paths:
         raise ValueError(f"generation files {missing or '(none recorded)'} not found")
-    benches = plan["benchmarks"]
     references: dict[str, dict] = {}
     skipped: dict[str, str] = {}
     resolved: set[str] = set()
@@ -230,7 +230,7 @@ def _counts(result: dict, plan: dict) -> tuple[dict, list[str]]:
         """Why ``bench``'s unscored lines cannot be scored here, or None."""
         if bench not in benches:
             return "not a benchmark of the recipe's evaluation, so its scorer is unknown"
-        spec = benches[bench]["scorer"]
+        spec = benches[bench].scorer
         if bench not in resolved:
             unset = re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)", spec)
             if unset:
@@ -241,7 +241,7 @@ def _counts(result: dict, plan: dict) -> tuple[dict, list[str]]:
                 return str(exc)
             resolved.add(bench)
         if needs_reference and bench not in references:
-            file = Path(benches[bench]["file"])
+            file = Path(benches[bench].file)
             if not file.is_file():
                 return f"its lines carry no answer and its benchmark file {file} is not here"
             references[bench] = {r["id"]: r for r in load_benchmark(file, bench)}
@@ -260,25 +260,24 @@ def _counts(result: dict, plan: dict) -> tuple[dict, list[str]]:
             super().score(keep)
             for rec in keep:  # a scorer that raises (a missing dependency) would count every sample as wrong
                 if rec.score_errors and rec.benchmark not in skipped:
-                    skipped[rec.benchmark] = (f"its scorer {benches[rec.benchmark]['scorer']} failed on "
+                    skipped[rec.benchmark] = (f"its scorer {benches[rec.benchmark].scorer} failed on "
                                               f"{len(rec.score_errors)} samples of problem {rec.problem_id}, e.g. "
                                               f"{next(iter(rec.score_errors.values()))}")
 
-    threshold = float(plan.get("sampling", {}).get("threshold", 1.0))
-    with OwnScorer(lambda b: benches[b]["scorer"], threshold, references) as scorer:
+    with OwnScorer(lambda b: benches[b].scorer, threshold, references) as scorer:
         scores = collect_scores(count_correct(paths, scorer))
     counts = {bench: s for (_run, bench), s in scores.items() if bench not in skipped}
     return counts, [f"{bench}: {why}" for bench, why in skipped.items()]
 
 
-def pair_significance(base: RunReport, focal: RunReport, plan: dict, k: int, iterations: int, method: str,
+def pair_significance(base: RunReport, focal: RunReport, plan: Plan, k: int, iterations: int, method: str,
                       seed: int) -> tuple[dict, list[dict], list[str]]:
     """``({column: "*"}, rows, left out)``: the paired subsampling test of focal - baseline at k = 1 (and K when
     K <= m), and a line per benchmark left out of it (_counts: its unscored lines could not be scored here)."""
     from fgrpo_verl.evaluation.seeds import request_seed
     from fgrpo_verl.evaluation.significance import combine_draws, subsample_draws, summarise
 
-    (a, skip_a), (b, skip_b) = _counts(base.final, plan), _counts(focal.final, plan)
+    (a, skip_a), (b, skip_b) = (_counts(r.final, plan.benchmarks, plan.sampling.threshold) for r in (base, focal))
     left_out = list(dict.fromkeys(skip_a + skip_b))
     if not set(a) & set(b):
         raise ValueError("no benchmark scored for both runs: " + ("; ".join(left_out) or "no common benchmark"))
@@ -293,7 +292,7 @@ def pair_significance(base: RunReport, focal: RunReport, plan: dict, k: int, ite
             draws[bench] = subsample_draws(a[bench].n, a[bench].c, b[bench].n, b[bench].c, ks=sorted(set(ks)), m=m,
                                            iterations=iterations,
                                            seed=request_seed(seed, f"report {base.name}:{focal.name}", bench, "", 0))
-    for avg, members in plan["averages"].items():
+    for avg, members in plan.averages.items():
         if all(mb in draws for mb in members):
             draws[avg] = combine_draws([draws[mb] for mb in members])
     marks, rows = {}, []
@@ -358,7 +357,7 @@ def table1(reports, columns, k, significance, notes) -> tuple[Table, list[tuple[
 
 def table6(reports, plan, k) -> Table:
     models = list(dict.fromkeys(r.model for r in reports))
-    averages = [a for a in plan["averages"] if a in columns_of(plan)] or [plan["select_by"]]
+    averages = [a for a in plan.averages if a in columns_of(plan)] or [plan.select_by]
     columns = [f"{m} {a}" for m in models for a in averages]
     rows = []
     families = list(dict.fromkeys(r.family for r in reports))
@@ -412,7 +411,7 @@ def curves(pairs, plan, out_dir: Path) -> str:
     import matplotlib.pyplot as plt
 
     lines = ["### Tables 12-14: pass@k of the Table 1 checkpoints (cells: baseline/focal, %)", ""]
-    benches = plan["passes"]["final"]["benchmarks"]
+    benches = plan.passes.final.benchmarks
     for base, focal in pairs:
         if base.final is None or focal.final is None:
             continue
@@ -505,8 +504,8 @@ def build_report(recipe_arg: str, workdir: Path, out_dir: Path, significance: tu
     parts = [f"# {recipe.name}: {recipe.reproduces}", "",
              f"{len(started)} of {len(reports)} runs started, {sum(r.state == 'done' for r in reports)} finished, "
              f"{sum(r.final is not None for r in reports)} evaluated (final pass at the selected checkpoint)", "",
-             f"evaluation: protocol {plan['protocol']}, selection n={plan['passes']['selection']['n']}, final n="
-             f"{plan['passes']['final']['n']}", ""]
+             f"evaluation: protocol {plan.protocol}, selection n={plan.passes.selection.n}, final n="
+             f"{plan.passes.final.n}", ""]
     _write_csv(out_dir / "selection.csv", selection_table(reports)[1])
     if started:  # the runs not started are one line under Missing
         parts.append(selection_table(started)[0])
