@@ -38,7 +38,7 @@ def paper_main_dry_run(tmp_path_factory):
 
 def test_the_dry_run_is_a_table_with_totals_and_a_readiness_list(paper_main_dry_run):
     r = paper_main_dry_run
-    assert r["rc"] == 0, r["err"]
+    assert r["rc"] == 3, r["err"]
     lines = r["out"].splitlines()
     assert len(lines) < 100, len(lines)  # a screenful or two, not a wall of scripts
     assert "#SBATCH" not in r["out"] and "### job" not in r["out"]
@@ -52,6 +52,12 @@ def test_the_dry_run_is_a_table_with_totals_and_a_readiness_list(paper_main_dry_
     total = next(line for line in lines if line.startswith("total (36 runs)"))
     assert "/step)" in total and "6,524" in total and "TB" in total, total
     assert "FLOP/s per GPU" in r["out"]
+    # what each job asks Slurm for, from the scripts a submit renders: 36 training jobs, 72 evaluation jobs
+    asks = lines[lines.index(next(x for x in lines if x.startswith("Slurm requests"))) + 1:]
+    asks = [x.strip() for x in asks[:asks.index("")]]
+    assert asks[0] == "training, 36 jobs: --nodes=2 --gpus-per-node=8 --cpus-per-task=64 --time=1-00:00:00 --exclusive"
+    assert sum(int(x.split(", ")[1].split()[0]) for x in asks[1:] if x.startswith("evaluation")) == 72
+    assert any(x.startswith("evaluation, 24 jobs: --nodes=1 --gpus-per-node=8") and "--mem=113G" in x for x in asks)
     ready = lines.index(next(line for line in lines if line.startswith("NOT READY")))
     missing = "\n".join(lines[ready:])
     assert "training data data/deepscaler/train.parquet" in missing and "prepare-deepscaler" in missing
@@ -173,3 +179,22 @@ def test_checkpoint_storage_follows_verls_keep_rules(trainer, count, monkeypatch
     each, kept, total = disk.checkpoint_storage(config, None)
     assert each == disk.BYTES_PER_PARAM * 1e9 and kept == count
     assert total == min(count, 2) * each + (count - min(count, 2)) * disk.WEIGHT_BYTES_PER_PARAM * 1e9
+
+
+def test_readiness_names_a_scorer_that_does_not_import_once_and_where_it_comes_from(tmp_path, monkeypatch):
+    """A scorer read from a variable (paper_main's SynLogic: ``${FGRPO_SYNLOGIC_SCORER}``) that does not import here:
+    one line naming it once, why, and both ways to fix it (the module on PYTHONPATH, or the recipe's key)."""
+    from fgrpo_verl.launch.eval_spec import load_eval_spec
+    from fgrpo_verl.launch.summary import readiness
+
+    (tmp_path / "b.jsonl").write_text('{"problem": "1+1", "answer": "2"}\n')
+    monkeypatch.setenv("MY_SCORER", "no_such_module_xyz:compute_score")
+    spec = load_eval_spec({"benchmarks": {"Logic": {"file": "b.jsonl", "scorer": "${MY_SCORER}"}},
+                           "select_by": "Logic"}, "evaluation")
+    (tmp_path / "data").mkdir()
+    job = SimpleNamespace(config=OmegaConf.create({"data": {"train_files": "x.parquet"},
+                                                   "actor_rollout_ref": {"model": {"path": str(tmp_path)}}}),
+                          run_label="r", evaluation=SimpleNamespace(spec=spec, workdir=tmp_path))
+    (line,) = [x for x in readiness([job], tmp_path) if "Logic" in x]
+    assert line.count("no_such_module_xyz:compute_score") == 1, line
+    assert "does not import here" in line and "PYTHONPATH" in line and "evaluation.benchmarks.Logic.scorer" in line

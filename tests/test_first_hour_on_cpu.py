@@ -448,7 +448,7 @@ def dry_run_without_data(tmp_path_factory):
     os.chdir(where)
     try:
         with contextlib.redirect_stdout(io.StringIO()) as out, contextlib.redirect_stderr(io.StringIO()) as err:
-            assert main(["launch", "paper_main", "--dry-run", "--script-dir", "-", *DRY_RUN_ONLY]) == 0
+            assert main(["launch", "paper_main", "--dry-run", "--script-dir", "-", *DRY_RUN_ONLY]) == 3
     finally:
         os.chdir(here)
     return where, out.getvalue(), err.getvalue()
@@ -496,7 +496,7 @@ def test_a_preflight_refusal_found_in_the_second_process_names_each_run_and_verl
     assert not done.verl_imported
     # and without the override, each run's preflight summary reaches its script
     done = planned
-    assert done.returncode == 0 and not done.verl_imported, done.stderr[-3000:]
+    assert done.returncode == 3 and not done.verl_imported, done.stderr[-3000:]
     assert done.validators == 1, "verl's checks did not run in a second process"
     summaries = [line for line in done.stdout.splitlines() if line.startswith("### preflight: ")]
     assert len(summaries) == 4 and all("rollout replica(s) of TP" in line for line in summaries), summaries
@@ -517,7 +517,7 @@ def test_dry_run_without_data_says_which_scripts_are_not_final(dry_run_without_d
 
     (tmp_path / "data" / "deepscaler").mkdir(parents=True)
     pq.write_table(pa.table({"x": list(range(2560))}), tmp_path / "data" / "deepscaler" / "train.parquet")
-    assert main(["launch", "paper_main", "--dry-run", "--script-dir", "-", "--only", "qwen25_7b-grpo-g0p5"]) == 0
+    assert main(["launch", "paper_main", "--dry-run", "--script-dir", "-", "--only", "qwen25_7b-grpo-g0p5"]) == 3
     captured = capsys.readouterr()
     assert "### NOT" not in captured.out and "cannot be rendered" not in captured.err
     assert "    trainer.save_freq=10 \\\n" in captured.out

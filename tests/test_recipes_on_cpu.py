@@ -335,7 +335,7 @@ def test_jobenv_prints_exports_that_a_shell_can_eval(capsys):
 
 def test_launch_takes_options_and_overrides_in_any_order(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    assert cli_main(["launch", "controls", "trainer.nnodes=4", "--dry-run", "--script-dir", "-", "--only", "grpo-kl"]) == 0
+    assert cli_main(["launch", "controls", "trainer.nnodes=4", "--dry-run", "--script-dir", "-", "--only", "grpo-kl"]) == 3
     out = capsys.readouterr().out
     # the training job and its two evaluation jobs (the same job name: singleton keeps them apart in time)
     assert [_readable(n) for n in re.findall(r'^#SBATCH --job-name="(.*)"$', out, re.M)] == [
@@ -378,13 +378,13 @@ def test_maze_recipe_reaches_20k_steps_with_1m_mazes_and_refuses_10k(tmp_path):
 def test_dry_run_states_checkpoint_disk_and_submit_refuses_missing_data(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     _rows_parquet(tmp_path / "data" / "deepscaler" / "train.parquet", 39_202)
-    assert cli_main(["launch", "paper_main", "--dry-run", "--script-dir", "-", "--only", "qwen25_7b-grpo-g0p5"]) == 0
+    assert cli_main(["launch", "paper_main", "--dry-run", "--script-dir", "-", "--only", "qwen25_7b-grpo-g0p5"]) == 3
     # 12 B x 7.62B params per checkpoint, one per epoch over 10 epochs; 2 x 12 B + 8 x 4 B (weights) when older
     # checkpoints lose their optimizer states (fgrpo_verl/job/resume_point.py)
     assert ("checkpoint disk: 91.4 GB per checkpoint (7.62B params x 12 B), 10 kept, optimizer states only in the "
             "resume point and a newer one (4 B per param in the others) = 426.7 GB") in capsys.readouterr().out
     monkeypatch.setenv("FGRPO_KEEP_OPTIMIZER_STATES", "1")
-    assert cli_main(["launch", "paper_main", "--dry-run", "--script-dir", "-", "--only", "qwen25_7b-grpo-g0p5"]) == 0
+    assert cli_main(["launch", "paper_main", "--dry-run", "--script-dir", "-", "--only", "qwen25_7b-grpo-g0p5"]) == 3
     assert "checkpoint disk: 91.4 GB per checkpoint (7.62B params x 12 B), 10 kept = 914.4 GB" in capsys.readouterr().out
     monkeypatch.delenv("FGRPO_KEEP_OPTIMIZER_STATES")
     (tmp_path / "data" / "deepscaler" / "train.parquet").unlink()
@@ -435,7 +435,7 @@ def test_cli_refuses_owned_and_secret_overrides_and_takes_repeated_only(tmp_path
     assert "trainer.experiment_name is set by the launcher" in capsys.readouterr().err
     assert cli_main(["launch", "controls", "--dry-run", "+ray_kwargs.ray_init.runtime_env.env_vars.WANDB_API_KEY=k"]) == 2
     assert "looks like a secret" in capsys.readouterr().err
-    assert cli_main(["launch", "controls", "--dry-run", "--script-dir", "-", "--only", "grpo-kl", "--only", "grpo-entropy"]) == 0
+    assert cli_main(["launch", "controls", "--dry-run", "--script-dir", "-", "--only", "grpo-kl", "--only", "grpo-entropy"]) == 3
     names = re.findall(r"^### job \S+ \(run (\S+)\)", capsys.readouterr().out, re.M)
     assert names == ["grpo-entropy", "grpo-kl"]
 

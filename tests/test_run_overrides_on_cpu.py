@@ -69,7 +69,7 @@ def test_dry_run_and_status_name_the_run_as_it_runs_and_say_why_its_baseline_is_
 
     monkeypatch.chdir(tmp_path)
     args = ["launch", "paper_main", "--only", "qwen25_7b-grpo-g0p5", "algorithm.fgrpo.gamma=0.7"]
-    assert main([*args, "--dry-run"]) == 0
+    assert main([*args, "--dry-run"]) == 3
     out = capsys.readouterr().out
     label = "qwen25_7b-grpo-g0p5 [algorithm.fgrpo.gamma=0.7]"
     # the summary: the run's row and, in one line, why its evaluation has no baseline
@@ -77,7 +77,7 @@ def test_dry_run_and_status_name_the_run_as_it_runs_and_say_why_its_baseline_is_
     assert (f"no γ = 0 baseline for {label} (algorithm.fgrpo.gamma on the command line sets every run's γ, the γ = 0 "
             "run's too)") in out
     # each job's details and scripts, on request
-    assert main([*args, "--dry-run", "--script-dir", "-"]) == 0
+    assert main([*args, "--dry-run", "--script-dir", "-"]) == 3
     out = capsys.readouterr().out
     assert f"(run {label})" in out
     assert (f"### no γ = 0 baseline for {label} in the recipe (algorithm.fgrpo.gamma on the command line sets every "

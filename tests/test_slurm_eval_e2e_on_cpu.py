@@ -202,6 +202,11 @@ def test_launch_evaluates_every_checkpoint_resumes_a_killed_evaluation_and_repor
         return path.is_file() and path.stat().st_size > 0
 
     hold = workdir / "hold"
+    # every input is here: the dry run says so, exit status 0 (_cli), and names what each job asks Slurm for
+    dry = _launch(slurm, workdir, "--dry-run")
+    assert "ready: a submit from here has every input it checks" in dry.stdout, dry.stdout[-3000:]
+    asks = next(x for x in dry.stdout.splitlines() if x.startswith("  training, 2 jobs: "))
+    assert "--nodes=1" in asks and "--cpus-per-task=2" in asks and "--gpus" not in asks, asks
     out = _launch(slurm, workdir)
     train = dict(re.findall(r"submitted (grpo|fgrpo-g1): job (\d+) ", out.stdout))
     evals = {(run, phase): job for phase, run, job in
@@ -259,6 +264,10 @@ def test_launch_evaluates_every_checkpoint_resumes_a_killed_evaluation_and_repor
         assert _state(slurm, job) == "COMPLETED", log[-6000:]
         # no flock here: each lock the evaluation took was its owner file
         assert "no flock on" in log and "locking with the owner file" in log, log[-6000:]
+        # the host memory the plan asks for (verl's merger beside the engines) is what Slurm holds for the job
+        planned = (base if run == "grpo" else focal).evaluation.memory_line
+        mem = re.search(r"--mem=(\d+G)\b", planned)
+        assert mem and slurm.job_field(job, "MinMemoryNode") == mem.group(1), (planned, job)
     # every owner file is gone, the killed and the stopped jobs' included
     assert sorted(workdir.rglob("*.owner")) == [] and sorted(workdir.rglob("*.owner.break")) == []
     for job in (base, focal):
@@ -321,5 +330,5 @@ def test_launch_evaluates_every_checkpoint_resumes_a_killed_evaluation_and_repor
     assert f"{final['pass_at_k']['maze']['1'] * 100:.4f}" in table
     # a relaunch has nothing left to do
     again = _launch(slurm, workdir)
-    assert "submitted" not in again.stdout.replace("0 job(s) submitted", ""), again.stdout
+    assert "submitted" not in again.stdout.replace("nothing submitted", ""), again.stdout
     print(f"launch to table: {wall:.0f} s wall (2 trainings, 4 evaluation jobs, one killed and resumed)")

@@ -252,7 +252,8 @@ def test_e_time_limit_signal_checkpoints_requeues_and_finishes_every_step_once(s
     start = time.monotonic()
     for key, value in slurm.env.items():
         monkeypatch.setenv(key, value)
-    ((_, job),) = submit_jobs([job_script], maze_dir / "slurm_jobs" / "life", maze_dir / "slurm_logs", out=lambda _: None)
+    ((_, job),) = submit_jobs([job_script], maze_dir / "slurm_jobs" / "life", maze_dir / "slurm_logs",
+                              out=lambda _: None).training
     name = job_script.job_name
     ckpt = job_script.checkpoint_dir
     log_path = maze_dir / "slurm_logs" / f"{name}-{job}.out"

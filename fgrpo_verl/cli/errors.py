@@ -7,6 +7,8 @@ Commands raise and leave the mapping below to :func:`report_errors` (``fgrpo_ver
              preflight refusing several runs, one line each) is printed whole, each line after the prefix
     exit 1   the environment is: a missing tool or service (``RuntimeError``, ``ImportError``, ``ConnectionError``,
              ``TimeoutError``), or anything unexpected (a bug: the line says how to get the traceback); one line
+    exit 3   ``launch --dry-run`` only: the plan is fine and printed, but a submit from here would be refused (its
+             NOT READY list: data, models, benchmarks, scorer variables)
     exit 130 interrupted (Ctrl-C)
 
 ``--debug`` anywhere on the command line, or ``HYDRA_FULL_ERROR=1`` (Hydra's own switch, which verl users know),

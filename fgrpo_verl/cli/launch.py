@@ -8,7 +8,10 @@ import re
 from pathlib import Path
 
 HELP = ("Submit a recipe's runs as Slurm jobs (one job each, Ray over all nodes); --dry-run prints what a submit "
-        "would do and what it still needs.")
+        "would do and what it still needs (exit status 3 while a submit from here would be refused).")
+# the dry run's exit status when its NOT READY list is not empty: scripts can tell "plan fine, inputs missing" from
+# a bad recipe or override (2) and from success (0)
+NOT_READY = 3
 
 
 def _add_arguments(parser: argparse.ArgumentParser, overrides_nargs) -> None:
@@ -25,7 +28,7 @@ def _add_arguments(parser: argparse.ArgumentParser, overrides_nargs) -> None:
     parser.add_argument(
         "--dry-run", action="store_true",
         help="submit nothing; print a table of the runs (GPUs, steps, GPU-hours, storage, preflight) and what a "
-        "submit needs that is not here",
+        "submit needs that is not here (exit status 3 while anything is missing, 0 when a submit would go)",
     )
     parser.add_argument(
         "--status", action="store_true", help="submit nothing; print each run's state: queued, running, done, failed, not started (checks no config "
@@ -161,6 +164,9 @@ def _dry_run(recipe, jobs, script_dir: str | None, workdir: Path) -> int:
         _print_scripts(recipe, jobs)
     for line in summary.table_lines(recipe, jobs):
         print(line)
+    print("\nSlurm requests (each job's sbatch options; your site's nodes must offer them):")
+    for line in summary.request_lines(jobs):
+        print(f"  {line}")
     preflight = summary.preflight_lines(jobs)
     if preflight:
         print("\npreflight (what verl's start-up and the GPUs' memory allow; docs/slurm.md):")
@@ -188,8 +194,8 @@ def _dry_run(recipe, jobs, script_dir: str | None, workdir: Path) -> int:
         print(f"\nNOT READY: a submit from {workdir} would refuse until these are fixed:")
         for line in missing:
             print(line)
-    else:
-        print("\nready: a submit from here has every input it checks (data, models, benchmarks, scorers)")
+        return NOT_READY
+    print("\nready: a submit from here has every input it checks (data, models, benchmarks, scorers)")
     return 0
 
 
@@ -266,10 +272,12 @@ def run(args: argparse.Namespace) -> int:
     from fgrpo_verl.launch.manifest import manifest_path, plan_key, write_manifest
 
     script_dir = Path(args.script_dir) if args.script_dir else workdir / "slurm_jobs" / recipe.name
-    submitted = submit_jobs(jobs, script_dir.resolve(), log_dir, force=args.force)
-    # what --status reads instead of composing the runs again (the names are the same until the plan changes)
-    write_manifest(manifest_path(workdir, recipe.name), plan_key(recipe.path, only, overrides, not args.no_eval), jobs)
-    for job, job_id in submitted:
-        print(f"submitted {job.run_label}: job {job_id} {job.job_name} ({job.nodes} node(s) x {job.gpus_per_node} GPU(s))")
-    print(f"{len(submitted)} job(s) submitted from recipe {recipe.name}; scripts in {script_dir}, logs in {log_dir}")
+    try:
+        submitted = submit_jobs(jobs, script_dir.resolve(), log_dir, force=args.force)
+    finally:
+        # what --status reads instead of composing the runs again (the names are the same until the plan changes);
+        # written after a partial submit too: its jobs are queued
+        write_manifest(manifest_path(workdir, recipe.name), plan_key(recipe.path, only, overrides, not args.no_eval),
+                       jobs)
+    print(f"{submitted.line(recipe.name)}; scripts in {script_dir}, logs in {log_dir}")
     return 0

@@ -224,13 +224,29 @@ def run_states(jobs: list[JobScript]) -> list:
     return states
 
 
+@dataclasses.dataclass
+class Submitted:
+    """What one launch submitted: ``(job, Slurm job id)`` per training job, ``(run, pass, job id)`` per
+    evaluation job."""
+
+    training: list = dataclasses.field(default_factory=list)
+    evaluation: list = dataclasses.field(default_factory=list)
+
+    def line(self, recipe: str) -> str:
+        if not (self.training or self.evaluation):
+            return f"nothing submitted from recipe {recipe}: every run is done, queued or running (above)"
+        return (f"{len(self.training)} training and {len(self.evaluation)} evaluation job(s) submitted from recipe "
+                f"{recipe}")
+
+
 def submit_jobs(
     jobs: list[JobScript], script_dir: Path, log_dir: Path, force: bool = False, out=print
-) -> list[tuple[JobScript, str]]:
-    """Write each script to ``script_dir/<job name>.sbatch`` and submit it; returns ``(job, Slurm job id)`` for
-    the submitted ones. Runs that are done are never submitted (a finished run is not trained further); runs
-    already queued or running are skipped unless ``force`` (then Slurm's singleton dependency holds the new job
-    until the old one ends)."""
+) -> Submitted:
+    """Write each script to ``script_dir/<job name>.sbatch`` and submit it, saying so through ``out`` as each one
+    goes. Runs that are done are never submitted (a finished run is not trained further); runs already queued or
+    running are skipped unless ``force`` (then Slurm's singleton dependency holds the new job until the old one
+    ends). An sbatch that fails stops the launch with an error that counts what was submitted before it (those
+    jobs stay queued: a relaunch skips them and submits the rest)."""
     from fgrpo_verl.launch.identity import write_fresh, write_record
 
     from fgrpo_verl.launch.eval_jobs import check_submission, submit_eval_jobs
@@ -239,7 +255,7 @@ def submit_jobs(
     check_submission(jobs)
     script_dir.mkdir(parents=True, exist_ok=True)
     log_dir.mkdir(parents=True, exist_ok=True)
-    submitted = []
+    submitted = Submitted()
     train_ids: dict[str, str | None] = {}
     for job, status in zip(jobs, run_states(jobs)):
         if status.state == "done":
@@ -257,14 +273,27 @@ def submit_jobs(
             # no dependency but the script's singleton
             job_id = sbatch(path)
         except RuntimeError as exc:
-            if not submitted:
-                raise
-            raise RuntimeError(f"{exc}; submitted before it: {[i for _, i in submitted]}") from exc
+            raise _partly_submitted(exc, submitted) from exc
         write_record(job.checkpoint_dir, job.fingerprint, job.job_name, job.overrides, job_id=job_id)
         if job.fresh is not None:
             write_fresh(*job.fresh)
-        submitted.append((job, job_id))
+        submitted.training.append((job, job_id))
         train_ids[job.job_name] = job_id
+        out(f"submitted {job.run_label}: job {job_id} {job.job_name} ({job.nodes} node(s) x {job.gpus_per_node} "
+            "GPU(s))")
     # after the training jobs: evaluation jobs depend on them (afterany), eval_jobs.py
-    submit_eval_jobs(jobs, train_ids, script_dir, log_dir, out)
+    try:
+        submit_eval_jobs(jobs, train_ids, script_dir, log_dir, out, submitted=submitted.evaluation)
+    except RuntimeError as exc:
+        raise _partly_submitted(exc, submitted) from exc
     return submitted
+
+
+def _partly_submitted(exc: RuntimeError, submitted: Submitted) -> RuntimeError:
+    if not (submitted.training or submitted.evaluation):
+        return exc
+    ids = [i for _, i in submitted.training] + [i for *_, i in submitted.evaluation]
+    listed = ", ".join(ids) if len(ids) <= 6 else f"{ids[0]}, ... {ids[-1]}"
+    return RuntimeError(f"{exc}; {len(submitted.training)} training and {len(submitted.evaluation)} evaluation "
+                        f"job(s) were submitted before it and stay queued (job ids {listed}); a relaunch skips them "
+                        "and submits the rest")

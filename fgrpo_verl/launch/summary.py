@@ -22,6 +22,7 @@ per GPU. No GPU ran here: these are planning numbers, not measurements.
 
 from __future__ import annotations
 
+import re
 from collections import OrderedDict
 from pathlib import Path
 
@@ -124,6 +125,31 @@ def table_lines(recipe, jobs: list) -> list[str]:
     return lines
 
 
+# the #SBATCH options that size a job: what a site's nodes and limits must offer for it to start
+REQUEST_OPTIONS = ("--partition", "--account", "--qos", "--nodes", "--gpus-per-node", "--gpus", "--cpus-per-task",
+                   "--mem", "--mem-per-gpu", "--mem-per-cpu", "--constraint", "--time", "--exclusive")
+_SBATCH = re.compile(r'^#SBATCH (--[\w-]+)(?:="?(.*?)"?)?$', re.MULTILINE)
+
+
+def _request(script: str) -> str:
+    """A job script's resource request, as sbatch options."""
+    found = {option: value for option, value in _SBATCH.findall(script) if option in REQUEST_OPTIONS}
+    return " ".join(o if not found[o] else f"{o}={found[o]}" for o in REQUEST_OPTIONS if o in found)
+
+
+def request_lines(jobs: list) -> list[str]:
+    """What the jobs ask Slurm for, read from their rendered scripts: each distinct request once, with how many
+    training and evaluation jobs make it (sbatch refuses a request no node can satisfy)."""
+    groups: OrderedDict[tuple[str, str], int] = OrderedDict()
+    for job in jobs:
+        key = ("training", _request(job.text))
+        groups[key] = groups.get(key, 0) + 1
+        for ev in job.evaluation.jobs if job.evaluation is not None else ():
+            key = ("evaluation", _request(ev.text))
+            groups[key] = groups.get(key, 0) + 1
+    return [f"{kind}, {count} job{'s' if count != 1 else ''}: {request}" for (kind, request), count in groups.items()]
+
+
 def preflight_lines(jobs: list) -> list[str]:
     """Each distinct preflight summary once, with the runs it is about."""
     groups: OrderedDict[str, list[str]] = OrderedDict()
@@ -172,8 +198,10 @@ def readiness(jobs: list, workdir: Path) -> list[str]:
             items[f"benchmark {name}: {', '.join(names)} not set: export {names[0]}=module:function "
                   "(a verifier you provide, importable on the compute nodes; README)"] = runs
         for name, scorer, exc in gaps["unresolved"]:
-            items[f"benchmark {name}: scorer {scorer!r} does not resolve here ({exc}): fix the recipe's "
-                  "evaluation block or install the scorer's module"] = runs
+            reason = str(exc).removeprefix(f"scorer {scorer!r}: ")
+            items[f"benchmark {name}: scorer {scorer!r} does not import here ({reason}): put its module on PYTHONPATH "
+                  f"here and on the compute nodes, or fix evaluation.benchmarks.{name}.scorer in the recipe (or the "
+                  "variable it reads)"] = runs
     lines = []
     for text, runs in items.items():
         who = f"{len(runs)} runs" if len(runs) > 1 else runs[0]
