@@ -49,6 +49,8 @@ def test_subcommand_writes_loadable_files_and_prints_the_eval_flags(hub, tmp_pat
     assert f"--bench MATH500={out / 'MATH500.jsonl'}" in captured.out
     assert f"--bench GPQA={out / 'GPQA.jsonl'} --bench-scorer GPQA=boxed" in captured.out
     assert "SynLogic: no verifier ships with fgrpo-verl" in captured.err
+    # both places a verifier goes: eval's flag, and the variable the recipes read for launch
+    assert "export FGRPO_SYNLOGIC_SCORER=MODULE:FUNCTION" in captured.err
     assert json.loads((out / "MATH500.jsonl").read_text())["answer"] == "\\frac{1}{2}"
 
 

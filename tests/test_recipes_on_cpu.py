@@ -242,7 +242,7 @@ def test_launch_dry_run_prints_scripts_with_overrides_and_submits_nothing(tmp_pa
         ]
     )
     out = capsys.readouterr().out
-    assert rc == 0
+    assert rc == 3  # no data, models or benchmarks here: not ready
     # each run's training job and its evaluation jobs carry the run's name
     names = list(dict.fromkeys(re.findall(r'^#SBATCH --job-name="(.*)"$', out, re.M)))
     # command-line overrides reach every run, after the run's own (so they win), and size the allocation

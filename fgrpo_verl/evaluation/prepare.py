@@ -238,7 +238,8 @@ def prepare_benchmarks(out: str | Path, names: Iterable[str] | None = None,
             write_rows(verl_rows(name, records), out / f"{name}.parquet")
             say(f"{name}: verl validation rows -> {out / f'{name}.parquet'}")
         if spec.scorer == "MODULE:FUNCTION":
-            say(f"{name}: no verifier ships with fgrpo-verl; replace MODULE:FUNCTION with one taking "
-                "(data_source, solution_str, ground_truth, extra_info)")
+            say(f"{name}: no verifier ships with fgrpo-verl; yours takes (data_source, solution_str, ground_truth, "
+                "extra_info): MODULE:FUNCTION in the flags below for `fgrpo-verl eval`, and for `fgrpo-verl launch` "
+                "the recipes read it from FGRPO_SYNLOGIC_SCORER (export FGRPO_SYNLOGIC_SCORER=MODULE:FUNCTION)")
         flags.append(eval_flags(name, path))
     return flags
