@@ -122,7 +122,9 @@ def _bench(args, work: Path) -> list[str]:
         shutil.rmtree(work / "slurm_jobs", ignore_errors=True)
         results.setdefault("--status, composing", []).append(
             _timed(LAUNCH, ["launch", "paper_main", "--status"], env, work))
-        results.setdefault("--dry-run", []).append(_timed(LAUNCH, ["launch", "paper_main", "--dry-run"], env, work))
+        # no data, models or benchmarks in the work folder: the dry run's "not ready" exit status
+        results.setdefault("--dry-run", []).append(_timed(LAUNCH, ["launch", "paper_main", "--dry-run"], env, work,
+                                                          expect_rc="3"))
         subprocess.run([sys.executable, "-c", RECORD], cwd=work, env=env, check=True, capture_output=True)
         results.setdefault("--status, from the submit's record", []).append(
             _timed(LAUNCH, ["launch", "paper_main", "--status"], env, work))
