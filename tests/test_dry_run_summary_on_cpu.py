@@ -181,7 +181,7 @@ def test_checkpoint_storage_follows_verls_keep_rules(trainer, count, monkeypatch
     assert total == min(count, 2) * each + (count - min(count, 2)) * disk.WEIGHT_BYTES_PER_PARAM * 1e9
 
 
-def test_readiness_names_a_scorer_that_does_not_import_once_and_where_it_comes_from(tmp_path, monkeypatch):
+def test_readiness_names_a_scorer_that_does_not_resolve_once_with_the_fixes_that_apply(tmp_path, monkeypatch):
     """A scorer read from a variable (paper_main's SynLogic: ``${FGRPO_SYNLOGIC_SCORER}``) that does not import here:
     one line naming it once, why, and both ways to fix it (the module on PYTHONPATH, or the recipe's key)."""
     from fgrpo_verl.launch.eval_spec import load_eval_spec
@@ -197,4 +197,21 @@ def test_readiness_names_a_scorer_that_does_not_import_once_and_where_it_comes_f
                           run_label="r", evaluation=SimpleNamespace(spec=spec, workdir=tmp_path))
     (line,) = [x for x in readiness([job], tmp_path) if "Logic" in x]
     assert line.count("no_such_module_xyz:compute_score") == 1, line
-    assert "does not import here" in line and "PYTHONPATH" in line and "evaluation.benchmarks.Logic.scorer" in line
+    assert "does not resolve here" in line and "PYTHONPATH" in line and "evaluation.benchmarks.Logic.scorer" in line
+    # a scorer that imports but is misspelt: no module to install, only the recipe (or the variable) to fix
+    monkeypatch.setenv("MY_SCORER", "os:no_such_function")
+    spec = load_eval_spec({"benchmarks": {"Logic": {"file": "b.jsonl", "scorer": "${MY_SCORER}"}},
+                           "select_by": "Logic"}, "evaluation")
+    job.evaluation = SimpleNamespace(spec=spec, workdir=tmp_path)
+    (line,) = [x for x in readiness([job], tmp_path) if "Logic" in x]
+    assert "PYTHONPATH" not in line and "fix evaluation.benchmarks.Logic.scorer" in line, line
+
+
+def test_a_jobs_request_is_read_from_its_script_as_sbatch_reads_it():
+    """Every option that sizes a job, unquoted as sbatch reads it; names, logs and signals are no request."""
+    from fgrpo_verl.launch.summary import _request
+
+    script = ('#!/bin/bash\n#SBATCH --job-name="x y"\n#SBATCH --nodes="2"\n#SBATCH --gres=gpu:8\n'
+              '#SBATCH --cpus-per-gpu="8"\n#SBATCH --constraint="a\\"b&c|d"\n#SBATCH --signal="B:USR1@900"\n'
+              '#SBATCH --exclusive\necho "#SBATCH --mem=1G"\n')
+    assert _request(script) == '--nodes=2 --gres=gpu:8 --cpus-per-gpu=8 --constraint=a"b&c|d --exclusive'

@@ -848,3 +848,38 @@ def test_the_same_data_named_relative_absolute_or_by_env_is_one_run(tmp_path, mo
     assert name() == base
     monkeypatch.setenv("FGRPO_DATA_DIR", str(tmp_path / "other"))
     assert name() != base
+
+
+@pytest.mark.parametrize("manifest_fails", [False, True])
+def test_a_submit_that_stops_half_way_records_its_runs_and_says_why_it_stopped(tmp_path, monkeypatch, capsys,
+                                                                                manifest_fails):
+    """sbatch refuses a job after others were queued: --status must still find the queued runs (the manifest is
+    written), and the error the user reads is sbatch's with the count, also when the manifest cannot be written."""
+    import fgrpo_verl.launch as launch
+    import fgrpo_verl.launch.manifest as manifest
+    from fgrpo_verl.cli import main
+
+    real_plan = launch.plan_jobs
+    monkeypatch.setattr(launch, "plan_jobs", lambda *a, **kw: real_plan(*a, **{**kw, "require_data": False,
+                                                                              "check": False}))
+    stopped = RuntimeError("sbatch x.sbatch failed (exit 1): Memory specification can not be satisfied; 1 training "
+                           "and 0 evaluation job(s) were submitted before it and stay queued (job ids 11)")
+
+    def submit(*a, **kw):
+        raise stopped
+
+    monkeypatch.setattr(launch, "submit_jobs", submit)
+    if manifest_fails:
+        def unwritable(*a, **kw):
+            raise PermissionError(13, "Permission denied", "slurm_jobs/.controls.runs.json.tmp")
+        monkeypatch.setattr(manifest, "write_manifest", unwritable)
+    monkeypatch.chdir(tmp_path)
+    assert main(["launch", "controls", "--only", "grpo-kl", "--no-eval"]) == 1
+    err = capsys.readouterr().err
+    assert "Memory specification can not be satisfied" in err and "stay queued (job ids 11)" in err, err
+    written = manifest.manifest_path(tmp_path, "controls")
+    if manifest_fails:
+        assert "Permission denied" not in err and not written.exists()
+    else:
+        (entry,) = json.loads(written.read_text()).values()
+        assert [e["run_name"] for e in entry] == ["grpo-kl"]

@@ -4,6 +4,7 @@ job per recipe run; the run lifecycle (identity, requeue, status) is described i
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 from pathlib import Path
 
@@ -164,7 +165,8 @@ def _dry_run(recipe, jobs, script_dir: str | None, workdir: Path) -> int:
         _print_scripts(recipe, jobs)
     for line in summary.table_lines(recipe, jobs):
         print(line)
-    print("\nSlurm requests (each job's sbatch options; your site's nodes must offer them):")
+    print("\nSlurm requests (each job's sbatch options, plus SBATCH_* from your environment; your site's nodes must "
+          "offer them):")
     for line in summary.request_lines(jobs):
         print(f"  {line}")
     preflight = summary.preflight_lines(jobs)
@@ -272,12 +274,16 @@ def run(args: argparse.Namespace) -> int:
     from fgrpo_verl.launch.manifest import manifest_path, plan_key, write_manifest
 
     script_dir = Path(args.script_dir) if args.script_dir else workdir / "slurm_jobs" / recipe.name
+    # what --status reads instead of composing the runs again (the names are the same until the plan changes);
+    # written after a partial submit too, whose jobs are queued, without hiding why the submit stopped
+    record = lambda: write_manifest(manifest_path(workdir, recipe.name),  # noqa: E731
+                                    plan_key(recipe.path, only, overrides, not args.no_eval), jobs)
     try:
         submitted = submit_jobs(jobs, script_dir.resolve(), log_dir, force=args.force)
-    finally:
-        # what --status reads instead of composing the runs again (the names are the same until the plan changes);
-        # written after a partial submit too: its jobs are queued
-        write_manifest(manifest_path(workdir, recipe.name), plan_key(recipe.path, only, overrides, not args.no_eval),
-                       jobs)
+    except Exception:
+        with contextlib.suppress(OSError):
+            record()
+        raise
+    record()
     print(f"{submitted.line(recipe.name)}; scripts in {script_dir}, logs in {log_dir}")
     return 0

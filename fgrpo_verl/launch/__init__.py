@@ -272,8 +272,8 @@ def submit_jobs(
         try:
             # no dependency but the script's singleton
             job_id = sbatch(path)
-        except RuntimeError as exc:
-            raise _partly_submitted(exc, submitted) from exc
+        except (RuntimeError, OSError, ValueError) as exc:
+            raise _partly_submitted(exc, submitted) from None
         write_record(job.checkpoint_dir, job.fingerprint, job.job_name, job.overrides, job_id=job_id)
         if job.fresh is not None:
             write_fresh(*job.fresh)
@@ -284,16 +284,18 @@ def submit_jobs(
     # after the training jobs: evaluation jobs depend on them (afterany), eval_jobs.py
     try:
         submit_eval_jobs(jobs, train_ids, script_dir, log_dir, out, submitted=submitted.evaluation)
-    except RuntimeError as exc:
-        raise _partly_submitted(exc, submitted) from exc
+    except (RuntimeError, OSError, ValueError) as exc:
+        raise _partly_submitted(exc, submitted) from None
     return submitted
 
 
-def _partly_submitted(exc: RuntimeError, submitted: Submitted) -> RuntimeError:
+def _partly_submitted(exc: Exception, submitted: Submitted) -> Exception:
+    """``exc`` as it is when nothing was submitted; else an error that also says what stays queued (a submit that
+    stopped half-way is the environment's failure, not the input's)."""
     if not (submitted.training or submitted.evaluation):
         return exc
     ids = [i for _, i in submitted.training] + [i for *_, i in submitted.evaluation]
     listed = ", ".join(ids) if len(ids) <= 6 else f"{ids[0]}, ... {ids[-1]}"
     return RuntimeError(f"{exc}; {len(submitted.training)} training and {len(submitted.evaluation)} evaluation "
-                        f"job(s) were submitted before it and stay queued (job ids {listed}); a relaunch skips them "
-                        "and submits the rest")
+                        f"job(s) were submitted before it and stay queued (job ids {listed}); a relaunch without "
+                        "--force skips them and submits the rest")

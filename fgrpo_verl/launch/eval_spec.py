@@ -21,7 +21,9 @@ _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 # The block's schema: OmegaConf refuses unknown keys and values of the wrong type (_parsed_block adds that nothing is
 # converted: "32" is not a count). None: a default that depends on other keys, filled in by load_eval_spec.
-Protocol = Enum("Protocol", {name: name for name in ("select", "full")})  # docs/recipes.md: what each evaluates
+Protocol = Enum("Protocol", {name: name for name in ("select", "full")})
+PROTOCOL_HELP = (" (select: a small-n selection pass on every checkpoint + the final pass on the selected one; full: "
+                 "the final pass on every one)")
 Backend = Enum("Backend", {name: name for name in ("vllm", "transformers")})
 Table = Enum("Table", {name: name for name in ("table1", "table2", "table3", "table6", "curves")})
 
@@ -133,8 +135,8 @@ def _unwrapped(tp):
 
 def _expected(tp) -> str:
     """What a schema type accepts, in the recipe's words."""
-    if _unwrapped(tp) is not tp:
-        return f"null or {_expected(_unwrapped(tp))}"
+    if _unwrapped(tp) is not tp:   # null is how the schema marks "left out": a recipe omits the key instead
+        return _expected(_unwrapped(tp))
     if get_origin(tp) is list:
         return f"a list, each {_expected(get_args(tp)[0])}"
     if get_origin(tp) is dict:
@@ -165,7 +167,8 @@ def _schema_error(exc, where: str, top: str, raw: dict) -> ValueError:
     if isinstance(exc, MissingMandatoryValue):
         return ValueError(f"{where}.{key} is required: {_expected(tp)}")
     value = raw[top] if key == top else exc.value
-    return ValueError(f"{where}.{key}: expected {_expected(tp)}, got {value!r}")
+    what = PROTOCOL_HELP if tp is Protocol else ""
+    return ValueError(f"{where}.{key}: expected {_expected(tp)}{what}, got {value!r}")
 
 
 def _escaped(node):
@@ -187,6 +190,9 @@ def _unconverted(raw, parsed, key: str, where: str) -> None:
             _unconverted(v, parsed[k], f"{key}.{k}", where)
     elif isinstance(raw, list) and isinstance(parsed, list):
         for i, (r, p) in enumerate(zip(raw, parsed)):
+            # the block's own lists hold names; OmegaConf does not look inside a nested list or mapping
+            if isinstance(r, (list, dict)) and not key.startswith(("engine", "resources", "cost")):
+                raise ValueError(f"{where}.{key}[{i}]: expected a name, got {r!r}")
             _unconverted(r, p, f"{key}[{i}]", where)
     elif type(raw) is not type(parsed) and not (type(raw) is int and type(parsed) is float):
         raise ValueError(f"{where}.{key}: expected {_expected(type(parsed))}, got {raw!r}")
@@ -201,6 +207,15 @@ def _parsed_block(raw: dict, where: str) -> dict:
     if not isinstance(raw, dict):
         raise ValueError(f"{where} must be a mapping, got {raw!r}")
     raw = dict(raw)
+    if raw.get("benchmarks", {}) is None:
+        raise ValueError(f"{where}.benchmarks is required: a mapping NAME: file (or NAME: {{file, scorer, group}})")
+    # null in the schema means "left out, use the default"; written for a count or a list of benchmarks it is a
+    # mistake, not a choice (a null block, engine: or resources: is the same as leaving it out)
+    nulls = ["gpus_per_node"] * (raw.get("gpus_per_node", 0) is None) + [
+        f"{key}.{k}" for key in ("selection", "final") if isinstance(raw.get(key), dict)
+        for k, v in raw[key].items() if v is None]
+    if nulls:
+        raise ValueError(f"{where}.{nulls[0]} is null: give a value or leave the key out for its default")
     if isinstance(raw.get("benchmarks"), dict):
         raw["benchmarks"] = {k: {"file": v} if isinstance(v, str) else v for k, v in raw["benchmarks"].items()}
     block = OmegaConf.structured(EvaluationBlock)

@@ -78,7 +78,7 @@ def read_manifest(path: Path, key: str) -> list[PlannedRun] | None:
         return None
     try:
         return [PlannedRun(e["run_name"], e["job_name"], Path(e["checkpoint_dir"]), e["total_steps"],
-                           e["eval_plan"] and Plan.from_dict(e["eval_plan"])) for e in entry]
+                           None if e["eval_plan"] is None else Plan.from_dict(e["eval_plan"])) for e in entry]
     except (KeyError, TypeError, ValueError):   # ValueError: a plan of another version (plan.py)
         return None
 

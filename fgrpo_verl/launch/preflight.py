@@ -8,7 +8,8 @@ value and the fix. ``fgrpo-verl launch`` (submit and ``--dry-run``), ``fgrpo-ver
 it can be called on a config alone; the others restate verl's rule and a test pins each one to verl's behaviour
 (tests/test_preflight_on_cpu.py).
 
-A refusal is *certain* (a verl, vLLM or TransferQueue rule, restated or called: the run would stop) or an
+A refusal is *certain* (a verl, vLLM or TransferQueue rule, restated or called: the run would stop), fgrpo-verl's
+*policy* (prompt + response over max_model_len: verl would run it, cutting responses; the line says so), or an
 *estimate* (the GPU-memory rules below, :meth:`_Checks.check_memory`). ``FGRPO_PREFLIGHT_MEMORY=warn`` in the job's
 environment (this process's, or a recipe's ``env:`` over it) turns the estimate refusals into notes that keep their
 numbers; unset or ``refuse`` refuses them; any other value is refused. Certain refusals never yield to it.
@@ -501,6 +502,20 @@ class _Checks:
                             "the reference worker sizes its micro-batches by it (ref.log_prob_use_dynamic_bsz) and "
                             "verl's prepare_micro_batches fails on an unset one (None x sequence-parallel size)",
                             "each reference log-prob micro-batch"))
+        if actor_dynamic and _ref_worker(self.config) and not _pass_dynamic(self.config, "ref"):
+            ref = self.config.actor_rollout_ref.ref
+            if ref.get("log_prob_micro_batch_size") is None and ref.get("log_prob_micro_batch_size_per_gpu") is None:
+                # init_model builds the reference worker's ActorConfig from these; its __post_init__ asserts a
+                # micro-batch size when use_dynamic_bsz is off (validate_config checks the ref block only when the
+                # actor's use_dynamic_bsz is off too)
+                self.refuse(
+                    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", None,
+                    "the reference worker computes its log-probs in fixed micro-batches (ref.log_prob_use_dynamic_bsz "
+                    "is false) of no size: verl's ActorRolloutRefWorker.init_model builds its ActorConfig, which "
+                    "asserts one is set",
+                    "set it, or actor_rollout_ref.ref.log_prob_use_dynamic_bsz=true with "
+                    "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu",
+                )
         for section, name, sp, why, what in budgets:
             key = f"actor_rollout_ref.{section}.{name}"
             value = self.config.actor_rollout_ref[section].get(name)

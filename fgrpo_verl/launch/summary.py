@@ -126,15 +126,26 @@ def table_lines(recipe, jobs: list) -> list[str]:
 
 
 # the #SBATCH options that size a job: what a site's nodes and limits must offer for it to start
-REQUEST_OPTIONS = ("--partition", "--account", "--qos", "--nodes", "--gpus-per-node", "--gpus", "--cpus-per-task",
-                   "--mem", "--mem-per-gpu", "--mem-per-cpu", "--constraint", "--time", "--exclusive")
-_SBATCH = re.compile(r'^#SBATCH (--[\w-]+)(?:="?(.*?)"?)?$', re.MULTILINE)
+REQUEST_OPTIONS = ("--partition", "--account", "--qos", "--reservation", "--nodes", "--nodelist", "--gpus-per-node",
+                   "--gpus", "--gpus-per-task", "--gres", "--cpus-per-task", "--cpus-per-gpu", "--mem",
+                   "--mem-per-gpu", "--mem-per-cpu", "--constraint", "--time", "--exclusive")
+_SBATCH = re.compile(r"^#SBATCH (--[\w-]+)(?:=(.*))?$", re.MULTILINE)
 
 
 def _request(script: str) -> str:
-    """A job script's resource request, as sbatch options."""
-    found = {option: value for option, value in _SBATCH.findall(script) if option in REQUEST_OPTIONS}
+    """A job script's resource request, as sbatch options (values as the script quotes them)."""
+    found = {option: _unquoted(value) for option, value in _SBATCH.findall(script) if option in REQUEST_OPTIONS}
     return " ".join(o if not found[o] else f"{o}={found[o]}" for o in REQUEST_OPTIONS if o in found)
+
+
+def _unquoted(value: str) -> str:
+    """An #SBATCH value as sbatch reads it (render.py writes it shell-quoted)."""
+    import shlex
+
+    try:
+        return " ".join(shlex.split(value))
+    except ValueError:   # not quoted by us (a recipe's extra option written by hand)
+        return value
 
 
 def request_lines(jobs: list) -> list[str]:
@@ -198,10 +209,11 @@ def readiness(jobs: list, workdir: Path) -> list[str]:
             items[f"benchmark {name}: {', '.join(names)} not set: export {names[0]}=module:function "
                   "(a verifier you provide, importable on the compute nodes; README)"] = runs
         for name, scorer, exc in gaps["unresolved"]:
-            reason = str(exc).removeprefix(f"scorer {scorer!r}: ")
-            items[f"benchmark {name}: scorer {scorer!r} does not import here ({reason}): put its module on PYTHONPATH "
-                  f"here and on the compute nodes, or fix evaluation.benchmarks.{name}.scorer in the recipe (or the "
-                  "variable it reads)"] = runs
+            reason = re.sub(rf"^scorer {re.escape(repr(scorer))}:? ?", "", str(exc))
+            fix = f"fix evaluation.benchmarks.{name}.scorer in the recipe (or the variable it reads)"
+            if isinstance(exc, ImportError) or isinstance(exc.__cause__, ImportError):
+                fix = f"put its module on PYTHONPATH here and on the compute nodes, or {fix}"
+            items[f"benchmark {name}: scorer {scorer!r} does not resolve here ({reason}): {fix}"] = runs
     lines = []
     for text, runs in items.items():
         who = f"{len(runs)} runs" if len(runs) > 1 else runs[0]
