@@ -427,12 +427,8 @@ class _Checks:
                         f"set {key}={needed} or more")
 
     # ------------------------------------------------------------------ batches
-    def batch_layout(self) -> tuple[int, int, int]:
-        """(dp, the training batch B' after v1's upsampling, samples of one mini-batch)."""
-        return batch_layout(self.config, self.world)
-
     def check_batches(self) -> None:
-        dp, padded, mini = self.batch_layout()
+        dp, padded, mini = batch_layout(self.config, self.world)
         n = int(self.rollout.n)
         dynamic = bool(self.actor.use_dynamic_bsz)
         if mini % dp:  # asserted whatever sizes the micro-batches
@@ -462,7 +458,7 @@ class _Checks:
             block = self.config.actor_rollout_ref[section]
             if _pass_dynamic(self.config, section):
                 continue
-            rows = padded // (dp if section == "rollout" else max(1, self.world // _sp(block)))
+            rows = _log_prob_rows(self.config, self.world, padded, section)
             key = f"actor_rollout_ref.{section}.log_prob_micro_batch_size_per_gpu"
             value = block.get("log_prob_micro_batch_size_per_gpu")
             if value is not None and not _splits(rows, int(value)):
@@ -488,7 +484,7 @@ class _Checks:
                 "asserts actor.use_dynamic_bsz == rollout.log_prob_use_dynamic_bsz)",
                 f"set it to {str(actor_dynamic).lower()}, or leave it unset (it follows the actor's)",
             )
-        budgets = []
+        budgets, ref_worker = [], _ref_worker(self.config)
         if actor_dynamic:
             # ActorRolloutRefWorker.init_model: `assert ...log_prob_max_token_len_per_gpu is not None` and
             # `assert ...ppo_max_token_len_per_gpu is not None` when actor.use_dynamic_bsz
@@ -496,13 +492,13 @@ class _Checks:
             budgets += [("actor", "ppo_max_token_len_per_gpu", _sp(self.actor), why, "each update micro-batch"),
                         ("rollout", "log_prob_max_token_len_per_gpu", _sp(self.actor), why,
                          "each log-prob micro-batch")]
-        if _ref_worker(self.config) and _pass_dynamic(self.config, "ref"):
+        if ref_worker and _pass_dynamic(self.config, "ref"):
             ref = self.config.actor_rollout_ref.ref
             budgets.append(("ref", "log_prob_max_token_len_per_gpu", _sp(ref),
                             "the reference worker sizes its micro-batches by it (ref.log_prob_use_dynamic_bsz) and "
                             "verl's prepare_micro_batches fails on an unset one (None x sequence-parallel size)",
                             "each reference log-prob micro-batch"))
-        if actor_dynamic and _ref_worker(self.config) and not _pass_dynamic(self.config, "ref"):
+        if actor_dynamic and ref_worker and not _pass_dynamic(self.config, "ref"):
             ref = self.config.actor_rollout_ref.ref
             if ref.get("log_prob_micro_batch_size") is None and ref.get("log_prob_micro_batch_size_per_gpu") is None:
                 # init_model builds the reference worker's ActorConfig from these; its __post_init__ asserts a
@@ -737,8 +733,7 @@ class StorageLoad:
 
 def storage_load(config, workdir: Path) -> StorageLoad:
     """The :class:`StorageLoad` of ``config`` (validation rows read from ``data.val_files`` under ``workdir``)."""
-    checks = _Checks(config, workdir)
-    _, train, _ = checks.batch_layout()
+    _, train, _ = batch_layout(config, _world(config))
     trainer, data = config.trainer, config.data
     rows = _parquet_rows(data.get("val_files"), Path(workdir))
     batch = data.get("val_batch_size")
@@ -814,6 +809,13 @@ def _sp(block) -> int:
     return max(1, int((block.get("fsdp_config") or {}).get("ulysses_sequence_parallel_size", 1) or 1))
 
 
+def _log_prob_rows(config, world: int, padded: int, section: str) -> int:
+    """Samples one GPU computes log-probs of in a step: the padded batch over the data-parallel size of the worker
+    that runs the pass (the actor's SP for the rollout block's pass, the reference's own for its worker)."""
+    block = config.actor_rollout_ref.actor if section == "rollout" else config.actor_rollout_ref.ref
+    return padded // max(1, world // _sp(block))
+
+
 def _pass_dynamic(config, section: str) -> bool:
     """Whether a log-prob pass sizes its micro-batches by tokens: the actor's follows actor.use_dynamic_bsz (verl
     asserts rollout.log_prob_use_dynamic_bsz equals it), the reference worker's ref.log_prob_use_dynamic_bsz
@@ -883,11 +885,10 @@ def passes(config, arch: Architecture, world: int) -> tuple[Pass, ...]:
         sp, mini // dp, True)
     # the actor's log-probs (and, with LoRA, the reference's: ref_in_actor runs them on the actor's settings)
     add("log-prob", "rollout", _pass_dynamic(config, "rollout"), "log_prob_micro_batch_size_per_gpu",
-        "log_prob_max_token_len_per_gpu", sp, padded // dp, False)
+        "log_prob_max_token_len_per_gpu", sp, _log_prob_rows(config, world, padded, "rollout"), False)
     if _ref_worker(config):
-        ref_sp = _sp(aro.ref)
         add("reference log-prob", "ref", _pass_dynamic(config, "ref"), "log_prob_micro_batch_size_per_gpu",
-            "log_prob_max_token_len_per_gpu", ref_sp, padded // max(1, world // ref_sp), False)
+            "log_prob_max_token_len_per_gpu", _sp(aro.ref), _log_prob_rows(config, world, padded, "ref"), False)
     return tuple(found)
 
 
