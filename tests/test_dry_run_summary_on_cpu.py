@@ -215,3 +215,8 @@ def test_a_jobs_request_is_read_from_its_script_as_sbatch_reads_it():
               '#SBATCH --cpus-per-gpu="8"\n#SBATCH --constraint="a\\"b&c|d"\n#SBATCH --signal="B:USR1@900"\n'
               '#SBATCH --exclusive\necho "#SBATCH --mem=1G"\n')
     assert _request(script) == '--nodes=2 --gres=gpu:8 --cpus-per-gpu=8 --constraint=a"b&c|d --exclusive'
+    # read back as render.py quoted it
+    from fgrpo_verl.launch.render import sbatch_quote, sbatch_unquote
+
+    for value in ('a"b&c|d', "x\\y", 'q\\"z', "gpu:8", "1-00:00:00"):
+        assert sbatch_unquote(sbatch_quote("t", value)) == value

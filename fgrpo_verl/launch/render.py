@@ -125,6 +125,13 @@ def sbatch_quote(what: str, value) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def sbatch_unquote(text: str) -> str:
+    """The value :func:`sbatch_quote` quoted (a rendered ``#SBATCH`` line read back)."""
+    if len(text) < 2 or not (text.startswith('"') and text.endswith('"')):
+        return text
+    return re.sub(r"\\(.)", r"\1", text[1:-1])
+
+
 def sbatch_directives(
     job_name: str,
     nodes: int,

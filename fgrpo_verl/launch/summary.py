@@ -133,19 +133,11 @@ _SBATCH = re.compile(r"^#SBATCH (--[\w-]+)(?:=(.*))?$", re.MULTILINE)
 
 
 def _request(script: str) -> str:
-    """A job script's resource request, as sbatch options (values as the script quotes them)."""
-    found = {option: _unquoted(value) for option, value in _SBATCH.findall(script) if option in REQUEST_OPTIONS}
+    """A job script's resource request, as sbatch options (values unquoted as sbatch reads them)."""
+    from fgrpo_verl.launch.render import sbatch_unquote
+
+    found = {option: sbatch_unquote(value) for option, value in _SBATCH.findall(script) if option in REQUEST_OPTIONS}
     return " ".join(o if not found[o] else f"{o}={found[o]}" for o in REQUEST_OPTIONS if o in found)
-
-
-def _unquoted(value: str) -> str:
-    """An #SBATCH value as sbatch reads it (render.py writes it shell-quoted)."""
-    import shlex
-
-    try:
-        return " ".join(shlex.split(value))
-    except ValueError:   # not quoted by us (a recipe's extra option written by hand)
-        return value
 
 
 def request_lines(jobs: list) -> list[str]:
