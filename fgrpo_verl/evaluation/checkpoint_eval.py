@@ -49,8 +49,8 @@ import threading
 from pathlib import Path
 
 from fgrpo_verl.job import checkpoints as ck
-from fgrpo_verl.evaluation.plan import Plan, Steps
-from fgrpo_verl.evaluation.protocol import RunSteps, choose, run_scores
+from fgrpo_verl.evaluation.plan import Plan
+from fgrpo_verl.evaluation.protocol import choose, run_scores
 
 PHASES = ("selection", "final")
 MERGED = "merged_hf"
@@ -87,10 +87,6 @@ def pass_averages(plan: Plan, phase: str) -> dict[str, list[str]]:
     """The recipe's average columns whose benchmarks are all in this pass."""
     names = set(plan.passes[phase].benchmarks)
     return {avg: list(members) for avg, members in plan.averages.items() if set(members) <= names}
-
-
-def run_steps(steps: Steps) -> RunSteps:
-    return RunSteps(steps.save_freq, steps.total, steps.train_batch_size, steps.group_size)
 
 
 # ---------------------------------------------------------------------------------------------------- merge
@@ -363,11 +359,11 @@ def log_to_wandb(plan: Plan, phase: str, ordered: list[tuple[int, dict]]) -> lis
 def choose_checkpoint(plan: Plan) -> tuple[int | None, str]:
     """The final pass's checkpoint for this run (protocol.py), with how it was chosen or why there is none."""
     label = pass_label(plan, "selection")
-    own = run_scores(plan.run, Path(plan.run_dir), run_steps(plan.steps), label, plan.select_by)
+    own = run_scores(plan.run, Path(plan.run_dir), plan.steps, label, plan.select_by)
     baseline = None
     if plan.baseline is not None:
         base = plan.baseline
-        baseline = run_scores(base.run, Path(base.run_dir), run_steps(base.steps), label, plan.select_by)
+        baseline = run_scores(base.run, Path(base.run_dir), base.steps, label, plan.select_by)
     chosen = choose(own, plan.gamma, baseline)
     return (None if chosen.checkpoint is None else chosen.checkpoint.step), chosen.constraint
 

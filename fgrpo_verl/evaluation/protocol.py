@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fgrpo_verl.job import checkpoints as ck
+from fgrpo_verl.evaluation.plan import Steps
 from fgrpo_verl.evaluation.selection import CheckpointScore, RunSelection, compute_of, select_baseline, select_focal
 
 
@@ -50,8 +51,9 @@ class RunScores:
         return None
 
 
-def run_scores(name: str, run_dir: Path, steps: RunSteps, label: str, select_by: str) -> RunScores:
-    """Every epoch checkpoint of ``run_dir`` with its score (``select_by``'s pass@1 in the ``label`` pass)."""
+def run_scores(name: str, run_dir: Path, steps: RunSteps | Steps, label: str, select_by: str) -> RunScores:
+    """Every epoch checkpoint of ``run_dir`` with its score (``select_by``'s pass@1 in the ``label`` pass); ``steps``:
+    a plan's (plan.py) or any with the same four fields."""
     run_dir = Path(run_dir)
     save_freq, total = ck.step_plan(run_dir, steps.save_freq, steps.total)
     saved = set(ck.saved_steps(run_dir))

@@ -78,7 +78,7 @@ def _model_name(path: str) -> str:
 
 def collect_runs(jobs: list) -> list[RunReport]:
     """Each planned run's state, scores, selection and final result (protocol.py decides as the final job does)."""
-    from fgrpo_verl.evaluation.checkpoint_eval import pass_label, run_steps
+    from fgrpo_verl.evaluation.checkpoint_eval import pass_label
     from fgrpo_verl.job.tracking import config_algo
 
     reports, scores = [], {}
@@ -91,7 +91,7 @@ def collect_runs(jobs: list) -> list[RunReport]:
                         algo[1:] if gamma > 0 and algo.startswith("f") else algo, gamma,
                         int(config.actor_rollout_ref.rollout.n))
         run_dir = Path(plan.run_dir)
-        scores[job.job_name] = run_scores(rep.name, run_dir, run_steps(plan.steps), pass_label(plan, "selection"),
+        scores[job.job_name] = run_scores(rep.name, run_dir, plan.steps, pass_label(plan, "selection"),
                                           plan.select_by)
         s = scores[job.job_name]
         rep.state = "not started" if not run_dir.is_dir() or (s.step == 0 and not ck.saved_steps(run_dir)) else \
@@ -105,7 +105,7 @@ def collect_runs(jobs: list) -> list[RunReport]:
             base = scores.get(base_job.job_name)
             if base is None:  # the baseline is not part of this report's runs
                 base = run_scores(base_job.run.name, base_job.checkpoint_dir,
-                                  run_steps(rep.plan.baseline.steps), pass_label(rep.plan, "selection"),
+                                  rep.plan.baseline.steps, pass_label(rep.plan, "selection"),
                                   rep.plan.select_by)
         rep.selection = choose(own, rep.gamma, base)
         if rep.state == "not started":
