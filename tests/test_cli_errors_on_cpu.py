@@ -81,13 +81,13 @@ def test_a_one_line_user_error_stays_one_line(capsys):
 
 def test_report_relies_on_the_common_mapping(tmp_path, monkeypatch, capsys):
     """``report`` leaves its errors to report_errors: a multi-line refusal reaches the terminal whole, exit 2."""
-    import fgrpo_verl.launch.recipe_report as recipe_report
+    import fgrpo_verl.report.build as report_build
 
     def refuse(*args, **kwargs):
         raise ValueError("recipe x, run a: first refusal\nrecipe x, run b: second refusal")
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(recipe_report, "build_report", refuse)
+    monkeypatch.setattr(report_build, "build_report", refuse)
     assert main(["report", "maze", "--out", str(tmp_path / "r")]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
         "fgrpo-verl report: error: recipe x, run a: first refusal",

@@ -1,6 +1,7 @@
 """The paper's selection protocol (fgrpo_verl/evaluation/selection.py, protocol.py) on constructed results whose
 answer is known: best baseline checkpoint by math pass@1, best focal checkpoint with equal or less compute, γ by
-math pass@1; and run directories read the way the final evaluation job and the report read them."""
+math pass@1 of the final passes; and run directories read the way the final evaluation job and the report read
+them (the report's choice of γ through run directories: tests/test_recipe_report_on_cpu.py)."""
 
 import json
 import math
@@ -9,7 +10,8 @@ import os
 import pytest
 
 from fgrpo_verl.job import checkpoints as ck
-from fgrpo_verl.evaluation.protocol import RunSteps, choose, run_scores
+from fgrpo_verl.evaluation.plan import Steps
+from fgrpo_verl.evaluation.protocol import choose, run_scores
 from fgrpo_verl.evaluation.selection import (
     CheckpointScore, RunSelection, best_checkpoint, compute_of, select_baseline, select_focal, select_gamma,
 )
@@ -46,16 +48,16 @@ def test_no_focal_checkpoint_qualifies_or_the_baseline_is_not_selected_yet():
     assert alone.checkpoint.step == 306 and "no γ = 0 baseline" in alone.constraint
 
 
-def test_gamma_is_chosen_by_math_pass_at_1_ties_to_the_smaller_gamma():
+def test_gamma_is_chosen_by_the_final_passes_math_pass_at_1_ties_to_the_smaller_gamma():
     base = select_baseline("grpo", scores({153: 0.3, 306: 0.3}))
     focal = {g: select_focal(f"g{g}", scores(v), base) for g, v in
              {0.5: {153: 0.40, 306: 0.41}, 1.0: {153: 0.41, 306: 0.39}, 2.0: {153: 0.45, 306: 0.30}}.items()}
     # the baseline's best is 153 (tie, less compute): every focal run is limited to 153
     assert {g: s.checkpoint.step for g, s in focal.items()} == {0.5: 153, 1.0: 153, 2.0: 153}
-    assert select_gamma(focal) == 2.0
-    tie = {1.0: RunSelection("a", CheckpointScore(1, 1, 0.4), ""), 0.5: RunSelection("b", CheckpointScore(1, 1, 0.4), "")}
-    assert select_gamma(tie) == 0.5
-    assert select_gamma({**tie, 2.0: RunSelection("c", None, "waits")}) is None
+    # the selection pass ranks γ = 2 first (0.45); the final passes of the selected checkpoints decide
+    assert select_gamma({0.5: 0.43, 1.0: 0.42, 2.0: 0.40}) == 0.5
+    assert select_gamma({1.0: 0.4, 0.5: 0.4}) == 0.5
+    assert select_gamma({0.5: 0.4, 2.0: None}) is None  # γ = 2's final pass has not run: the choice could change
     assert select_gamma({}) is None
 
 
@@ -71,7 +73,9 @@ def test_bad_inputs_are_refused_naming_them():
     with pytest.raises(ValueError, match="group_size"):
         compute_of(1, 256, -8)
     with pytest.raises(ValueError, match="gamma"):
-        select_gamma({0.0: RunSelection("a", CheckpointScore(1, 1, 0.4), "")})
+        select_gamma({0.0: 0.4})
+    with pytest.raises(ValueError, match="final score"):
+        select_gamma({0.5: 1.5})
 
 
 # ---- run directories -------------------------------------------------------------------------------------------
@@ -94,7 +98,7 @@ def make_run(root, name, steps, values, label="L", done=True, total=None, save_f
 
 
 def test_run_scores_reads_each_epoch_checkpoint_and_lists_what_is_missing(tmp_path):
-    steps = RunSteps(None, None, 4, 4)
+    steps = Steps(save_freq=2, total=None, train_batch_size=4, group_size=4, epochs_only=None)
     run = make_run(tmp_path, "a", [2, 4, 5, 6], {2: 0.2, 4: 0.5})  # 5: a stop checkpoint, not an epoch one
     got = run_scores("a", run, steps, "L", "Math Avg")
     assert got.expected == [2, 4, 6] and got.unscored == [6] and not got.complete
@@ -106,7 +110,7 @@ def test_run_scores_reads_each_epoch_checkpoint_and_lists_what_is_missing(tmp_pa
 
 
 def test_choose_applies_the_protocol_to_run_directories(tmp_path):
-    steps = RunSteps(None, None, 4, 4)
+    steps = Steps(save_freq=2, total=None, train_batch_size=4, group_size=4, epochs_only=None)
     base = run_scores("b", make_run(tmp_path, "b", [2, 4, 6], {2: 0.2, 4: 0.5, 6: 0.4}), steps, "L", "Math Avg")
     focal = run_scores("f", make_run(tmp_path, "f", [2, 4, 6], {2: 0.3, 4: 0.35, 6: 0.9}), steps, "L", "Math Avg")
     assert choose(base, 0.0, None).checkpoint.step == 4

@@ -1,7 +1,7 @@
-"""``fgrpo-verl report RECIPE``: the paper's tables from a recipe's runs (fgrpo_verl/launch/recipe_report.py).
+"""``fgrpo-verl report RECIPE``: the paper's tables from a recipe's runs (fgrpo_verl/report/).
 
 Reads the run directories under the launch directory (the current one) and, for a recipe without an evaluation block
-(maze: Table 4), the runs' Slurm logs; needs no GPU, model or Slurm."""
+(maze: Table 4, Figs. 6-7), the runs' Slurm logs; needs no GPU, model or Slurm."""
 
 from __future__ import annotations
 
@@ -9,15 +9,15 @@ import argparse
 import sys
 from pathlib import Path
 
-HELP = ("The paper's tables (1, 2, 3, 4, 6, 12-14) from a recipe's evaluated checkpoints (Table 4: the maze runs' "
-        "validation), beside the paper's; the sweep's state first, and what is missing.")
+HELP = ("The paper's tables (1, 2, 3, 4, 6, 12-14) from a recipe's evaluated checkpoints (Table 4 and Figs. 6-7: the "
+        "maze runs' validation), beside the paper's; the sweep's state first, and what is missing.")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("recipe", help="recipe file or shipped recipe name (paper_main), as given to launch")
     parser.add_argument("--out", default=None, help="output directory (default: reports/<recipe name>)")
     parser.add_argument("--log-dir", default="slurm_logs",
-                        help="the runs' Slurm logs, as given to launch (default: slurm_logs); Table 4 reads them")
+                        help="the runs' Slurm logs, as given to launch (default: slurm_logs); read for maze")
     parser.add_argument("--significance-iterations", type=int, default=50_000,
                         help="subsampling iterations of the paired test (paper App. Q: 50,000)")
     parser.add_argument("--significance-method", choices=("paper", "rescaled", "rescaled-fpc"), default="paper",
@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fgrpo_verl.launch.recipe_report import build_report
+    from fgrpo_verl.report.build import build_report
     from fgrpo_verl.launch.recipe import load_recipe
 
     # errors: fgrpo_verl/cli/errors.py (a ValueError is the input's: exit 2, printed whole)

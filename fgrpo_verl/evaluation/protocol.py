@@ -1,6 +1,6 @@
 """The selection protocol (selection.py) applied to run directories: read each checkpoint's selection-pass score,
 check that the run is finished and fully scored, and choose. Used by the final evaluation job
-(checkpoint_eval.py) and by ``fgrpo-verl report`` (launch/recipe_report.py), so both make the same choice.
+(checkpoint_eval.py) and by ``fgrpo-verl report`` (fgrpo_verl/report/runs.py), so both make the same choice.
 """
 
 from __future__ import annotations
@@ -11,16 +11,6 @@ from pathlib import Path
 from fgrpo_verl.job import checkpoints as ck
 from fgrpo_verl.evaluation.plan import Steps
 from fgrpo_verl.evaluation.selection import CheckpointScore, RunSelection, compute_of, select_baseline, select_focal
-
-
-@dataclass(frozen=True)
-class RunSteps:
-    """What a run's checkpoints are, as planned at launch (the trainer's record in the run dir wins)."""
-
-    save_freq: int | None
-    total: int | None
-    train_batch_size: int
-    group_size: int
 
 
 @dataclass
@@ -51,9 +41,9 @@ class RunScores:
         return None
 
 
-def run_scores(name: str, run_dir: Path, steps: RunSteps | Steps, label: str, select_by: str) -> RunScores:
+def run_scores(name: str, run_dir: Path, steps: Steps, label: str, select_by: str) -> RunScores:
     """Every epoch checkpoint of ``run_dir`` with its score (``select_by``'s pass@1 in the ``label`` pass); ``steps``:
-    a plan's (plan.py) or any with the same four fields."""
+    the plan's (plan.py), what the run's checkpoints are as planned at launch (the trainer's record wins)."""
     run_dir = Path(run_dir)
     save_freq, total = ck.step_plan(run_dir, steps.save_freq, steps.total)
     saved = set(ck.saved_steps(run_dir))

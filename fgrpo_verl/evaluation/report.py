@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from fgrpo_verl.evaluation.plan import BenchmarkFile
 from fgrpo_verl.pass_at_k import pass_at_k_curve
 
 
@@ -50,6 +52,68 @@ def collect_scores(counts) -> dict[tuple[str, str], BenchmarkScores]:
             errors=sum(by_id[i].errors for i in ids),
         )
     return out
+
+
+def scored_counts(result: dict, benches: dict[str, BenchmarkFile], threshold: float) -> tuple[dict, list[str]]:
+    """``({benchmark: BenchmarkScores}, skipped)`` of a final result's generation files. A line the evaluation scored
+    keeps its verdict; a line it left unscored is scored with its own benchmark's scorer (the plan's ``benches``,
+    which the evaluation used: ``boxed`` for GPQA, ``ifeval`` for IFEval, ...), never another benchmark's. A benchmark
+    whose scorer cannot score here (SynLogic's ``FGRPO_SYNLOGIC_SCORER`` not set, a missing dependency, no answers)
+    is left out of the test, whole, with one line in ``skipped`` naming it and why; ``threshold``: the plan's."""
+    from fgrpo_verl.evaluation.formats import load_benchmark
+    from fgrpo_verl.evaluation.scorers import resolve_scorer
+    from fgrpo_verl.evaluation.scoring import Scorer, count_correct
+
+    paths = [Path(p) for p in result.get("generations", [])]
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing or not paths:
+        raise ValueError(f"generation files {missing or '(none recorded)'} not found")
+    references: dict[str, dict] = {}
+    skipped: dict[str, str] = {}
+    resolved: set[str] = set()
+
+    def unavailable(bench: str, needs_reference: bool) -> str | None:
+        """Why ``bench``'s unscored lines cannot be scored here, or None."""
+        if bench not in benches:
+            return "not a benchmark of the recipe's evaluation, so its scorer is unknown"
+        spec = benches[bench].scorer
+        if bench not in resolved:
+            unset = re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)", spec)
+            if unset:
+                return f"its scorer {spec} is not set here: export {unset[0]}=module:function"
+            try:
+                resolve_scorer(spec)
+            except ValueError as exc:
+                return str(exc)
+            resolved.add(bench)
+        if needs_reference and bench not in references:
+            file = Path(benches[bench].file)
+            if not file.is_file():
+                return f"its lines carry no answer and its benchmark file {file} is not here"
+            references[bench] = {r["id"]: r for r in load_benchmark(file, bench)}
+        return None
+
+    class OwnScorer(Scorer):
+        def score(self, records):
+            keep = []
+            for rec in records:
+                reason = skipped.get(rec.benchmark) or unavailable(rec.benchmark, rec.answer is None)
+                if reason is None:
+                    keep.append(rec)
+                    continue
+                skipped[rec.benchmark] = reason
+                rec.correct = np.zeros(0, dtype=np.int8)  # counted, then the whole benchmark is dropped
+            super().score(keep)
+            for rec in keep:  # a scorer that raises (a missing dependency) would count every sample as wrong
+                if rec.score_errors and rec.benchmark not in skipped:
+                    skipped[rec.benchmark] = (f"its scorer {benches[rec.benchmark].scorer} failed on "
+                                              f"{len(rec.score_errors)} samples of problem {rec.problem_id}, e.g. "
+                                              f"{next(iter(rec.score_errors.values()))}")
+
+    with OwnScorer(lambda b: benches[b].scorer, threshold, references) as scorer:
+        scores = collect_scores(count_correct(paths, scorer))
+    counts = {bench: s for (_run, bench), s in scores.items() if bench not in skipped}
+    return counts, [f"{bench}: {why}" for bench, why in skipped.items()]
 
 
 def check_same_problems(scores, runs, benchmarks) -> None:
@@ -146,9 +210,9 @@ def write_tables(out_dir: Path, rows, runs, columns, ks, marks=None) -> dict[str
     return {"markdown": md, "wide_csv": wide, "long_csv": long}
 
 
-def plot_curves(out_dir: Path, rows, runs, columns, ks) -> list[Path]:
+def plot_curves(out_dir: Path, rows, runs, columns, ks, reference=None) -> list[Path]:
     """One PNG per column (``pass_at_k_<column>.png``) plus ``pass_at_k_all.png``: pass@k (%) against k (log2),
-    one line per run."""
+    one line per run; ``reference`` ``{(run, column): {k: pass@k in %}}`` (the paper's) dashed in its run's colour."""
     import matplotlib
 
     matplotlib.use("Agg")  # headless; never needs a display
@@ -161,7 +225,11 @@ def plot_curves(out_dir: Path, rows, runs, columns, ks) -> list[Path]:
         for run in runs:
             ys = [100 * value.get((run, col, k), math.nan) for k in ks]
             if not all(math.isnan(y) for y in ys):
-                ax.plot(ks, ys, marker="o", markersize=3, label=run)
+                (line,) = ax.plot(ks, ys, marker="o", markersize=3, label=run)
+                ref = (reference or {}).get((run, col), {})
+                if ref:
+                    ax.plot(sorted(ref), [ref[k] for k in sorted(ref)], color=line.get_color(), linestyle="--",
+                            label=f"{run} (paper)")
         ax.set_xscale("log", base=2)
         ax.set_xticks(ks)
         ax.set_xticklabels([str(k) for k in ks], fontsize=7)

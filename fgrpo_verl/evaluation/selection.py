@@ -6,9 +6,16 @@
        "obtained with equal or less compute" than the baseline's selected one;
     4. γ: the focal γ whose selected checkpoint has the best average in-domain math pass@1 (Table 7).
 
+Which evaluation each score comes from is where this differs from the paper, which gives n = 1024 samples per
+problem for its final tables and does not say with which n it scored the checkpoints it selected from. Steps 2-3
+score every epoch checkpoint with the recipe's selection pass (``protocol: select``, the shipped default: n = 32 on
+the math benchmarks; ``protocol: full``: the final pass's n and benchmarks). Step 4 scores each γ's selected
+checkpoint with its final pass (n = 1024), which every γ gets anyway: the choice between γ, whose margins in the
+paper's Table 6 are as small as 0.5 points, is not left to the n = 32 pass's noise (docs/evaluation.md).
+
 Compute is the number of rollouts sampled up to a checkpoint, step x data.train_batch_size x rollout.n (prompts per
 step times group size): for a focal run and its baseline (same batch and N) that is the step, and it stays
-comparable where N differs. The score is the selection pass's mean over the math benchmarks of pass@1
+comparable where N differs. The score is the mean over the math benchmarks of pass@1
 (fgrpo_verl/evaluation/checkpoint_eval.py writes it per checkpoint). Ties go to less compute (an earlier checkpoint;
 the paper's "equal or less compute" prefers it) and, for γ, to the smaller γ (closer to the baseline). A run
 without a baseline in its recipe (a control, or a focal run whose γ = 0 twin is not in the recipe) gets its best
@@ -85,12 +92,15 @@ def select_focal(run: str, scores: list[CheckpointScore], baseline: RunSelection
     return RunSelection(run, chosen, how)
 
 
-def select_gamma(focal: dict[float, RunSelection]) -> float | None:
-    """The γ whose selected checkpoint has the best average math pass@1 (ties: smaller γ); None when some γ has
-    no selected checkpoint yet (the choice would change once it has one) or there is none."""
-    if not focal or any(sel.checkpoint is None for sel in focal.values()):
+def select_gamma(final: dict[float, float | None]) -> float | None:
+    """The γ whose selected checkpoint has the best average math pass@1 in its final pass (``final``: γ -> that
+    score; ties: smaller γ); None when some γ has no final score yet (the choice would change once it has one) or
+    there is none."""
+    if not final or any(score is None for score in final.values()):
         return None
-    for gamma in focal:
+    for gamma, score in final.items():
         if not (math.isfinite(gamma) and gamma > 0):
             raise ValueError(f"focal gamma {gamma!r}: expected a finite number > 0")
-    return min(focal, key=lambda g: (-focal[g].checkpoint.score, g))
+        if not (math.isfinite(score) and 0.0 <= score <= 1.0):
+            raise ValueError(f"focal gamma {gamma:g}: final score {score!r}; expected pass@1 in [0, 1]")
+    return min(final, key=lambda g: (-final[g], g))
