@@ -117,7 +117,8 @@ def _mean(values):
 
 def run(args: argparse.Namespace) -> int:
     if args.task != "raremode":
-        for flag, value in (("--report-equal-q", args.report_equal_q), ("--q-levels", args.q_levels)):
+        for flag, value in (("--report-equal-q", args.report_equal_q), ("--q-levels", args.q_levels),
+                            ("--ds-grpo", args.ds_grpo or None)):
             if value is not None:
                 raise ValueError(f"{flag} is a [raremode] option: it has no meaning for --task {args.task}")
     if args.threads < 1:
