@@ -181,3 +181,13 @@ def test_the_demos_opt_in_arm_composes_with_the_maze_overrides(registered, tmp_p
     c = compose(["algorithm.adv_estimator=fgrpo", *run_overrides(cs[2], 0)])
     loss = omega_conf_to_dataclass(c.actor_rollout_ref.actor).policy_loss
     assert (c.algorithm.adv_estimator, loss.loss_mode, loss.gamma_p, loss.gamma_n) == ("ds_grpo", "ds_grpo", 0.1, 0.1)
+
+
+@pytest.mark.parametrize("flag", [["--ds-grpo"], ["--q-levels", "0.5"]])
+def test_raremode_only_flags_are_refused_for_the_maze_demo(tmp_path, flag):
+    from fgrpo_verl.cli import build_parser
+
+    args = build_parser().parse_args(["demo", "--task", "maze", "--out-dir", str(tmp_path), *flag])
+    with pytest.raises(ValueError, match=f"{flag[0]} is a \\[raremode\\] option"):
+        args._run(args)
+    assert not (tmp_path / "maze").exists()

@@ -24,6 +24,15 @@ def _pyplot():
     return plt
 
 
+def _save(plt, fig, path) -> Path:
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def plot_tail_miss(mus, rhos, path, n_max: int = 512) -> Path:
     """One panel per μ, one curve per ρ = τ/μ over N = 1..n_max (log axis), peaks starred (App. Fig. 3)."""
     plt = _pyplot()
@@ -45,12 +54,7 @@ def plot_tail_miss(mus, rhos, path, n_max: int = 512) -> Path:
     axes[0][0].set_ylabel("Pr(active, no rollout in E)")
     axes[0][-1].legend(fontsize=8)
     fig.suptitle("Tail-miss probability (Lemma 3.1); ★ = peak", fontsize=10)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def plot_focal_weight(gammas, path) -> Path:
@@ -69,12 +73,7 @@ def plot_focal_weight(gammas, path) -> Path:
     ax.set_title("Focal weight times GRPO's |A| (Fig. 4; 1/0 rewards)", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def _label(c) -> str:
