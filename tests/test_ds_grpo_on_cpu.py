@@ -147,11 +147,12 @@ def test_the_control_composes_and_passes_verls_validate_config(registered):
     ("actor_rollout_ref.actor.policy_loss.base_loss_mode=ds_grpo", "base_loss_mode='ds_grpo'"),
 ])
 def test_bad_settings_are_refused_naming_the_key(registered, override, match):
-    from verl.utils.config import omega_conf_to_dataclass
+    from fgrpo_verl.integration.validation import validate
 
-    c = compose(["algo=grpo", "control=ds_grpo", override])
-    with pytest.raises(Exception, match=match):
-        omega_conf_to_dataclass(c.actor_rollout_ref.actor)
+    c = compose(["algo=grpo", "control=ds_grpo", override, "data.train_files=x.parquet", "data.val_files=x.parquet"])
+    with pytest.raises(ValueError, match=match) as raised:  # what `train` prints as one line, exit 2
+        validate(c)
+    assert "\n" not in str(raised.value) and "InstantiationException" not in str(raised.value)
 
 
 def test_registration_follows_the_duplicate_policy(registered):
