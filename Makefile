@@ -48,7 +48,8 @@ test-fast: venv
 	$(PY) -m pytest tests $(FAST_RUN) $(PYTEST_ARGS)
 
 # The README's main job: GRPO vs F-GRPO through verl on CPU on the rare-mode task, exact rare-mass metrics over
-# seeds (11 min on 2 idle cores after install, docs/raremode.md). DEMO_ARGS="--task maze" runs the maze demo, "--full" the long variant.
+# seeds (9.8 min on 2 quiet cores after install, 2026-12-06; what it finds: docs/raremode.md). DEMO_ARGS="--task maze"
+# runs the maze demo, "--full" the long variant, "--ds-grpo" adds the DS-GRPO control.
 DEMO_ARGS ?=
 demo: venv
 	$(VENV)/bin/fgrpo-verl demo $(DEMO_ARGS)

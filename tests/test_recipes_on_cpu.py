@@ -167,10 +167,18 @@ def test_group_size_recipe_is_grpo_n_sweep_plus_fgrpo_at_n8(group_size):
     assert len(jobs) == 6 and got == {(2, 0.0), (4, 0.0), (8, 0.0), (16, 0.0), (32, 0.0), (8, 0.5)}
 
 
-def test_controls_recipe_is_low_lr_entropy_and_kl_grpo(controls, paper_main):
+def test_controls_recipe_is_low_lr_entropy_kl_and_ds_grpo(controls, paper_main):
     _, jobs = controls
     by_name = {job.run.name: job.config for job in jobs}
-    assert set(by_name) == {"grpo-low_lr", "grpo-entropy", "grpo-kl", "grpo", "fgrpo-g0p5"}
+    assert set(by_name) == {"grpo-low_lr", "grpo-entropy", "grpo-kl", "ds-grpo", "grpo", "fgrpo-g0p5"}
+    # Table 3's DS-GRPO row: GRPO's settings and PPO-clip loss, the ds_grpo estimator and loss over it
+    ds = by_name.pop("ds-grpo")
+    loss = ds.actor_rollout_ref.actor.policy_loss
+    assert (ds.algorithm.adv_estimator, loss.loss_mode, loss.base_loss_mode) == ("ds_grpo", "ds_grpo", "vanilla")
+    assert ds.algorithm.fgrpo.gamma == 0.0 and (loss.gamma_p, loss.gamma_n) == (1e-3, 1e-3)
+    assert ds.actor_rollout_ref.actor.optim.lr == 1e-6 and ds.actor_rollout_ref.actor.entropy_coeff == 0
+    assert _readable(ds.trainer.experiment_name) == tracking.run_name("ds_grpo", 0.0, 8, "Qwen/Qwen2.5-7B",
+                                                                      ds.actor_rollout_ref.actor.data_loader_seed) + "-ds_grpo"
     # Table 3's F-GRPO row and its GRPO baseline are paper_main's runs: the same names, so trained once
     _, main = paper_main
     main_names = {job.run.name: job.job_name for job in main}

@@ -60,6 +60,15 @@ def test_tail_miss_plot(tmp_path):
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_m_gamma_plot_draws_fig4_for_the_papers_gammas(tmp_path, capsys):
+    path = tmp_path / "fig4.png"
+    assert main(["m-gamma", "--plot", str(path)]) == 0
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    out = capsys.readouterr()
+    assert [line.split()[0] for line in out.out.splitlines()[1:4]] == ["0", "0.5", "1"]  # Fig. 4's gammas
+    assert str(path) in out.err
+
+
 def test_simulate_writes_numbers_and_figures(tmp_path, capsys):
     out = tmp_path / "sim"
     argv = ["simulate", "--n", "2", "64", "4096", "--gamma", "0", "1", "--seeds", "2", "--steps", "30",

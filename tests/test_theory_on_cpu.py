@@ -6,7 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from fgrpo_verl.theory import active_probability, mean_shrink, peak_group_size, tail_miss_probability
+from fgrpo_verl.theory import (active_probability, focal_advantage_magnitudes, mean_shrink, peak_group_size,
+                               tail_miss_probability)
 
 
 # --- Lemma 3.1 against the values the paper digest recomputes (§2 and §10.14) -----------------------------------
@@ -86,6 +87,8 @@ def test_lemma_against_monte_carlo(mu, tau):
         (lambda: peak_group_size(0.5, 1e-6, n_max=8), "n_max=8 is too small"),
         (lambda: mean_shrink(-0.5), "gamma=-0.5"),
         (lambda: mean_shrink(float("nan")), "gamma=nan"),
+        (lambda: focal_advantage_magnitudes(1.0, 0.5), "mu=1.0"),
+        (lambda: focal_advantage_magnitudes(0.5, -1.0), "gamma=-1.0"),
     ],
 )
 def test_bad_arguments_raise_named_value_error(call, needle):
@@ -117,3 +120,21 @@ def test_mean_shrink_vectorised_and_large_gamma():
     values = mean_shrink([0.0, 0.5, 1.0, 3.7])
     np.testing.assert_allclose(values, [mean_shrink(g) for g in (0.0, 0.5, 1.0, 3.7)])
     assert 0 < mean_shrink(400.0) < mean_shrink(200.0)  # lgamma: no overflow where Γ itself would
+
+
+# --- Fig. 4: g·|A| against μ, by hand ------------------------------------------------------------------------------
+# 1/0 rewards at success rate μ: population std sqrt(μ(1-μ)), a correct rollout's A = (1-μ)/std = sqrt((1-μ)/μ), a
+# wrong one's |A| = μ/std = sqrt(μ/(1-μ)); g = (1-μ)^γ.
+#   μ = 0.5: |A±| = 1;        g = 1, sqrt(0.5) = 0.70711, 0.5          for γ = 0, 0.5, 1
+#   μ = 0.2: |A+| = 2, |A-| = 0.5;  g = 1, sqrt(0.8) = 0.89443, 0.8  ->  A+ 2, 1.78885, 1.6;   A- 0.5, 0.44721, 0.4
+#   μ = 0.8: |A+| = 0.5, |A-| = 2;  g = 1, sqrt(0.2) = 0.44721, 0.2  ->  A+ 0.5, 0.22361, 0.1; A- 2, 0.89443, 0.4
+@pytest.mark.parametrize("mu, pos, neg", [
+    (0.5, [1.0, 0.70711, 0.5], [1.0, 0.70711, 0.5]),
+    (0.2, [2.0, 1.78885, 1.6], [0.5, 0.44721, 0.4]),
+    (0.8, [0.5, 0.22361, 0.1], [2.0, 0.89443, 0.4]),
+])
+def test_fig4_focal_advantage_magnitudes_by_hand(mu, pos, neg):
+    got_pos, got_neg = focal_advantage_magnitudes(mu, [0.0, 0.5, 1.0])
+    np.testing.assert_allclose(got_pos, pos, atol=1e-5)
+    np.testing.assert_allclose(got_neg, neg, atol=1e-5)
+    assert focal_advantage_magnitudes(mu, 0.5) == pytest.approx((pos[1], neg[1]), abs=1e-5)

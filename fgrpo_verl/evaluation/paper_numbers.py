@@ -1,8 +1,9 @@
 """The paper's numbers (F-GRPO, arXiv 2602.06717 v2), transcribed as data with their source table, for
 ``fgrpo-verl report`` to print beside ours.
 
-Transcribed verbatim (the markdown rows below) from the project's digest of the paper, /work/shared/paper/F-GRPO.md
-§6.1-6.5 and its Appendix A, which recovered them from the v2 text: every cell is pass@1/pass@256 in % (Tables 1, 2,
+Transcribed verbatim (the markdown rows below) from a digest of the paper's v2 text kept by the project's
+maintainers (not part of this repository; its tables were recovered from a text extraction of the PDF and
+cross-checked there): every cell is pass@1/pass@256 in % (Tables 1, 2,
 3), pass@1/pass@256 of the Math/OOD averages (Table 6), baseline/focal pass@k in % for k = 1 ... 256 (Tables
 12-14, n = 1024), or one pass@k in % of the maze (Table 4: k = 1, 128, 256 per group size N and gamma). Bold and
 underline marks (significance) were lost in the extraction and are not here.

@@ -181,6 +181,7 @@ def validate(config) -> None:
     ``algorithm.fgrpo`` block, the GPU count against the batch sizes (:func:`check_gpu_batch_sizes`) and verl's own
     ``validate_config`` (the check ``main_ppo`` runs). verl's own checks are ``assert``s; a failing
     one is raised as a ``ValueError`` (bad input, not a bug) with verl's message."""
+    from hydra.errors import InstantiationException
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
 
@@ -197,6 +198,11 @@ def validate(config) -> None:
                             use_critic=need_critic(config))
     except AssertionError as exc:
         raise ValueError(f"verl's validate_config: {str(exc).strip() or 'a check failed'}") from exc
+    except InstantiationException as exc:
+        # a config class's own check (our policy-loss _target_ classes), which Hydra wraps: the user's error is the cause
+        if isinstance(exc.__cause__, ValueError):
+            raise ValueError(str(exc.__cause__)) from exc
+        raise
     finally:
         # verl prints a success line on stdout; anything else it printed is passed on (to stderr: stdout may
         # carry a command's output, e.g. `launch --dry-run`'s scripts)

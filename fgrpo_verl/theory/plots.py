@@ -1,4 +1,5 @@
-"""Figures for the theory tools: App. Fig. 3 (tail-miss vs N) and Fig. 2 (a, b, c) of the categorical simulation.
+"""Figures for the theory tools: App. Fig. 3 (tail-miss vs N), Fig. 4 (g·|A| vs μ) and Fig. 2 (a, b, c) of the
+categorical simulation.
 
 matplotlib is imported inside each function with the non-interactive Agg backend, so importing this module
 is cheap and plotting works on machines without a display.
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fgrpo_verl.theory.shrink import focal_advantage_magnitudes
 from fgrpo_verl.theory.tail_miss import peak_group_size, tail_miss_probability
 
 
@@ -20,6 +22,15 @@ def _pyplot():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def _save(plt, fig, path) -> Path:
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def plot_tail_miss(mus, rhos, path, n_max: int = 512) -> Path:
@@ -43,12 +54,26 @@ def plot_tail_miss(mus, rhos, path, n_max: int = 512) -> Path:
     axes[0][0].set_ylabel("Pr(active, no rollout in E)")
     axes[0][-1].legend(fontsize=8)
     fig.suptitle("Tail-miss probability (Lemma 3.1); ★ = peak", fontsize=10)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
+
+
+def plot_focal_weight(gammas, path) -> Path:
+    """Fig. 4 (App. I): g·|A| against μ for each γ, solid for a correct rollout (|A+|), dashed for a wrong one."""
+    plt = _pyplot()
+    mu = np.linspace(0.005, 0.995, 199)
+    fig, ax = plt.subplots(figsize=(5.2, 3.6))
+    for gamma in gammas:
+        pos, neg = focal_advantage_magnitudes(mu, gamma)
+        (line,) = ax.plot(mu, pos, label=f"γ={gamma:g}, |A+|")
+        ax.plot(mu, neg, linestyle="--", color=line.get_color(), label=f"γ={gamma:g}, |A−|")
+    ax.set_ylim(0, 1.4)
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("μ_pos (group success rate)")
+    ax.set_ylabel("g · |A^GRPO|")
+    ax.set_title("Focal weight times GRPO's |A| (Fig. 4; 1/0 rewards)", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    return _save(plt, fig, path)
 
 
 def _label(c) -> str:

@@ -34,6 +34,9 @@ def add_arguments(g) -> None:
     g.add_argument("--seeds", type=int, default=None, help="[raremode] seeds per configuration (quick 3, --full 5)")
     g.add_argument("--control-gamma", type=float, default=None,
                    help="[raremode] add GRPO at lr x m_gamma for this gamma (quick: none, --full: 1)")
+    g.add_argument("--ds-grpo", action="store_true",
+                   help="[raremode] add DS-GRPO (Gai et al. 2025; the paper's Table 3 control) at GRPO's lr: one more "
+                        "run per seed, opt-in (neither the default nor --full runs it)")
     g.add_argument("--pass-n", type=int, default=256, help="[raremode] samples per held-out prompt for pass@k")
     g.add_argument("--q-levels", default=None,
                    help="[raremode] comma-separated Q_pos levels in (0, 1) for the equal-Q_pos table, reported in "
@@ -114,7 +117,7 @@ def run(args, memory) -> int:
     if 0.0 not in gammas:
         raise ValueError(f"--gammas must include 0 (GRPO, the reference of the paired comparison), got {gammas_text!r}")
     lr = args.lr if args.lr is not None else 1e-3
-    cfgs = configs(gammas, lr, control)
+    cfgs = configs(gammas, lr, control, ds_grpo=args.ds_grpo)
     settings = RLSettings(steps=steps, batch_size=args.batch_size or 16, n=args.n, lr=lr, val_n=1, seed=0,
                           micro_batch=(args.batch_size or 16) * args.n)
     ks = ks_up_to(args.pass_n)

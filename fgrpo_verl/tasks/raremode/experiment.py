@@ -1,7 +1,8 @@
 """The rare-mode experiment through verl: configurations x seeds of ``fgrpo-verl train backend=cpu``.
 
-A configuration is (gamma, lr): GRPO (gamma = 0), F-GRPO (gamma > 0), and the paper's scale-matched control
-(GRPO with lr x m_gamma, ``fgrpo_verl.theory.mean_shrink``; paper App. N / Table 3). Each (configuration, seed)
+A configuration is (gamma, lr, overrides): GRPO (gamma = 0), F-GRPO (gamma > 0), the paper's scale-matched control
+(GRPO with lr x m_gamma, ``fgrpo_verl.theory.mean_shrink``; paper App. N / Table 3) and, opt-in, its DS-GRPO control
+(``control=ds_grpo``, ``fgrpo_verl/integration/ds_grpo.py``; Table 3) at GRPO's lr. Each (configuration, seed)
 is one verl run from the same warm-start model on the same data, with ``data.seed`` = the seed (so the same seed
 gives every configuration the same prompt order and the comparison is paired). verl saves an HF checkpoint every
 step; ``evaluate.step_metrics`` turns them into the exact per-step curves afterwards.
@@ -20,6 +21,12 @@ from fgrpo_verl.tasks.maze.rl import RLSettings, RunResult, train_maze
 from fgrpo_verl.tasks.raremode.build import RareBuild
 
 REWARD_PATH = "pkg://fgrpo_verl.tasks.raremode.reward"
+# DS-GRPO on this task. maze_overrides names the fgrpo estimator on the command line, which beats a config group's
+# value, so the estimator is named again. gamma_p = gamma_n = 0.1: a response is one symbol and the termination token,
+# |log pi(y|x)| ~ 1-4 nats at the warm start, so the term is 0.1-0.4 of a normalised advantage (ours: neither paper
+# gives a value; hydra_configs/control/ds_grpo.yaml).
+DS_GRPO = ("control=ds_grpo", "algorithm.adv_estimator=ds_grpo",
+           "actor_rollout_ref.actor.policy_loss.gamma_p=0.1", "actor_rollout_ref.actor.policy_loss.gamma_n=0.1")
 
 
 @dataclass(frozen=True)
@@ -27,16 +34,20 @@ class Config:
     name: str
     gamma: float
     lr: float
+    overrides: tuple[str, ...] = ()
 
 
-def configs(gammas: list[float], lr: float, control_gamma: float | None) -> list[Config]:
-    """GRPO / F-GRPO for each gamma, plus GRPO at lr x m_{control_gamma} when ``control_gamma`` is given."""
+def configs(gammas: list[float], lr: float, control_gamma: float | None, ds_grpo: bool = False) -> list[Config]:
+    """GRPO / F-GRPO for each gamma, plus GRPO at lr x m_{control_gamma} when ``control_gamma`` is given, plus
+    DS-GRPO at ``lr`` when ``ds_grpo``."""
     from fgrpo_verl.theory.shrink import mean_shrink, run_label
 
     out = [Config(run_label(g), float(g), lr) for g in gammas]
     if control_gamma is not None:
         m = float(mean_shrink(control_gamma))
         out.append(Config(run_label(0.0, control_of=control_gamma), 0.0, lr * m))
+    if ds_grpo:
+        out.append(Config("ds_grpo", 0.0, lr, DS_GRPO))
     names = [c.name for c in out]
     if len(set(names)) != len(names):
         raise ValueError(f"configurations must be distinct, got {names}")
@@ -63,6 +74,7 @@ def run_overrides(config: Config, seed: int, run_dir: Path | None = None) -> lis
         "trainer.save_freq=1",
         "actor_rollout_ref.actor.checkpoint.save_contents=[hf_model]",
         "trainer.test_freq=-1",
+        *config.overrides,
     ]
 
 
