@@ -187,9 +187,10 @@ def test_the_significance_test_scores_unscored_lines_with_each_benchmarks_own_sc
              {"run": "r", "benchmark": "AIME24", "problem_id": "1", "correct": [1, 1, 0]}]
     gen = tmp_path / "generations.jsonl"
     gen.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    benches = {"GPQA": BenchmarkFile(str(tmp_path / "GPQA.jsonl"), "boxed", "ood"),
-               "SynLogic": BenchmarkFile(str(tmp_path / "SynLogic.jsonl"), "${FGRPO_SYNLOGIC_SCORER}", "ood"),
-               "AIME24": BenchmarkFile(str(tmp_path / "AIME24.jsonl"), "math", "math")}
+    benches = {"GPQA": BenchmarkFile(file=str(tmp_path / "GPQA.jsonl"), scorer="boxed", group="ood"),
+               "SynLogic": BenchmarkFile(file=str(tmp_path / "SynLogic.jsonl"), scorer="${FGRPO_SYNLOGIC_SCORER}",
+                                         group="ood"),
+               "AIME24": BenchmarkFile(file=str(tmp_path / "AIME24.jsonl"), scorer="math", group="math")}
     counts, skipped = _counts({"generations": [str(gen)]}, benches, 1.0)
     assert sorted(counts) == ["AIME24", "GPQA"]
     assert counts["GPQA"].c.tolist() == [1] and counts["AIME24"].c.tolist() == [2]
