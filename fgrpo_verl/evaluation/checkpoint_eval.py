@@ -43,10 +43,10 @@ def pass_label(plan: Plan, phase: str) -> str:
     return ck.settings_label(pass_settings(plan, phase))
 
 
-def pass_averages(plan: Plan, phase: str) -> dict[str, list[str]]:
-    """The recipe's average columns whose benchmarks are all in this pass."""
+def pass_averages(plan: Plan, phase: str) -> list[str] | None:
+    """``--average`` of the recipe's average columns whose benchmarks are all in this pass."""
     names = set(plan.passes[phase].benchmarks)
-    return {avg: list(members) for avg, members in plan.averages.items() if set(members) <= names}
+    return [f"{avg}={','.join(members)}" for avg, members in plan.averages.items() if set(members) <= names] or None
 
 
 def ensure_merged(ckpt: Path, sig: str) -> Path:
@@ -91,8 +91,7 @@ def pass_options(plan: Plan, phase: str, run_name: str, model: Path, out: Path, 
         max_new_tokens=s.max_new_tokens, threshold=s.threshold, resume=resume,
         bench=[f"{n}={b.file}" for n, b in benches], bench_scorer=[f"{n}={b.scorer}" for n, b in benches],
         bench_group=[f"{n}={b.group}" for n, b in benches],
-        average=[f"{avg}={','.join(members)}" for avg, members in pass_averages(plan, phase).items()] or None,
-        **plan.engine.model_dump())
+        average=pass_averages(plan, phase), **plan.engine.model_dump())
 
 
 def _run_eval(options) -> None:
@@ -181,7 +180,7 @@ def combine(plan: Plan, phase: str, step: int, shards: int) -> dict:
         raise RuntimeError(f"shards {unfinished} of {out} are not finished")
     _run_eval(eval_options(
         out=str(out), no_plots=True, runs=f"step{step}", from_generations=[str(p / GENERATIONS) for p in parts],
-        average=[f"{avg}={','.join(members)}" for avg, members in pass_averages(plan, phase).items()] or None))
+        average=pass_averages(plan, phase)))
     values, problems = {}, {}
     with open(out / "pass_at_k_long.csv", newline="", encoding="utf-8") as fh:
         for row in csv.DictReader(fh):
