@@ -65,14 +65,11 @@ bench: venv
 	# last: exits 1 when a launch target (CPU seconds per process) is missed
 	$(PY) benchmarks/bench_launch.py --check
 
-# Real Slurm for the Slurm tests (scripts/slurm_cluster.sh), and gcc for their file system without flock
-# (tests/noflock_shim.c): Debian's packages, installed only as root when missing (CI runs as root on a fresh
-# machine); elsewhere those tests skip and say why.
+# Real Slurm for the Slurm tests (scripts/slurm_cluster.sh): Debian's packages, installed only as root when missing
+# (CI runs as root on a fresh machine); elsewhere those tests skip and say why.
 slurm-deps:
-	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
-			{ ! command -v slurmctld >/dev/null || ! command -v gcc >/dev/null; }; then \
-		apt-get update -q && apt-get install -y -q --no-install-recommends slurmctld slurmd slurm-client munge \
-			gcc libc6-dev; \
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && ! command -v slurmctld >/dev/null; then \
+		apt-get update -q && apt-get install -y -q --no-install-recommends slurmctld slurmd slurm-client munge; \
 	fi
 
 clean:

@@ -69,6 +69,11 @@ setup(
         "matplotlib",
         # the paper's verifier for math answers (fgrpo-verl eval --scorer math)
         "math-verify>=0.9",
+        # typed, strict shapes of the evaluation block, the job plan and the eval options (evaluation/shapes.py)
+        "pydantic>=2,<3",
+        # eval --out's writer lock (evaluation/pipeline.py): flock, or filelock's own marker file where flock answers
+        # ENOSYS (Lustre noflock), tested with 4.3 (3.x releases raise NotImplementedError there instead)
+        "filelock>=4.3,<5",
         "tqdm",
     ],
     extras_require={

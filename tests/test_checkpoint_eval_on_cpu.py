@@ -1,4 +1,4 @@
-"""What an evaluation job does (fgrpo_verl/evaluation/checkpoint_eval.py), on CPU, without Slurm: verl's real model
+"""What an evaluation job does (fgrpo_verl/evaluation/eval_job.py, checkpoint_eval.py), on CPU, without Slurm: verl's real model
 merger on checkpoints in verl's FSDP layout (one rank: the weights of a tiny Qwen2, built here), `fgrpo-verl eval`
 with the transformers back-end, results beside each checkpoint, W&B offline rows read back from W&B's own files.
 
@@ -8,16 +8,20 @@ evaluated but not logged; the final pass refuses until the run is finished; seve
 as one. The four tests that merge and sample are marked e2e (about 2 minutes together on 2 busy cores)."""
 
 import copy
-import dataclasses
 import json
 import os
 import shutil
+import signal
+import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
 
 from fgrpo_verl.evaluation import checkpoint_eval as ce
+from fgrpo_verl.evaluation import eval_job
+from fgrpo_verl.evaluation.options import EngineOptions
 from fgrpo_verl.evaluation.plan import Plan
 from fgrpo_verl.job import checkpoints as ck
 
@@ -72,7 +76,7 @@ def make_plan(root: Path, run: Path, bench: Path, **extra) -> Plan:
             "setting_source": "test", "engine": {"device": "cpu", "batch_size": 8, "problems_per_call": 2},
             "gpus": 1, "workers": 1, "baseline": None}
     plan.update(extra)
-    return Plan.from_dict(plan)
+    return Plan.read(plan)
 
 
 @pytest.fixture(scope="module")
@@ -80,8 +84,8 @@ def merged_template(built):
     """The template run with its epoch checkpoints already merged by verl's model merger (ce.ensure_merged, the
     job's own step). A copy keeps the checkpoint signatures (same mtimes), so its evaluation reuses these merges:
     the tests that are not about merging start from here. Merging inside a pass stays covered: a rewritten
-    checkpoint is merged again (the selection test), and the two workers of the final-pass test merge under their
-    lock on a copy of the unmerged template."""
+    checkpoint is merged again (the selection test), and the final-pass test's job merges a copy of the unmerged
+    template before its two workers start."""
     root, template, _ = built
     run = root / "template_merged"
     shutil.copytree(template, run, copy_function=shutil.copy2)
@@ -124,7 +128,7 @@ def test_selection_pass_evaluates_each_epoch_checkpoint_once_and_logs_it_to_wand
     run = copy_run(built, "sel", merged_template)
     plan = make_plan(root, run, bench)
     label = ce.pass_label(plan, "selection")
-    assert ce.run_phase(plan, "selection") == 0
+    assert eval_job.run_phase(plan, "selection") == 0
     out = capsys.readouterr().out
     assert "checkpoints [3] are not epoch checkpoints" in out
     # the copies carry the template's merges, made from these very weights: reused, not made again
@@ -142,7 +146,7 @@ def test_selection_pass_evaluates_each_epoch_checkpoint_once_and_logs_it_to_wand
     marker = run / "global_step_2" / ck.EVAL_DIR / "merged_hf" / "fgrpo_merge.json"
     merged_at = marker.stat().st_mtime_ns
     generations = Path(results[2]["generations"][0]).read_bytes()
-    assert ce.run_phase(plan, "selection") == 0
+    assert eval_job.run_phase(plan, "selection") == 0
     out = capsys.readouterr().out
     assert out.count("was evaluated on this unchanged checkpoint: skipped") == 2 and "merging" not in out
     assert "nothing new to log" in out
@@ -154,7 +158,7 @@ def test_selection_pass_evaluates_each_epoch_checkpoint_once_and_logs_it_to_wand
     shutil.rmtree(run / "global_step_4" / "actor")
     save_verl_checkpoint(root / "model", run / "global_step_4" / "actor", 0.5)
     assert save_path.is_file()
-    assert ce.run_phase(plan, "selection") == 0
+    assert eval_job.run_phase(plan, "selection") == 0
     out = capsys.readouterr().out
     assert "global_step_4: merging" in out and "global_step_2: merging" not in out
     assert f"{run}/global_step_4/{ck.EVAL_DIR}/{label} holds an evaluation of other weights" in out
@@ -178,14 +182,14 @@ def test_an_unfinished_run_is_evaluated_but_not_logged_and_its_final_pass_waits(
     run = copy_run(built, "unfinished", merged_template)
     ck.write_steps(run, 2, 2, 6, 8, 4)  # 6 steps in all; the run stopped after 4
     plan = make_plan(root, run, bench)
-    assert ce.run_phase(plan, "selection") == 0
+    assert eval_job.run_phase(plan, "selection") == 0
     out = capsys.readouterr().out
     assert "training not finished (step 4 of 6)" in out and "W&B logging waits for the finished run" in out
     assert "W&B run" not in out
     assert wandb_rows(wandb_dir, plan.wandb.run_id) == []
-    assert ce.run_phase(plan, "final") == 1
+    assert eval_job.run_phase(plan, "final") == 1
     assert "no checkpoint can be selected yet: training not finished (step 4 of 6)" in capsys.readouterr().out
-    assert not (run / ck.EVAL_DIR / ce.SELECTED).exists()
+    assert not (run / ck.EVAL_DIR / eval_job.SELECTED).exists()
 
 
 @pytest.mark.e2e
@@ -198,35 +202,36 @@ def test_final_pass_selects_by_the_protocol_and_workers_give_the_numbers_of_one_
     tests = str(Path(__file__).parent)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (tests, os.environ.get("PYTHONPATH")) if p))
     base = copy_run(built, "base", merged_template)
-    focal = copy_run(built, "focal")  # unmerged: the workers merge each checkpoint, one merger at a time
+    focal = copy_run(built, "focal")  # unmerged: the job merges each checkpoint before its workers start
     base_plan = make_plan(root, base, bench)
-    assert ce.run_phase(base_plan, "selection") == 0
+    assert eval_job.run_phase(base_plan, "selection") == 0
     label = ce.pass_label(base_plan, "selection")
     scores = {s: ck.current_result(base, s, label)["pass_at_k"]["A"]["1"] for s in (2, 4)}
     # the focal run: two worker processes, each evaluating half of every checkpoint's problems
     focal_plan = make_plan(root, focal, bench, gamma=1.0, workers=2,
                            baseline={"run": "r", "experiment": "exp", "run_dir": str(base),
-                                     "steps": dataclasses.asdict(base_plan.steps)})
-    plan_file = root / "focal_plan.json"
-    plan_file.write_text(focal_plan.to_json())
-    assert ce.run_phase(focal_plan, "selection", plan_file) == 0
+                                     "steps": base_plan.steps.model_dump()})
+    capsys.readouterr()
+    assert eval_job.run_phase(focal_plan, "selection") == 0
+    out = capsys.readouterr().out
+    assert out.index("global_step_2: merging") < out.index("global_step_4: merging") < out.index("worker 0")
     for step in (2, 4):
         # the same weights (copies of one checkpoint), the same seeds: the same samples, however split
         assert ck.current_result(focal, step, label)["pass_at_k"] == ck.current_result(base, step, label)["pass_at_k"]
         assert ck.current_result(focal, step, label)["shards"] == 2
     capsys.readouterr()
 
-    assert ce.run_phase(base_plan, "final") == 0
+    assert eval_job.run_phase(base_plan, "final") == 0
     best = min((2, 4), key=lambda s: (-scores[s], s))
-    selected = ck.read_json(base / ck.EVAL_DIR / ce.SELECTED)
+    selected = ck.read_json(base / ck.EVAL_DIR / eval_job.SELECTED)
     assert selected["step"] == best and "over all checkpoints" in selected["how"]
     final = ck.current_result(base, best, ce.pass_label(base_plan, "final"))
     assert final["settings"]["n"] == 8
     rows = wandb_rows(wandb_dir, base_plan.wandb.run_id)
     assert [(r["eval/checkpoint_step"], "eval/final/A/pass@8" in r) for r in rows] == [(2, False), (4, False),
                                                                                        (best, True)]
-    assert ce.run_phase(focal_plan, "final", plan_file) == 0
-    chosen = ck.read_json(focal / ck.EVAL_DIR / ce.SELECTED)
+    assert eval_job.run_phase(focal_plan, "final") == 0
+    chosen = ck.read_json(focal / ck.EVAL_DIR / eval_job.SELECTED)
     assert chosen["step"] <= best and f"baseline r's selected step {best}" in chosen["how"]
 
 
@@ -243,21 +248,22 @@ def test_a_checkpoint_with_merged_weights_is_not_merged_again(built, capsys):
     (run / "latest_checkpointed_iteration.txt").write_text("2")
     plan = make_plan(root, run, bench, steps={"save_freq": 2, "total": 2, "train_batch_size": 4, "group_size": 4,
                                               "epochs_only": None}, wandb={"run_id": "x", "log": False})
-    assert ce.run_phase(plan, "selection") == 0
+    assert eval_job.run_phase(plan, "selection") == 0
     assert "merging" not in capsys.readouterr().out and not (run / "global_step_2" / ck.EVAL_DIR / "merged_hf").exists()
 
 
 def test_a_plan_that_is_not_json_or_not_this_versions_is_refused_in_one_line(tmp_path, capsys):
     bad = tmp_path / "plan.json"
     bad.write_text("{not json")
-    assert ce.main(["selection", "--plan", str(bad)]) == 2
+    assert eval_job.main(["selection", "--plan", str(bad)]) == 2
     assert "cannot read the plan" in capsys.readouterr().err
-    other = make_plan(tmp_path, tmp_path / "run", tmp_path / "b.jsonl").to_dict()
+    other = make_plan(tmp_path, tmp_path / "run", tmp_path / "b.jsonl").model_dump()
     other["sampling"]["top_k"] = 20   # a key this version does not know
     bad.write_text(json.dumps(other))
-    assert ce.main(["selection", "--plan", str(bad)]) == 2
+    assert eval_job.main(["selection", "--plan", str(bad)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and f"cannot read the plan {bad}: plan.sampling: unknown key(s) ['top_k']" in err
+    assert err.count("\n") == 1 and f"cannot read the plan {bad}: plan.sampling.top_k: unknown key; valid keys" in err
+    assert err.rstrip().endswith("launch the recipe again to plan it")
 
 
 def test_save_per_epoch_sets_save_freq_to_verls_own_epoch(tmp_path):
@@ -284,13 +290,68 @@ def test_save_per_epoch_sets_save_freq_to_verls_own_epoch(tmp_path):
 
 def test_workers_split_the_visible_gpus_by_tensor_parallel_size(monkeypatch):
     cpu = make_plan(Path("/root"), Path("/run"), Path("/bench.jsonl"))
-    plan = dataclasses.replace(cpu, engine={"tensor_parallel_size": 2}, gpus=8, workers=1,
-                               sampling=dataclasses.replace(cpu.sampling, backend="vllm"))
+    plan = cpu.model_copy(update={"engine": EngineOptions(tensor_parallel_size=2), "gpus": 8, "workers": 1,
+                                  "sampling": cpu.sampling.model_copy(update={"backend": "vllm"})})
+
+    def tp(size):
+        return plan.model_copy(update={"engine": EngineOptions(tensor_parallel_size=size)})
+
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    assert ce._gpu_slices(plan) == ["0,1", "2,3", "4,5", "6,7"]
+    assert eval_job._gpu_slices(plan) == ["0,1", "2,3", "4,5", "6,7"]
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6")  # what Slurm gave the job
-    assert ce._gpu_slices(dataclasses.replace(plan, engine={"tensor_parallel_size": 1})) == ["4", "5", "6"]
-    assert ce._gpu_slices(plan) == ["4,5"]
+    assert eval_job._gpu_slices(tp(1)) == ["4", "5", "6"]
+    assert eval_job._gpu_slices(plan) == ["4,5"]
     with pytest.raises(ValueError, match="needs 4 GPUs, this job sees 3"):
-        ce._gpu_slices(dataclasses.replace(plan, engine={"tensor_parallel_size": 4}))
-    assert ce._gpu_slices(dataclasses.replace(plan, sampling=cpu.sampling, workers=3)) == [None] * 3
+        eval_job._gpu_slices(tp(4))
+    assert eval_job._gpu_slices(plan.model_copy(update={"sampling": cpu.sampling, "workers": 3})) == [None] * 3
+
+
+def test_a_job_planned_by_another_version_is_refused_in_one_line():
+    """Job scripts of an earlier version ran the evaluator as fgrpo_verl.evaluation.checkpoint_eval."""
+    done = subprocess.run([sys.executable, "-m", "fgrpo_verl.evaluation.checkpoint_eval", "selection", "--plan", "-"],
+                          input="{}", capture_output=True, text=True)
+    assert done.returncode == 1 and done.stderr.count("\n") == 1
+    assert "planned by another version of fgrpo-verl" in done.stderr and "launch the recipe again" in done.stderr
+
+
+# a checkpoint's evaluation holding its shard's --out, on a file system without flock (filelock's marker file)
+HOLDER = textwrap.dedent("""
+    import errno, fcntl, os, sys, time
+    from pathlib import Path
+
+    def no_flock(fd, operation):
+        raise OSError(errno.ENOSYS, os.strerror(errno.ENOSYS))
+
+    fcntl.flock = no_flock
+    from fgrpo_verl.evaluation import eval_job
+    from fgrpo_verl.evaluation.pipeline import exclusive_out
+
+    def body(argv):
+        with exclusive_out(Path(sys.argv[1])):
+            print("held", flush=True)
+            time.sleep(120)
+        return 0
+
+    eval_job._main = body
+    sys.exit(eval_job.main([]))
+""")
+
+
+def test_sigterm_to_an_evaluation_releases_its_out_lock_without_flock(tmp_path):
+    """The job script sends SIGTERM before a requeue, which may start the job on another node: there the marker of a
+    holder that never released it could not be judged gone."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parent.parent),
+                                                       os.environ.get("PYTHONPATH", "")]))
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path)], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        # the holder prints once it holds the lock, or exits (its stderr then says why)
+        assert holder.stdout.readline().strip() == "held", holder.stderr.read()
+        assert [p.name for p in tmp_path.iterdir()] == ["eval-writer.lock"]  # the marker file
+        holder.send_signal(signal.SIGTERM)
+        assert holder.wait(timeout=60) == 128 + signal.SIGTERM, holder.stderr.read()
+        assert list(tmp_path.iterdir()) == [], "the marker outlived its holder"
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()

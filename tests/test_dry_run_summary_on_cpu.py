@@ -57,7 +57,7 @@ def test_the_dry_run_is_a_table_with_totals_and_a_readiness_list(paper_main_dry_
     asks = [x.strip() for x in asks[:asks.index("")]]
     assert asks[0] == "training, 36 jobs: --nodes=2 --gpus-per-node=8 --cpus-per-task=64 --time=1-00:00:00 --exclusive"
     assert sum(int(x.split(", ")[1].split()[0]) for x in asks[1:] if x.startswith("evaluation")) == 72
-    assert any(x.startswith("evaluation, 24 jobs: --nodes=1 --gpus-per-node=8") and "--mem=113G" in x for x in asks)
+    assert any(x.startswith("evaluation, 72 jobs: --nodes=1 --gpus-per-node=8") and "--mem=68G" in x for x in asks)
     ready = lines.index(next(line for line in lines if line.startswith("NOT READY")))
     missing = "\n".join(lines[ready:])
     assert "training data data/deepscaler/train.parquet" in missing and "prepare-deepscaler" in missing

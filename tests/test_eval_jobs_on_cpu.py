@@ -13,23 +13,25 @@ import yaml
 from fgrpo_verl.evaluation.cost import CostAssumptions, pass_gpu_hours
 from fgrpo_verl.evaluation.model_presets import eval_setting, known_model
 from fgrpo_verl.evaluation.plan import Plan
+from fgrpo_verl.launch import eval_baseline, eval_dry_run, eval_memory, eval_submit
 from fgrpo_verl.launch import eval_jobs as ej
+from fgrpo_verl.launch.eval_spec import load_eval_spec
 
 BENCH = {"AIME24": "b/AIME24.jsonl", "MATH500": "b/MATH500.jsonl", "GPQA": "b/GPQA.jsonl"}
 
 
 def spec(**extra):
     raw = {"benchmarks": dict(BENCH), "averages": {"Math Avg": ["AIME24", "MATH500"]}, **extra}
-    return ej.load_eval_spec(raw, "r.yaml")
+    return load_eval_spec(raw, "r.yaml")
 
 
 # ---- the recipe block -------------------------------------------------------------------------------------------
 def test_defaults_follow_the_paper():
     s = spec()
     assert s.select_by == "Math Avg" and s.protocol == "select" and s.backend == "vllm"
-    assert s.selection.n == 32 and s.selection.benchmarks == ("AIME24", "MATH500")
-    assert s.final.n == 1024 and s.final.benchmarks == ("AIME24", "MATH500", "GPQA")
-    assert s.sampling == {"temperature": 1.0, "top_p": 1.0, "seed": 0, "threshold": 1.0}
+    assert s.selection.n == 32 and s.selection.benchmarks == ["AIME24", "MATH500"]
+    assert s.final.n == 1024 and s.final.benchmarks == ["AIME24", "MATH500", "GPQA"]
+    assert (s.temperature, s.top_p, s.seed, s.threshold) == (1.0, 1.0, 0, 1.0)
     assert s.benchmarks["GPQA"].scorer == "boxed" and s.benchmarks["GPQA"].group == "gpqa"
     # protocol full: one pass, the final settings on every checkpoint
     full = spec(protocol="full")
@@ -43,12 +45,12 @@ def test_defaults_follow_the_paper():
     ({"selection": {"n": 8, "benchmarks": ["AIME24"]}}, r"lacks \['MATH500'\]"),
     ({"protocol": "cheap"}, r"evaluation\.protocol: expected one of \['select', 'full'\] \(.*\), got 'cheap'"),
     ({"backend": "sglang"}, r"evaluation\.backend: expected one of \['vllm', 'transformers'\], got 'sglang'"),
-    ({"final": {"n": 0}}, r"final.n=0: expected an integer >= 1"),
+    ({"final": {"n": 0}}, r"^r\.yaml: evaluation\.final\.n must be >= 1, got 0$"),
     ({"gpus_per_node": 6, "engine": {"tensor_parallel_size": 4}}, "not a multiple"),
     ({"engine": {"tp": 2}}, r"evaluation\.engine\.tp: unknown key; valid keys: \['tensor_parallel_size'"),
     ({"tables": ["table9"]}, r"evaluation\.tables\[0\]: expected one of \['table1', .*got 'table9'"),
     ({"cost": {"mean_response_fraction": 2}}, "mean_response_fraction"),
-    ({"seed": -1}, "seed must be"),
+    ({"seed": -1}, r"evaluation\.seed must be >= 0, got -1"),
     ({"resources": {"gpus": 8}}, "unknown resources key"),
     # the schema's types: nothing is converted ("32" is not a count), and the error names the key's full path
     ({"selection": {"n": "32"}}, r"^r\.yaml: evaluation\.selection\.n: expected an integer, got '32'$"),
@@ -62,14 +64,18 @@ def test_defaults_follow_the_paper():
     ({"benchmarks": {"A": {"scorer": "math"}}}, r"evaluation\.benchmarks\.A\.file is required: a string"),
     ({"benchmarks": []}, r"evaluation\.benchmarks: expected a mapping"),
     ({"selection": 8}, r"evaluation\.selection: expected a mapping with keys \['n', 'benchmarks'\], got 8"),
-    # OmegaConf does not look inside a nested list: the block does
-    ({"selection": {"benchmarks": [["AIME24"]]}}, r"evaluation\.selection\.benchmarks\[0\]: expected a name, got \["),
-    ({"tables": [{"x": 1}]}, r"evaluation\.tables\[0\]: expected a name, got \{"),
+    # inside nested lists and mappings too
+    ({"selection": {"benchmarks": [["AIME24"]]}}, r"evaluation\.selection\.benchmarks\[0\]: expected a string, got \["),
+    ({"tables": [{"x": 1}]}, r"evaluation\.tables\[0\]: expected one of \['table1', .*got \{"),
+    ({"averages": {"Math Avg": ["AIME24", 5]}}, r"evaluation\.averages\.Math Avg\[1\]: expected a string, got 5$"),
+    ({"benchmarks": {2024: "b/x.jsonl"}}, r"evaluation\.benchmarks\[2024\]: a name here is a string \(quote it\)"),
+    ({"engine": {"vllm_engine_args": 3}}, r"evaluation\.engine\.vllm_engine_args: expected a string, got 3$"),
     # null for a count or a benchmark list is refused as the schema's "left out" would take the default
     ({"selection": {"n": None}}, r"evaluation\.selection\.n is null: give a value or leave the key out"),
     ({"final": {"benchmarks": None}}, r"evaluation\.final\.benchmarks is null"),
     ({"gpus_per_node": None}, r"evaluation\.gpus_per_node is null"),
     ({"benchmarks": None}, r"evaluation\.benchmarks is required"),
+    ({"benchmarks": {}}, r"evaluation\.benchmarks is required"),
     ({"protocol": "cheap"}, r"\(select: a small-n selection pass on every checkpoint"),
 ])
 def test_bad_values_are_refused_naming_the_key(raw, match):
@@ -81,17 +87,17 @@ def test_bad_values_are_refused_naming_the_key(raw, match):
 def test_benchmark_paths_and_scorers_expand_environment_variables(monkeypatch):
     monkeypatch.setenv("BENCH_DIR", "/data/b")
     monkeypatch.delenv("MY_SCORER", raising=False)
-    s = ej.load_eval_spec({"benchmarks": {"A": "${BENCH_DIR}/A.jsonl", "B": "${NOPE:-x}/B.jsonl",
+    s = load_eval_spec({"benchmarks": {"A": "${BENCH_DIR}/A.jsonl", "B": "${NOPE:-x}/B.jsonl",
                                           "C": {"file": "c.jsonl", "scorer": "${MY_SCORER}"}}, "select_by": "A"}, "r")
     assert s.benchmarks["A"].file == "/data/b/A.jsonl" and s.benchmarks["B"].file == "x/B.jsonl"
-    assert s.benchmarks["C"].unset == ("MY_SCORER",)
+    assert s.benchmarks["C"].unset == ["MY_SCORER"]
     problems = ej.submission_problems(s, Path("/nonexistent"))
     assert any("MY_SCORER" in p for p in problems) and any("A.jsonl not found" in p for p in problems)
 
 
 def test_submission_problems_name_missing_files_and_unresolvable_scorers(tmp_path):
     (tmp_path / "a.jsonl").write_text('{"id": 1, "problem": "1+1", "answer": "2"}\n')
-    s = ej.load_eval_spec({"benchmarks": {"A": "a.jsonl", "B": {"file": "a.jsonl", "scorer": "no_such_mod:fn"}},
+    s = load_eval_spec({"benchmarks": {"A": "a.jsonl", "B": {"file": "a.jsonl", "scorer": "no_such_mod:fn"}},
                            "select_by": "A"}, "r")
     problems = ej.submission_problems(s, tmp_path)
     assert len(problems) == 1 and "scorer 'no_such_mod:fn' does not resolve" in problems[0]
@@ -190,19 +196,41 @@ def test_the_job_script_carries_singleton_and_a_plan_that_reads_back(paper_main,
     final = job.evaluation.jobs[1]
     assert '#SBATCH --dependency="singleton"' in final.text and "afterany" not in final.text.split("\n#\n")[0]
     assert "<" not in final.text.split("\n#\n")[0]  # no placeholder left in a directive
-    lines = ej.dry_run_lines(job)
+    lines = eval_dry_run.dry_run_lines(job)
     assert (f"### submitted as: sbatch --parsable --dependency=afterany:<selection job>,afterany:<baseline selection"
             f" job>,singleton <script dir>/{job.job_name}-final.sbatch") in lines
     assert lines[lines.index(next(x for x in lines if x.endswith("-final.sbatch"))) + 1] == final.text
     assert f'#SBATCH --job-name="{job.job_name}"' in final.text
     assert '#SBATCH --signal="B:USR1@120"' in final.text and "#SBATCH --requeue" in final.text
     text = final.text.split("<<'FGRPO_EVAL_PLAN' &\n", 1)[1].split("\nFGRPO_EVAL_PLAN\n", 1)[0]
-    plan = Plan.from_json(text)
-    assert plan == final.plan and plan.to_json() == text
+    plan = Plan.read(text)
+    assert plan == final.plan and plan.to_json() == text and plan.engine.tensor_parallel_size == 1
     assert plan.baseline.experiment == job.baseline_job.job_name
     script = tmp_path / "job.sh"
     script.write_text(final.text)
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+
+
+@pytest.mark.parametrize("theirs, seen", [(None, "1"), ("0", "0")])
+def test_the_evaluation_job_runs_offline_from_the_hub_unless_told_otherwise(paper_main, tmp_path, theirs, seen):
+    """As training (slurm/ray_cluster.sh): HF_HUB_OFFLINE=1 for the evaluator, a value of the submitting environment
+    kept. The rendered script runs with a stand-in interpreter that records what it was given."""
+    import os
+
+    _, jobs = paper_main
+    text = jobs["qwen25_7b-grpo-g0p0"].evaluation.jobs[0].text
+    fake = tmp_path / "python"
+    fake.write_text(f'#!/bin/sh\necho "$* HF=${{HF_HUB_OFFLINE-unset}}" >> {tmp_path / "calls"}\ncat > /dev/null\n')
+    fake.chmod(0o755)
+    script = tmp_path / "job.sh"
+    script.write_text(re.sub(r"(?m)^export FGRPO_PYTHON=.*$", f"export FGRPO_PYTHON={fake}", text))
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"}
+    env.update(SLURM_JOB_ID="7", SLURM_JOB_NODELIST="n1", **({} if theirs is None else {"HF_HUB_OFFLINE": theirs}))
+    assert subprocess.run(["bash", str(script)], env=env, cwd=tmp_path).returncode == 0
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert [c.split(" HF=")[0].split()[:2] for c in calls] == [["-m", "fgrpo_verl.launch.identity"],
+                                                                ["-m", "fgrpo_verl.evaluation.eval_job"]]
+    assert calls[-1].endswith(f"HF={seen}")
 
 
 def test_the_dry_run_prints_each_protocols_gpu_hours_from_the_configs(paper_main):
@@ -219,7 +247,7 @@ def test_the_dry_run_prints_each_protocols_gpu_hours_from_the_configs(paper_main
     # Qwen3: half the length, fewer parameters
     qwen3 = jobs["qwen3_4b_base-grpo-g0p0"].evaluation
     assert qwen3.hours["full"] == pytest.approx(10 * pass_gpu_hours(2286, 1024, 4096, 4.02e9, a))
-    total = ej.dry_run_total(list(jobs.values()))
+    total = eval_dry_run.dry_run_total(list(jobs.values()))
     select = sum(j.evaluation.hours["select"] for j in jobs.values())
     assert f"protocol select {select:,.0f} GPU-hours" in total[0]
     assert "mean response = 0.25 x max_new_tokens" in total[1]
@@ -229,17 +257,17 @@ def test_the_dry_run_prints_each_protocols_gpu_hours_from_the_configs(paper_main
 def _fake(name, gamma, run_dir, protocol="select"):
     from test_eval_plan_on_cpu import plan_dict  # save_freq 2, total 4; selection n=4 and final n=8 on benchmark A
 
-    plan = Plan.from_dict({**plan_dict(), "run_dir": str(run_dir), "protocol": protocol})
+    plan = Plan.read({**plan_dict(), "run_dir": str(run_dir), "protocol": protocol})
     jobs = tuple(ej.EvalJob(p, plan, ()) for p in (("selection", "final") if protocol == "select" else ("selection",)))
     return SimpleNamespace(job_name=name, run=SimpleNamespace(name=name), run_label=name, evaluation=SimpleNamespace(jobs=jobs))
 
 
 def test_a_fresh_launch_submits_selection_after_training_and_final_after_both_selections(tmp_path):
     base, focal = _fake("b", 0, tmp_path / "b"), _fake("f", 1, tmp_path / "f")
-    decisions, notes = ej.decide([base, focal], [base.evaluation, focal.evaluation], {"b": "11", "f": "12"},
+    decisions, notes = eval_submit.decide([base, focal], [base.evaluation, focal.evaluation], {"b": "11", "f": "12"},
                                  {}, {"b": None, "f": "b"})
     got = [(d.job_name, d.phase, d.depends_on) for d in decisions]
-    sel = ej.SelectionOf
+    sel = eval_submit.SelectionOf
     assert got == [("b", "selection", ("11",)), ("f", "selection", ("12",)), ("b", "final", (sel("b"),)),
                    ("f", "final", (sel("f"), sel("b")))] and not notes
 
@@ -247,14 +275,14 @@ def test_a_fresh_launch_submits_selection_after_training_and_final_after_both_se
 def test_a_relaunch_submits_nothing_for_runs_with_an_evaluation_in_the_queue_and_waits_on_running_baselines(tmp_path):
     focal = _fake("f", 1, tmp_path / "f")
     # the baseline is not part of this launch (--only f) and still training: f's final pass waits for it
-    decisions, notes = ej.decide([focal], [focal.evaluation], {"f": None, "b": "31"}, {}, {"f": "b"})
+    decisions, notes = eval_submit.decide([focal], [focal.evaluation], {"f": None, "b": "31"}, {}, {"f": "b"})
     assert [(d.job_name, d.phase, d.depends_on) for d in decisions] == [("f", "selection", ()), ("f", "final",
-                                                                                                 (ej.SelectionOf("f"), "31"))]
-    decisions, notes = ej.decide([focal], [focal.evaluation], {"f": None}, {"f": [("40", "PENDING")]}, {"f": "b"})
+                                                                                                 (eval_submit.SelectionOf("f"), "31"))]
+    decisions, notes = eval_submit.decide([focal], [focal.evaluation], {"f": None}, {"f": [("40", "PENDING")]}, {"f": "b"})
     assert decisions == [] and "40 already queued" in notes[0]
     # the baseline's evaluation is in the queue: f's final pass depends on it
-    decisions, _ = ej.decide([focal], [focal.evaluation], {}, {"b": [("41", "RUNNING")]}, {"f": "b"})
-    assert decisions[-1].depends_on == (ej.SelectionOf("f"), "41")
+    decisions, _ = eval_submit.decide([focal], [focal.evaluation], {}, {"b": [("41", "RUNNING")]}, {"f": "b"})
+    assert decisions[-1].depends_on == (eval_submit.SelectionOf("f"), "41")
 
 
 def _fake_sbatch_and_two_runs(tmp_path, monkeypatch, fail_at: int = 0) -> tuple:
@@ -294,7 +322,7 @@ def test_a_refused_sbatch_stops_the_launch_counting_the_jobs_it_leaves_queued(tm
     _, jobs = _fake_sbatch_and_two_runs(tmp_path, monkeypatch, fail_at=3)
     submitted = Submitted(training=[(jobs[0], "11"), (jobs[1], "12")])
     with pytest.raises(RuntimeError, match="Memory specification can not be satisfied"):
-        ej.submit_eval_jobs(jobs, {"b": "11", "f": "12"}, tmp_path / "scripts", tmp_path / "logs",
+        eval_submit.submit_eval_jobs(jobs, {"b": "11", "f": "12"}, tmp_path / "scripts", tmp_path / "logs",
                             out=lambda *_: None, submitted=submitted.evaluation)
     assert submitted.evaluation == [("b", "selection", "100"), ("f", "selection", "101")]
     message = str(_partly_submitted(RuntimeError("sbatch failed"), submitted))
@@ -313,7 +341,7 @@ def test_dependencies_go_on_sbatchs_command_line_and_the_planned_script_is_submi
 
     log, jobs = _fake_sbatch_and_two_runs(tmp_path, monkeypatch)
     assert sbatch(tmp_path / "train.sbatch") == "100"
-    done = ej.submit_eval_jobs(jobs, {"b": "11", "f": "12"}, tmp_path / "scripts", tmp_path / "logs",
+    done = eval_submit.submit_eval_jobs(jobs, {"b": "11", "f": "12"}, tmp_path / "scripts", tmp_path / "logs",
                                out=lambda *_: None)
     assert done == [("b", "selection", "101"), ("f", "selection", "102"), ("b", "final", "103"),
                     ("f", "final", "104")]
@@ -330,38 +358,40 @@ def test_dependencies_go_on_sbatchs_command_line_and_the_planned_script_is_submi
 
 
 def test_evaluation_jobs_request_the_host_memory_of_verls_model_merger(paper_main):
-    """verl's model merger, (6 + 4/W) B per parameter (Qwen2.5-7B, 7.62B, trained on 2 x 8 GPUs: 44.4 GiB), beside
-    the other workers' vLLM engines (a worker merges the next checkpoint while the others sample), 8 GiB each for
-    8 GPUs at TP 1, + 4 GiB: 113 GiB; the recipe's value wins."""
+    """verl's model merger, (6 + 4/W) B per parameter (Qwen2.5-7B, 7.62B, trained on 2 x 8 GPUs: 44.4 GiB), or,
+    after it (the job merges before its workers start), 8 vLLM engines for 8 GPUs at TP 1, 8 GiB each: the larger,
+    + 4 GiB: 68 GiB; the recipe's value wins."""
     import math
 
     _, jobs = paper_main
     job = jobs["qwen25_7b-grpo-g0p0"]
     world = int(job.config.trainer.nnodes) * int(job.config.trainer.n_gpus_per_node)
     assert world == 16
-    gib = math.ceil((6 + 4 / 16) * 7.62e9 / 2**30 + 8 * 8 + 4)
-    assert gib == 113 and ej.eval_host_memory(7.62e9, 16, 8) == "113G"
-    assert ej.eval_host_memory(7.62e9, 16) == "49G"
+    merger = (6 + 4 / 16) * 7.62e9 / 2**30
+    assert math.ceil(max(merger, 8 * 8) + 4) == 68 and eval_memory.eval_host_memory(7.62e9, 16, 8) == "68G"
+    assert eval_memory.eval_host_memory(7.62e9, 16) == "49G" == f"{math.ceil(merger + 4)}G"
+    assert eval_memory.eval_host_memory(30e9, 16, 8) == f"{math.ceil((6 + 4 / 16) * 30e9 / 2**30 + 4)}G"
     for e in job.evaluation.jobs:
-        assert '#SBATCH --mem="113G"' in e.text
-    assert any(line.startswith("### eval job memory: --mem=113G = verl's model merger, (6 + 4/16) B x 7.62B params, "
-                               "beside 8 vLLM engine(s) x 8 GiB") for line in ej.dry_run_lines(job))
+        assert '#SBATCH --mem="68G"' in e.text
+    assert any(line.startswith("### eval job memory: --mem=68G = the larger of verl's model merger, (6 + 4/16) B x "
+                               "7.62B params, and (after it) 8 vLLM engine(s) x 8 GiB")
+               for line in eval_dry_run.dry_run_lines(job))
     # a memory option of the recipe's own (sbatch refuses two): no --mem beside it; --mem-bind is no amount
     theirs = spec(resources={"extra": ["--mem-per-gpu=64G"]})
-    mem, line = ej.eval_memory(theirs, job.config, 7.62e9)
+    mem, line = eval_memory.eval_memory(theirs, job.config, 7.62e9)
     assert mem is None and "--mem-per-gpu=64G" in line
-    assert ej.eval_memory(spec(resources={"extra": ["--mem-bind=local"]}), job.config, 7.62e9)[0] == "113G"
+    assert eval_memory.eval_memory(spec(resources={"extra": ["--mem-bind=local"]}), job.config, 7.62e9)[0] == "68G"
     with pytest.raises(ValueError, match=r"^r.yaml: evaluation.resources: resources mem=200G and --mem-per-cpu=4G: sbatch "
                                          r"takes one memory option; keep one$"):
         spec(resources={"mem": "200G", "extra": ["--mem-per-cpu=4G"]})
     # one rank holds the whole model: its shard is loaded twice
-    assert ej.eval_host_memory(1e9, 1) == f"{math.ceil(10e9 / 2**30 + 4)}G"
+    assert eval_memory.eval_host_memory(1e9, 1) == f"{math.ceil(10e9 / 2**30 + 4)}G"
     mine = spec(resources={"mem": "300G"})
-    assert ej.eval_memory(mine, job.config, 7.62e9)[0] == "300G"
+    assert eval_memory.eval_memory(mine, job.config, 7.62e9)[0] == "300G"
     text = ej.render_eval_job(job.evaluation.recipe, job, "selection", job.evaluation.jobs[0].plan, mine,
-                              Path("/l"), Path("/w"), ej.eval_memory(mine, job.config, 7.62e9)[0])
+                              Path("/l"), Path("/w"), eval_memory.eval_memory(mine, job.config, 7.62e9)[0])
     assert '#SBATCH --mem="300G"' in text
-    mem, line = ej.eval_memory(spec(), job.config, None)
+    mem, line = eval_memory.eval_memory(spec(), job.config, None)
     assert mem is None and "evaluation.resources.mem" in line
 
 
@@ -369,30 +399,31 @@ def test_a_finished_and_evaluated_run_gets_no_evaluation_job(tmp_path):
     from test_eval_selection_on_cpu import make_run
 
     from fgrpo_verl.evaluation import checkpoint_eval as ce
+    from fgrpo_verl.evaluation.eval_job import SELECTED
     from fgrpo_verl.job import checkpoints as ck
 
     job = _fake("b", 0, tmp_path / "b")
     plan = job.evaluation.jobs[0].plan
     sel, fin = ce.pass_label(plan, "selection"), ce.pass_label(plan, "final")
     make_run(tmp_path, "b", [2, 4], {2: 0.1, 4: 0.2}, label=sel)
-    decisions, _ = ej.decide([job], [job.evaluation], {}, {}, {"b": None})
+    decisions, _ = eval_submit.decide([job], [job.evaluation], {}, {}, {"b": None})
     assert [(d.phase, d.depends_on) for d in decisions] == [("final", ())]  # selection complete, final not
     run = Path(plan.run_dir)
-    ck.write_json(run / ck.EVAL_DIR / ce.SELECTED, {"step": 4, "selection_label": sel})
+    ck.write_json(run / ck.EVAL_DIR / SELECTED, {"step": 4, "selection_label": sel})
     sig = ck.signature(run / "global_step_4" / "actor")
     ck.write_json(ck.result_path(run, 4, fin), {"signature": sig, "pass_at_k": {}})
-    assert ej.decide([job], [job.evaluation], {}, {}, {"b": None})[0] == []
-    assert ej.progress_line(plan) == "eval: selection 2/2 checkpoints; final: step 4 evaluated"
+    assert eval_submit.decide([job], [job.evaluation], {}, {}, {"b": None})[0] == []
+    assert eval_submit.progress_line(plan) == "eval: selection 2/2 checkpoints; final: step 4 evaluated"
     # an unfinished run is never "evaluated": its selection pass is due again once it trains on
     (run / "latest_checkpointed_iteration.txt").write_text("2")
-    assert [d.phase for d in ej.decide([job], [job.evaluation], {"b": "9"}, {}, {"b": None})[0]] == ["selection",
+    assert [d.phase for d in eval_submit.decide([job], [job.evaluation], {"b": "9"}, {}, {"b": None})[0]] == ["selection",
                                                                                                       "final"]
 
 
 def test_queue_entries_of_evaluation_jobs_are_not_training():
     record = {"jobs": ["5"], "eval_jobs": [{"id": "7", "phase": "selection"}]}
-    assert ej.split_queue([("5", "RUNNING"), ("7", "PENDING")], record) == ([("5", "RUNNING")], [("7", "PENDING")])
-    assert ej.split_queue([("5", "RUNNING")], None) == ([("5", "RUNNING")], [])
+    assert eval_submit.split_queue([("5", "RUNNING"), ("7", "PENDING")], record) == ([("5", "RUNNING")], [("7", "PENDING")])
+    assert eval_submit.split_queue([("5", "RUNNING")], None) == ([("5", "RUNNING")], [])
 
 
 def test_launch_refuses_evaluation_that_cannot_run_before_submitting_anything(tmp_path):
@@ -464,23 +495,24 @@ def _job(name, gamma, lr=1e-6):
     return SimpleNamespace(job_name=name, config=config, run=SimpleNamespace(name=name), run_label=name, command_line=())
 
 
-def test_a_baseline_written_as_an_integer_gamma_is_still_the_focal_runs_twin():
-    """A recipe may write algorithm.fgrpo.gamma=0 (an int): values are compared, not their spelling."""
-    focal, base_int, other = _job("exp-focal", 0.5), _job("exp-base", 0), _job("exp-other", 0, lr=2e-6)
-    assert ej.find_baseline(focal, [focal, other, base_int]) is base_int
-    assert ej.find_baseline(_job("exp-focal-1", 1), [base_int]) is base_int  # an int γ on the focal side too
-    assert ej.find_baseline(focal, [focal, other]) is None  # a different lr is another experiment
+def test_the_baseline_is_the_run_with_the_same_config_but_gamma_0():
+    """Values are compared as composition leaves them (γ a float: a recipe's ``0`` and ``0.0`` are one config)."""
+    focal, base, other = _job("exp-focal", 0.5), _job("exp-base", 0.0), _job("exp-other", 0.0, lr=2e-6)
+    assert eval_baseline.find_baseline(focal, [focal, other, base]) is base
+    assert eval_baseline.find_baseline(_job("exp-focal-1", 1.0), [base]) is base
+    assert eval_baseline.find_baseline(focal, [focal, other]) is None  # a different lr is another experiment
+    assert eval_baseline.find_baseline(base, [focal, other, base]) is None  # a γ = 0 run has none
 
 
 def test_the_dry_run_says_when_a_focal_run_has_no_baseline():
     focal = _job("exp-focal", 0.5)
     focal.evaluation = SimpleNamespace(baseline=None, jobs=(), cost_lines=(), setting_line="setting", memory_line="")
-    lines = ej.dry_run_lines(focal)
+    lines = eval_dry_run.dry_run_lines(focal)
     assert any(line.startswith("### no γ = 0 baseline for exp-focal in the recipe") and "no compute limit" in line
                for line in lines), lines
     control = _job("exp-control", 0.0)
     control.evaluation = focal.evaluation
-    assert not any("baseline" in line for line in ej.dry_run_lines(control))
+    assert not any("baseline" in line for line in eval_dry_run.dry_run_lines(control))
 
 
 @pytest.mark.parametrize("resources, named", [

@@ -6,31 +6,34 @@ import argparse
 import pytest
 
 from fgrpo_verl.evaluation.checkpoint_eval import pass_options
-from fgrpo_verl.evaluation.options import add_arguments, eval_options, from_text
+from fgrpo_verl.evaluation.options import add_arguments, eval_options
 from fgrpo_verl.evaluation.plan import Plan
 
 
 def _parsed(argv):
+    """The options ``fgrpo-verl eval ARGV`` runs with."""
     parser = argparse.ArgumentParser()
     add_arguments(parser)
-    return parser.parse_args(argv)
+    return eval_options(**vars(parser.parse_args(argv)))
 
 
 def test_options_take_the_command_lines_defaults_and_checks(tmp_path):
     built = eval_options(out=str(tmp_path))
-    parsed = _parsed(["--out", str(tmp_path)])
-    parsed.samples_per_request = parsed.n  # what validation fills in
-    assert vars(built) == vars(parsed)
-    with pytest.raises(ValueError, match=r"unknown evaluation option\(s\) \['nn'\]"):
+    assert built == _parsed(["--out", str(tmp_path)])
+    assert (built.n, built.samples_per_request, built.backend, built.save_completions) == (1024, 1024, "vllm", True)
+    assert not _parsed(["--out", str(tmp_path), "--no-save-completions"]).save_completions
+    with pytest.raises(ValueError, match=r"^--nn: unknown key; valid keys: \['tensor_parallel_size', "):
         eval_options(out=str(tmp_path), nn=3)
-    with pytest.raises(ValueError, match=r"\['out'\] are required"):
+    with pytest.raises(ValueError, match=r"^--out is required: a string$"):
         eval_options(n=3)
-    with pytest.raises(ValueError, match="--top-p must be in"):
+    with pytest.raises(ValueError, match=r"^--top-p must be in \(0, 1\], got 1\.5$"):
         eval_options(out=str(tmp_path), top_p=1.5)
-    with pytest.raises(ValueError, match="--backend must be one of vllm, transformers, got 'vlm'"):
+    with pytest.raises(ValueError, match=r"^--backend: expected one of \['vllm', 'transformers'\] \(vllm \(GPU"):
         eval_options(out=str(tmp_path), backend="vlm")
-    with pytest.raises(ValueError, match="unknown evaluation option 'gpus'"):
-        from_text("gpus", "2")
+    with pytest.raises(ValueError, match=r"^--n: expected an integer, got '32'$"):  # a plan's values are not text
+        eval_options(out=str(tmp_path), n="32")
+    with pytest.raises(ValueError, match=r"^--tensor-parallel-size must be >= 1, got 0$"):
+        eval_options(out=str(tmp_path), tensor_parallel_size=0)
     with pytest.raises(ValueError, match="--bench AIME24=.*: no such file"):
         eval_options(out=str(tmp_path), bench=[f"AIME24={tmp_path / 'absent.jsonl'}"])
 
@@ -40,11 +43,11 @@ def test_a_checkpoints_pass_has_the_options_its_command_line_would_have(tmp_path
     bench.write_text('{"id": "1", "problem": "p", "answer": "1"}\n')
     from test_eval_plan_on_cpu import plan_dict
 
-    plan = Plan.from_dict({
+    plan = Plan.read({
         **plan_dict(),
         "sampling": {"backend": "vllm", "temperature": 1.0, "top_p": 0.95, "seed": 7, "prompt_preset": "none",
                      "max_new_tokens": 64, "threshold": 1.0},
-        "engine": {"tensor_parallel_size": "2", "vllm_engine_args": {"enforce_eager": True}, "max_model_len": None},
+        "engine": {"tensor_parallel_size": 2, "vllm_engine_args": {"enforce_eager": True}, "max_model_len": None},
         "passes": {"selection": {"n": 32, "benchmarks": ["AIME24"]}, "final": {"n": 32, "benchmarks": ["AIME24"]}},
         "benchmarks": {"AIME24": {"file": str(bench), "scorer": "math", "group": "math"}},
         "averages": {"Math Avg": ["AIME24"]},
@@ -58,6 +61,5 @@ def test_a_checkpoints_pass_has_the_options_its_command_line_would_have(tmp_path
         "--bench-group", "AIME24=math", "--average", "Math Avg=AIME24", "--tensor-parallel-size", "2",
         "--vllm-engine-args", '{"enforce_eager": true}', "--resume",
     ])
-    parsed.samples_per_request = parsed.n
-    assert vars(built) == vars(parsed)
+    assert built == parsed
     assert built.tensor_parallel_size == 2 and built.vllm_engine_args == '{"enforce_eager": true}'

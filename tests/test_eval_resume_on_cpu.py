@@ -231,3 +231,54 @@ def test_resume_refuses_a_benchmark_file_edited_in_place(setup, full, fake_vllm,
     assert main(args) == 2
     assert "--bench B: the file's contents changed" in capsys.readouterr().err
     assert (out / "generations.jsonl").read_bytes() == before
+
+
+HOLDER = """
+import errno, fcntl, os, sys, time
+from pathlib import Path
+if sys.argv[2] == "noflock":  # what Lustre mounted noflock answers
+    def no_flock(fd, operation):
+        raise OSError(errno.ENOSYS, os.strerror(errno.ENOSYS))
+    fcntl.flock = no_flock
+from fgrpo_verl.evaluation.pipeline import exclusive_out
+with exclusive_out(Path(sys.argv[1])):
+    print("held", flush=True)
+    time.sleep(120)
+"""
+
+
+@pytest.mark.parametrize("mode", ["flock", "noflock"])
+def test_a_second_writer_is_refused_at_once_and_a_killed_writers_lock_is_no_obstacle(tmp_path, monkeypatch, mode):
+    """The --out lock where flock works and where it answers ENOSYS (then filelock's marker file, which names the
+    holder): a live holder refuses the next writer at once; one killed on this host (SIGKILL: nothing released) does
+    not stop the next, which takes its lock at once."""
+    import errno
+    import fcntl
+
+    from fgrpo_verl.evaluation.pipeline import exclusive_out
+
+    def no_flock(fd, operation):
+        raise OSError(errno.ENOSYS, os.strerror(errno.ENOSYS))
+
+    if mode == "noflock":
+        monkeypatch.setattr(fcntl, "flock", no_flock)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(os.path.dirname(__file__)),
+                                                       os.environ.get("PYTHONPATH", "")]))
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path), mode], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held", holder.stderr.read()
+        with pytest.raises(ValueError, match="another `fgrpo-verl eval` is writing to") as err:
+            with exclusive_out(tmp_path):
+                pass
+        named = f"pid {holder.pid} by {tmp_path / 'eval-writer.lock'}: if that process is gone"
+        assert (named in str(err.value)) == (mode == "noflock") and "\n" not in str(err.value)
+    finally:
+        holder.kill()
+        holder.wait()
+    with exclusive_out(tmp_path):
+        with pytest.raises(ValueError, match="another `fgrpo-verl eval` is writing to"):  # this process holds it now
+            with exclusive_out(tmp_path):
+                pass
+    with exclusive_out(tmp_path):  # released
+        pass

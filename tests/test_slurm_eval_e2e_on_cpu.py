@@ -13,11 +13,8 @@ What one launch does, checked from what a user sees (job logs, run directories, 
    merged again), scores the completions on disk, generates the rest, and gets exactly what an uninterrupted
    evaluation gets; the focal run's selection job, held at the same time, gets USR1 (what Slurm sends ahead of
    the time limit): it stops, requeues itself and finishes;
-4. the run directories' file system has no flock (tests/noflock_shim.c answers ENOSYS there, as Lustre mounted
-   ``noflock`` does): every merge and evaluation lock falls back to its owner file, and none is left behind, the
-   killed and the stopped jobs' included;
-5. the training runs' W&B offline files hold every checkpoint's evaluation (read back with the repo's reader);
-6. `fgrpo-verl report` prints the table and lists nothing missing; a relaunch submits nothing.
+4. the training runs' W&B offline files hold every checkpoint's evaluation (read back with the repo's reader);
+5. `fgrpo-verl report` prints the table and lists nothing missing; a relaunch submits nothing.
 """
 
 from __future__ import annotations
@@ -63,14 +60,6 @@ def _overlong(train_file: Path, out: Path, keep: int, extra: int) -> None:
     pd.concat([kept, long]).reset_index(drop=True).to_parquet(out)
 
 
-def _noflock_shim(out: Path) -> Path:
-    """tests/noflock_shim.c built as a shared library (``make slurm-deps`` installs gcc beside Slurm)."""
-    lib = out / "noflock.so"
-    subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-o", str(lib), str(REPO / "tests" / "noflock_shim.c"), "-ldl"],
-                   check=True, capture_output=True)
-    return lib
-
-
 @pytest.fixture(scope="module")
 def workdir(slurm, tmp_path_factory):
     from fgrpo_verl.tasks.maze import build
@@ -99,8 +88,6 @@ def workdir(slurm, tmp_path_factory):
         "resources": {"request_gpus": False, "ray_num_cpus": 32, "cpus_per_task": 2, "ray_join_timeout": 180},
         "env": {"WANDB_MODE": "offline", "WANDB_DIR": str(root), "RAY_DEDUP_LOGS": "0",
                 "FGRPO_TEST_HOLD_FILE": str(root / "hold"),
-                # every job: no flock under the launch directory (runs, checkpoints, evaluations)
-                "LD_PRELOAD": str(_noflock_shim(root)), "FGRPO_TEST_NOFLOCK_DIR": str(root),
                 # the evaluation's scorer is a module of tests/ (the training reward is loaded from its path)
                 "PYTHONPATH": f"{REPO}:{REPO / 'tests'}"},
         "common": common,
@@ -262,14 +249,10 @@ def test_launch_evaluates_every_checkpoint_resumes_a_killed_evaluation_and_repor
     for (run, phase), job in evals.items():
         log = _log(workdir, base.job_name if run == "grpo" else focal.job_name, job)
         assert _state(slurm, job) == "COMPLETED", log[-6000:]
-        # no flock here: each lock the evaluation took was its owner file
-        assert "no flock on" in log and "locking with the owner file" in log, log[-6000:]
         # the host memory the plan asks for (verl's merger beside the engines) is what Slurm holds for the job
         planned = (base if run == "grpo" else focal).evaluation.memory_line
         mem = re.search(r"--mem=(\d+G)\b", planned)
         assert mem and slurm.job_field(job, "MinMemoryNode") == mem.group(1), (planned, job)
-    # every owner file is gone, the killed and the stopped jobs' included
-    assert sorted(workdir.rglob("*.owner")) == [] and sorted(workdir.rglob("*.owner.break")) == []
     for job in (base, focal):
         assert ck.saved_steps(job.checkpoint_dir) == [2, 4]
         assert ck.read_steps(job.checkpoint_dir)["steps_per_epoch"] == 2

@@ -6,18 +6,18 @@ docs/evaluation.md.
 
 from __future__ import annotations
 
-from fgrpo_verl.evaluation.options import add_arguments, validate  # noqa: F401  (the CLI registers add_arguments)
+from fgrpo_verl.evaluation.options import add_arguments  # noqa: F401  (the CLI registers add_arguments)
 
 HELP = "Sample n completions per problem (or load saved ones), score them, write unbiased pass@k tables and plots."
 
 
 def run(args) -> int:
+    from fgrpo_verl.evaluation.options import EvalOptions, eval_options
     from fgrpo_verl.evaluation.pipeline import run_eval
 
     # errors: fgrpo_verl/cli/errors.py (a ValueError is the input's: exit 2; a missing tool: exit 1)
     try:
-        validate(args)
-        return run_eval(args)
+        return run_eval(eval_options(**{k: v for k, v in vars(args).items() if k in EvalOptions.model_fields}))
     except ModuleNotFoundError as err:
         if err.name != "vllm":
             raise

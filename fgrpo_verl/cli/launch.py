@@ -133,7 +133,7 @@ def _print_scripts(recipe, jobs) -> None:
     """Every job's scripts with what the dry run knows about each (``--dry-run --script-dir -``)."""
     import sys
 
-    from fgrpo_verl.launch.eval_jobs import dry_run_lines, dry_run_total
+    from fgrpo_verl.launch.eval_dry_run import dry_run_lines, dry_run_total
 
     incomplete = []
     for job in jobs:
@@ -159,7 +159,7 @@ def _print_scripts(recipe, jobs) -> None:
 def _dry_run(recipe, jobs, script_dir: str | None, workdir: Path) -> int:
     """The summary table, each distinct preflight, what a submit still needs; the scripts only on request."""
     from fgrpo_verl.launch import summary
-    from fgrpo_verl.launch.eval_jobs import missing_baseline
+    from fgrpo_verl.launch.eval_baseline import missing_baseline
 
     if script_dir == "-":
         _print_scripts(recipe, jobs)
@@ -219,7 +219,7 @@ def _recorded_runs(recipe_arg: str, only, overrides, workdir: Path, evaluation: 
 def _print_status(runs) -> int:
     """Each run's state (and its evaluation's progress) from Slurm and its checkpoint dir."""
     from fgrpo_verl.launch import run_states
-    from fgrpo_verl.launch.eval_jobs import progress_line
+    from fgrpo_verl.launch.eval_submit import progress_line
 
     for planned, status in zip(runs, run_states(runs)):
         print(f"{planned.run_name}  {status.line(planned.job_name)}")

@@ -34,20 +34,20 @@ from fgrpo_verl.evaluation.significance import combine_draws, subsample_draws, s
 
 GENERATIONS = "generations.jsonl"
 MANIFEST = "eval_manifest.json"
-LOCK = "eval.lock"
+LOCK = "eval-writer.lock"
 # Settings that decide which samples are drawn and how they are scored: a resumed run must match them.
 SAMPLING_KEYS = ("backend", "n", "temperature", "top_p", "max_new_tokens", "seed", "samples_per_request",
                  "prompt_preset", "system_prompt", "chat_template_kwargs", "prompt_style", "bench_group",
                  "save_completions", "scorer", "bench_scorer", "threshold", "batch_size")
 
 
-def parse_pairs(option: str, values, allow_empty: bool = False) -> dict[str, str]:
+def parse_pairs(option: str, values) -> dict[str, str]:
     """``["A=x", "B=y"]`` -> ``{"A": "x", "B": "y"}``; names unique and non-empty."""
     out: dict[str, str] = {}
     for item in values or []:
         name, sep, value = item.partition("=")
         name, value = name.strip(), value.strip()
-        if not sep or not name or (not value and not allow_empty):
+        if not sep or not name or not value:
             raise ValueError(f"{option} expects NAME=VALUE, got {item!r}")
         if name in out:
             raise ValueError(f"{option}: name {name!r} given twice")
@@ -55,7 +55,7 @@ def parse_pairs(option: str, values, allow_empty: bool = False) -> dict[str, str
     return out
 
 
-def _sha256(path) -> str:
+def file_sha256(path) -> str:
     import hashlib
 
     digest = hashlib.sha256()
@@ -71,26 +71,32 @@ def _manifest(args, models: dict, bench_files: dict) -> dict:
     # the lines already scored against the old one. Model weights are too large to hash: their paths only.
     return {"settings": settings, "models": {k: str(Path(v).resolve()) for k, v in models.items()},
             "benchmarks": {k: str(Path(v).resolve()) for k, v in bench_files.items()},
-            "benchmark_sha256": {k: _sha256(v) for k, v in bench_files.items()}}
+            "benchmark_sha256": {k: file_sha256(v) for k, v in bench_files.items()}}
 
 
 @contextlib.contextmanager
-def exclusive_out(out_dir: Path, log):
-    """Hold an exclusive lock on ``<out>/eval.lock`` while this process writes ``<out>``.
+def exclusive_out(out_dir: Path):
+    """Hold ``<out>/eval-writer.lock`` while this process writes ``<out>``: a second ``eval --model`` into it (a
+    duplicate job, a --resume started while the first still runs) would append the same problems again and could cut
+    the first one's line in flight as a "torn tail"; it is refused at once instead.
 
-    A second ``eval --model`` into the same ``--out`` (a duplicate job, a --resume started while the first still
-    runs) would append the same problems again and could cut the first one's line in flight as a "torn tail"; it is
-    refused instead. The lock is ``fgrpo_verl.job.locks.exclusive``: flock, released by the kernel when the
-    process dies (a killed run never leaves a stale lock); where the file system has no flock (Lustre mounted
-    without -o flock), an owner file whose abandoned copies are detected and removed."""
-    from fgrpo_verl.job.locks import LockHeld, exclusive
+    filelock's ``FileLock``: ``flock``, which the kernel releases when its holder dies, so nothing goes stale. Where
+    flock answers ENOSYS (Lustre mounted ``noflock``), the library falls back by itself to a marker file naming the
+    holder's pid, host and start time, and takes over one whose holder is gone from this host; one left by a holder
+    on a node that died cannot be judged from here, so the refusal names it. (filelock's lease, a marker its holder
+    refreshes, could judge that too, but only by watching it for a whole lease: no refusal at once.)"""
+    from filelock import FileLock, Timeout
 
-    with contextlib.ExitStack() as stack:
-        try:
-            stack.enter_context(exclusive(out_dir / LOCK, wait=False, log=lambda m: log(f"[eval] {m}")))
-        except LockHeld as held:
-            raise ValueError(f"another `fgrpo-verl eval` is writing to {out_dir} ({held}); wait for it to finish "
-                             "or stop it, then --resume; nothing was touched") from None
+    lock = FileLock(out_dir / LOCK)
+    try:
+        held = lock.acquire(timeout=0)
+    except Timeout:
+        pid = getattr(lock, "pid", None)  # recorded only by the marker file (no flock)
+        holder = f", pid {pid} by {lock.lock_file}: if that process is gone (its node failed), remove the file" \
+            if pid else ""
+        raise ValueError(f"another `fgrpo-verl eval` is writing to {out_dir}{holder}; wait for it to finish or stop "
+                         "it, then --resume; nothing was touched") from None
+    with held:
         yield
 
 
@@ -311,7 +317,7 @@ def run_eval(args, log=print) -> int:
 
             for path in models.values():
                 resolve_model_path(path)  # a typo in the last --model fails now, not after the others' sampling
-            with exclusive_out(out_dir, log):
+            with exclusive_out(out_dir):
                 prepare_out(out_dir, args, models, bench_files, log)
                 generate(models, benchmarks, settings, args, out_dir, scorer, log)
             paths = [out_dir / GENERATIONS]

@@ -208,7 +208,7 @@ def run_states(jobs: list[JobScript]) -> list:
     from fgrpo_verl.launch.queue import active_jobs, run_status
 
     from fgrpo_verl.job.checkpoints import read_steps
-    from fgrpo_verl.launch.eval_jobs import split_queue
+    from fgrpo_verl.launch.eval_submit import split_queue
 
     queue = active_jobs([job.job_name for job in jobs])
     states = []
@@ -249,7 +249,8 @@ def submit_jobs(
     jobs stay queued: a relaunch skips them and submits the rest)."""
     from fgrpo_verl.launch.identity import write_fresh, write_record
 
-    from fgrpo_verl.launch.eval_jobs import check_submission, submit_eval_jobs
+    from fgrpo_verl.launch.eval_jobs import check_submission
+    from fgrpo_verl.launch.eval_submit import submit_eval_jobs
 
     # evaluation that could not work (a benchmark file or scorer missing) is refused before any job is submitted
     check_submission(jobs)

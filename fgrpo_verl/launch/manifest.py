@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,14 +60,13 @@ def planned_runs(jobs: list) -> list[PlannedRun]:
 
 def write_manifest(path: Path, key: str, jobs: list) -> None:
     """Record ``jobs`` under ``key`` (other keys' entries kept: a submit of some runs, then of others)."""
+    from fgrpo_verl.job.checkpoints import write_json
+
     entries = _read(path)
     entries[key] = [{"run_name": r.run_name, "job_name": r.job_name, "checkpoint_dir": str(r.checkpoint_dir),
-                     "total_steps": r.total_steps, "eval_plan": r.eval_plan and r.eval_plan.to_dict()}
+                     "total_steps": r.total_steps, "eval_plan": r.eval_plan and r.eval_plan.model_dump()}
                     for r in planned_runs(jobs)]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(entries, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_json(path, entries)
 
 
 def read_manifest(path: Path, key: str) -> list[PlannedRun] | None:
@@ -78,7 +76,7 @@ def read_manifest(path: Path, key: str) -> list[PlannedRun] | None:
         return None
     try:
         return [PlannedRun(e["run_name"], e["job_name"], Path(e["checkpoint_dir"]), e["total_steps"],
-                           None if e["eval_plan"] is None else Plan.from_dict(e["eval_plan"])) for e in entry]
+                           None if e["eval_plan"] is None else Plan.read(e["eval_plan"])) for e in entry]
     except (KeyError, TypeError, ValueError):   # ValueError: a plan of another version (plan.py)
         return None
 
