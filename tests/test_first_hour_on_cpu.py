@@ -463,7 +463,7 @@ def test_status_names_the_runs_a_submit_names_without_checking_them_with_verl(dr
     monkeypatch.setenv("PATH", _fake_slurm(where / "bin", squeue_exit=0)["PATH"])
     only = DRY_RUN_ONLY
     planned = re.findall(r"^### job (\S+) \(run ", dry_out, flags=re.M)
-    import fgrpo_verl.launch.preflight as preflight
+    import fgrpo_verl.preflight as preflight
     import fgrpo_verl.launch.validator as validator
 
     def refuse(*a, **k):

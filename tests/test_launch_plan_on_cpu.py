@@ -12,7 +12,7 @@ import fgrpo_verl.launch as launch
 from fgrpo_verl.cli import main as cli_main
 from fgrpo_verl.config.compose import compose
 from fgrpo_verl.launch import manifest, plan_jobs
-from fgrpo_verl.launch.preflight import check_run
+from fgrpo_verl.preflight import check_run
 from fgrpo_verl.launch.recipe import load_recipe
 from fgrpo_verl.launch.validator import Validator
 

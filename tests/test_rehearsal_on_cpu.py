@@ -59,7 +59,7 @@ def _assert_ok(result: dict) -> None:
 def _check_preflight(reh, workdir: Path) -> str:
     """The rehearsal's own config passes the preflight (what the launcher would say about it)."""
     from fgrpo_verl.config.compose import compose
-    from fgrpo_verl.launch import preflight
+    from fgrpo_verl import preflight
 
     with environment_with(reh.env):
         return preflight.run(compose(reh.overrides), workdir, require_model=True).summary()
@@ -145,7 +145,7 @@ def test_one_slot_per_storage_unit_below_the_bound_fails_in_verl_and_in_the_pref
     """The other side of the TransferQueue bound: the maze run with each storage unit one sample smaller than the
     preflight's bound needs. verl's TransferQueue refuses it mid-validation; the preflight refuses it up front."""
     from fgrpo_verl.config.compose import compose
-    from fgrpo_verl.launch import preflight
+    from fgrpo_verl import preflight
 
     below = below_bound
     # the step's training batch and the validation batch each fit one slot per unit below the bound; the

@@ -121,7 +121,7 @@ def check_gpu_batch_sizes(config) -> None:
     which names no key ("real_train_batch_size (2048) must be divisible by minimal possible batch size (6)"): a
     ``ValueError`` naming every key involved, their values, and values of ``trainer.n_gpus_per_node`` and
     ``data.train_batch_size`` that pass. verl's rule reads neither the rollout's tensor parallelism nor Ulysses
-    sequence parallelism (the preflight checks those, fgrpo_verl/launch/preflight.py). Values that are not integers
+    sequence parallelism (the preflight checks those, fgrpo_verl/preflight/). Values that are not integers
     are left to verl; a GPU count below 1 is refused (verl divides by it)."""
     from omegaconf import OmegaConf
 

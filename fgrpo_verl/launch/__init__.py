@@ -78,7 +78,7 @@ def plan_jobs(
     # imported here already; a composition error is reported at once. Unchecked (--status): no validator at all
     validator = None
     if check:
-        from fgrpo_verl.launch.preflight import check_run
+        from fgrpo_verl.preflight import check_run
         from fgrpo_verl.launch.validator import Validator
 
         validator = Validator(check_run, len(runs))

@@ -11,7 +11,7 @@ states of every checkpoint before the resume point (fgrpo_verl/job/resume_point.
     total = min(kept, 2) x full + (kept - min(kept, 2)) x weights        (kept x full when all are kept)
 
 P: from the model's files (a local directory or the Hugging Face cache: the weight files' bytes over their dtype's
-size), else the paper's models' published counts (fgrpo_verl/launch/models.py; no download at launch).
+size), else the paper's models' published counts (fgrpo_verl/preflight/models.py; no download at launch).
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ WEIGHT_BYTES_PER_PARAM = 4
 
 
 def model_params(path: str) -> float | None:
-    """Parameters of the model at ``path`` (fgrpo_verl/launch/models.py: its files, or the paper's published
+    """Parameters of the model at ``path`` (fgrpo_verl/preflight/models.py: its files, or the paper's published
     counts); None when unknown here."""
-    from fgrpo_verl.launch.models import architecture
+    from fgrpo_verl.preflight.models import architecture
 
     arch = architecture(path)
     return None if arch is None else arch.params

@@ -96,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from fgrpo_verl.config.compose import compose
     from fgrpo_verl.integration.validation import validate
-    from fgrpo_verl.launch import preflight
+    from fgrpo_verl import preflight
     from fgrpo_verl.launch.identity import (
         check_record,
         experiment_name,

@@ -68,7 +68,7 @@ class JobScript:
     fresh: tuple[Path, str] | None = None
     # the W&B run id the script exports (pinned in the run record on submit)
     wandb_run_id: str = ""
-    # what the preflight found (fgrpo_verl/launch/preflight.py Report.summary), printed by --dry-run
+    # what the preflight found (fgrpo_verl/preflight Report.summary), printed by --dry-run
     preflight: str = ""
     # the run's evaluation jobs (fgrpo_verl/launch/eval_jobs.py RunEvaluation; None: the recipe has none)
     evaluation: object = None

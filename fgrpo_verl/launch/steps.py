@@ -16,37 +16,14 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from fgrpo_verl.data.parquet import parquet_rows
+
 
 @dataclass(frozen=True)
 class StepPlan:
     rows: int
     steps_per_epoch: int
     total_steps: int
-
-
-def _files(value) -> list[str]:
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return [value]
-    return [str(v) for v in value]
-
-
-def parquet_rows(files, workdir: Path) -> int | None:
-    """Rows of the parquet ``files`` (one path or a list; relative paths resolve against ``workdir``); None when
-    a file is missing (on a login node the data may only exist where the job runs)."""
-    import pyarrow.parquet as pq
-
-    names = _files(files)
-    if not names:
-        return None
-    total = 0
-    for name in names:
-        path = Path(workdir) / name
-        if not path.is_file():
-            return None
-        total += pq.ParquetFile(path).metadata.num_rows
-    return total
 
 
 def train_rows(config, workdir: Path) -> int | None:

@@ -170,7 +170,7 @@ def readiness(jobs: list, workdir: Path) -> list[str]:
     """What a submit of ``jobs`` from ``workdir`` needs that is not here: one line each (what, then the command
     that fixes it); empty when a submit would go."""
     from fgrpo_verl.launch.eval_jobs import benchmark_gaps
-    from fgrpo_verl.launch.models import missing_model
+    from fgrpo_verl.preflight.models import missing_model
     from fgrpo_verl.launch.steps import train_rows
 
     items: OrderedDict[str, list[str]] = OrderedDict()

@@ -1,4 +1,4 @@
-"""verl's verdicts on a recipe's configs (``launch.preflight.check_run``), given while the launcher composes them.
+"""verl's verdicts on a recipe's configs (``fgrpo_verl.preflight.check_run``), given while the launcher composes them.
 
 Validating needs verl, and ``import verl`` (torch, tensordict, transformers) costs ~4.5 CPU-s: about as much as
 composing a recipe's 36 runs. So for a recipe (several configs, verl not imported here yet) a one-process pool

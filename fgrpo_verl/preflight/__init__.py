@@ -1,0 +1,126 @@
+"""Preflight: what verl 0.9.1's worker start-up would refuse, and the run's memory estimate, before anything reaches
+a GPU queue: on the login node (``fgrpo-verl launch``, submit and ``--dry-run``; ``fgrpo-verl doctor --recipe``)
+and at a job's start on its allocation (``slurm/train.sbatch``'s jobenv). It never imports the launcher.
+
+verl's ``validate_config`` (``fgrpo_verl.integration.validation``) stops where the workers' start-up begins: a
+config it accepts can still be refused minutes into a GPU allocation. :func:`run` checks what comes after. The
+certain rules (:data:`rules.RULES`) refuse, one line each naming the key, its value and the fix. The memory
+estimate (:mod:`memory`) warns, per phase of a step, naming the setting that would fit it: it is a model, never
+checked against a GPU here, so it refuses only where the job's environment (this process's, or a recipe's ``env:``
+over it) sets ``FGRPO_PREFLIGHT_MEMORY=refuse``, a site that trusts it; unset (or ``warn``) it warns.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from fgrpo_verl.preflight import memory, rules
+from fgrpo_verl.preflight.rules import storage_load  # noqa: F401  (the rehearsal's bound)
+
+MEMORY_ENV = "FGRPO_PREFLIGHT_MEMORY"
+MEMORY_MODES = ("warn", "refuse")
+# the phases a certain rule already refused (the estimate adds nothing there)
+_CERTAIN = {"vLLM start": "start", "model states": "update"}
+
+
+@dataclass(frozen=True)
+class Refusal:
+    key: str
+    value: object
+    problem: str
+    fix: str
+    estimate: bool = False  # the memory estimate's, refused only with FGRPO_PREFLIGHT_MEMORY=refuse
+
+    def line(self) -> str:
+        text = f"{self.key}={self.value}: {self.problem}; {self.fix}"
+        return f"{text} (an estimate; refused because {MEMORY_ENV}=refuse)" if self.estimate else text
+
+
+class PreflightError(ValueError):
+    """One or more refusals; ``str()`` is one line per refusal."""
+
+    def __init__(self, refusals: list[Refusal]):
+        self.refusals = list(refusals)
+        super().__init__("\n".join(r.line() for r in self.refusals))
+
+
+@dataclass(frozen=True)
+class Report:
+    """What the checks found for a run that passed (the dry run and ``doctor`` print :meth:`summary`)."""
+
+    notes: tuple[str, ...]
+
+    def summary(self) -> str:
+        return "preflight: " + "; ".join(self.notes)
+
+
+def _estimate(run: rules.Run, refused: set[str], strict: bool) -> list[Refusal]:
+    """The memory estimate's note (each phase, of the GPU) and its warnings, as refusals when ``strict``."""
+    if not run.capacity:
+        if run.on_gpu:
+            run.notes.append("memory not estimated (" + ("model architecture unknown here" if run.arch is None else
+                                                         "no slurm.gpu_memory_gib: select a cluster group") + ")")
+        return []
+    head = run.head if run.head in ("logits", *rules.FUSED_BACKENDS) else "logits"  # refused; counted as logits
+    est = memory.estimate(run.config, run.arch, run.world, run.ref_worker, head)
+    phases = ", ".join(f"{name} {memory.gib(total)}" for name, total in est.phases.items())
+    note = f"memory per GPU (estimate): {phases} of {memory.gib(run.capacity)} GiB"
+    if est.vllm:
+        _, room, per_token = memory.kv_cache(run.config, run.arch, run.capacity)
+        seqs = run.aro.rollout.max_num_seqs
+        note += (f"; KV cache holds {min(int(max(room, 0.0) // (per_token * run.length)), int(seqs))} full-length "
+                 f"sequences at once (max_num_seqs={seqs})")
+    run.notes.append(note)
+    found = [Refusal(*w, estimate=True) for w in memory.warnings(est, run.config, {_CERTAIN[r] for r in refused
+                                                                                  if r in _CERTAIN})]
+    if not strict:
+        run.notes.extend(f"warning: {w.key}={w.value}: {w.problem}; {w.fix} (an estimate: {MEMORY_ENV}=refuse "
+                         "refuses it)" for w in found)
+        return []
+    return found
+
+
+def run(config, workdir: Path, require_model: bool = False, env=None) -> Report:
+    """Every rule of :data:`rules.RULES` on the composed ``config`` (relative data paths from ``workdir``), then the
+    memory estimate; ``require_model``: the model must be loadable offline here (a submit, a job start); ``env``: the
+    job's environment (default: this process's). Raises :class:`PreflightError`."""
+    env = os.environ if env is None else env
+    checks = rules.Run(config, Path(workdir), env, require_model)
+    refusals, failed, mode = [], set(), env.get(MEMORY_ENV, "").strip() or "warn"
+    if mode not in MEMORY_MODES:
+        refusals.append(Refusal(MEMORY_ENV, repr(env.get(MEMORY_ENV)), "not one of its values (warn, refuse, or "
+                                "unset)", f"unset it (the memory estimate warns), or set {MEMORY_ENV}=refuse to "
+                                "refuse a run over it"))
+    for r in rules.RULES:
+        if failed.intersection(r.needs):
+            failed.add(r.check)
+            continue
+        before = len(checks.refusals)
+        r.run(checks)
+        if len(checks.refusals) > before:
+            failed.add(r.check)
+    refusals += [Refusal(*found) for found in checks.refusals]
+    refusals += _estimate(checks, failed, mode == "refuse")
+    if refusals:
+        raise PreflightError(refusals)
+    return Report(tuple(checks.notes))
+
+
+def check_run(config, workdir: str, require_model: bool = False, env: dict | None = None) -> tuple[str, str]:
+    """What ``fgrpo-verl launch`` checks of one run with verl: ``validate_config``
+    (fgrpo_verl.integration.validation.validate), then :func:`run`, with ``env`` (the recipe's ``env:``) over this
+    process's environment. ``("ok", the report's summary)``, ``("invalid", verl's or fgrpo's message)`` or
+    ``("refused", one line per refusal)``. The launcher runs it in the process that imports verl beside it
+    (its validator), so everything here must be picklable both ways."""
+    from fgrpo_verl.integration.validation import verdict
+
+    error = verdict(config)
+    if error is not None:
+        return "invalid", error
+    try:
+        report = run(config, Path(workdir), require_model=require_model, env={**os.environ, **(env or {})})
+        return "ok", report.summary()
+    except PreflightError as exc:
+        return "refused", str(exc)
