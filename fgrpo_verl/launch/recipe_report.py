@@ -551,7 +551,7 @@ _TAIL_START = 1 << 20  # a log is searched from its end: the last validation is 
 def last_validation(log_dir: Path, job_name: str) -> tuple[int, dict[str, dict[int, float]]] | None:
     """``(step, {source: {k: pass@k}})`` of the latest step whose verl console line (in the run's Slurm logs,
     ``<log_dir>/<job name>-<job id>.out``) carries ``val-core/<source>/pass@<k>``; None when none does."""
-    from fgrpo_verl.job.quiet import step_fields
+    from fgrpo_verl.monitoring.console import step_fields
 
     best = None
     for path in Path(log_dir).glob(f"{glob.escape(job_name)}-*.out"):
