@@ -182,7 +182,7 @@ def run(args: argparse.Namespace) -> int:
     print("fgrpo-verl doctor")
     print(f"  {verl_compat.summary()}")
     # the checks below (train's config, the trainer modes, Ray) are the full release's: one line, nothing started
-    verl_compat.require(verl_compat.TRAIN, "fgrpo-verl doctor's checks")
+    verl_compat.require(verl_compat.TRAIN, "this command")
     with _QuietVerl():
         for name, check in checks:
             try:

@@ -236,7 +236,7 @@ def prepare(overrides: list[str], inspect_only: bool = False):
     from fgrpo_verl.config.compose import compose
     from fgrpo_verl.integration.validation import validate
 
-    verl_compat.require(verl_compat.TRAIN, "fgrpo-verl train")
+    verl_compat.require(verl_compat.TRAIN, "this command")
     config = compose(overrides)
     exported = export_ray_env_vars(config)
     import verl  # noqa: F401  (plugins load now, with the run's environment)
