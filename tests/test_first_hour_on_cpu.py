@@ -254,7 +254,6 @@ TRAIN_MISTAKES = [
     (["trainer.total_epochs=abc"], r"trainer\.total_epochs=abc: expected a number \(the default is 30\)"),
     (["actor_rollout_ref.actor.optim.lr=1e-3x"], r"actor_rollout_ref\.actor\.optim\.lr=1e-3x: expected a number"),
     (["trainer.val_before_train=maybe"], r"trainer\.val_before_train=maybe: expected true or false"),
-    (["algo=grpo", "--cfgg", "job"], r"flag '--cfgg' is not supported here; did you mean '--cfg'\?"),
     (["-m", "algorithm.fgrpo.gamma=0.5,1"], r"use `fgrpo-verl launch"),
 ]
 
