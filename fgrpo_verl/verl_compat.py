@@ -47,9 +47,11 @@ def installed() -> str:
         return "not installed"
 
 
-def supports(feature: str, version: str | None = None) -> bool:
-    """Whether ``feature`` (a key of :data:`FEATURES`) is offered on ``version`` (the installed verl by default). A
-    release outside :data:`RELEASES` gets what every tested release has: the core."""
+def supports(feature: str | None, version: str | None = None) -> bool:
+    """Whether ``feature`` (a key of :data:`FEATURES`; None: the core) is offered on ``version`` (the installed verl
+    by default). A release outside :data:`RELEASES` gets what every tested release has: the core."""
+    if feature is None:
+        return True
     version = installed() if version is None else version
     values = FEATURES[feature]
     return values[RELEASES.index(version)] is not None if version in RELEASES else all(v is not None for v in values)

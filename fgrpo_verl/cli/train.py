@@ -282,18 +282,6 @@ def _run_main_ppo(argv: list[str]) -> None:
         sys.argv = old_argv
 
 
-def _shutdown_ray() -> None:
-    import ray
-
-    if ray.is_initialized():
-        ray.shutdown()
-
-
-def log_path(config) -> Path:
-    """Where quiet mode writes verl's and Ray's output: next to the run's checkpoints."""
-    return Path(str(config.trainer.default_local_dir)) / "train.log"
-
-
 def run(args: argparse.Namespace) -> int:
     from fgrpo_verl.job import ray_start
 
@@ -323,7 +311,8 @@ def run(args: argparse.Namespace) -> int:
             return 0
         from fgrpo_verl.cli.quiet import last_error, quiet_terminal
 
-        path = log_path(config).resolve()
+        # verl's and Ray's output, next to the run's checkpoints
+        path = (Path(str(config.trainer.default_local_dir)) / "train.log").resolve()
         total = config.trainer.get("total_training_steps")
         print(f"fgrpo-verl train: verl's and Ray's output -> {path} (--verbose shows it here)", flush=True)
         started = time.monotonic()
@@ -333,7 +322,9 @@ def run(args: argparse.Namespace) -> int:
                     _run_main_ppo(argv)
                 finally:
                     # Ray forwards its workers' last lines when it shuts down (at exit otherwise): into the log
-                    _shutdown_ray()
+                    import ray
+
+                    ray.shutdown()
         except SystemExit as exc:
             if exc.code not in (0, None):
                 error = last_error(path) or f"exit status {exc.code}"

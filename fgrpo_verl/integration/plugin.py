@@ -108,17 +108,13 @@ def run_step(what: str, target: str, strict: bool, _module=None) -> bool:
         return False
 
 
-def _offered(feature: str | None) -> bool:
-    return feature is None or verl_compat.supports(feature)
-
-
 def install() -> None:
     """What ``import verl`` runs (the module docstring)."""
     if not verl_compat.supports(verl_compat.TRAINER_MODES):
         logger.warning("fgrpo-verl on %s", verl_compat.summary())
     strict = os.environ.get(STRICT_ENV) == "1"
     for what, target, trigger, feature in STEPS:
-        if not _offered(feature):
+        if not verl_compat.supports(feature):
             continue
         if trigger is None:
             run_step(what, target, False)
@@ -133,7 +129,7 @@ def register_all(strict: bool = True, leave_scheduled: tuple[str, ...] = ()) -> 
     ``leave_scheduled``: verl modules whose steps stay with the process that imports them (``train``'s driver leaves
     :data:`V1` to the TaskRunner); one already imported runs now, so a name another plugin took is refused here."""
     for what, target, trigger, feature in STEPS:
-        if _offered(feature) and not (trigger in leave_scheduled and trigger not in sys.modules):
+        if verl_compat.supports(feature) and not (trigger in leave_scheduled and trigger not in sys.modules):
             run_step(what, target, strict)
 
 

@@ -43,7 +43,10 @@ def _warn_once(message: str) -> None:
 
 
 def _select(config, key: str, default=None):
-    return OmegaConf.select(config, key, default=default, throw_on_resolution_failure=False)
+    try:
+        return OmegaConf.select(config, key, default=default, throw_on_resolution_failure=False)
+    except Exception:  # noqa: BLE001  (a path through a non-mapping: nothing there)
+        return default
 
 
 def check_fgrpo(config) -> None:
@@ -229,10 +232,7 @@ _GPUS_PER_NODE_OFFERED = 8
 
 def _int(config, key: str) -> int | None:
     """``key``'s value when it is an integer (not a bool); None otherwise (absent, null, unresolvable, text)."""
-    try:
-        value = OmegaConf.select(config, key, default=None, throw_on_resolution_failure=False)
-    except Exception:  # noqa: BLE001  (a path through a non-mapping: nothing to check here)
-        return None
+    value = _select(config, key)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
@@ -258,7 +258,7 @@ def check_gpu_batch_sizes(config) -> None:
     ``data.train_batch_size`` that pass. verl's rule reads neither the rollout's tensor parallelism nor Ulysses
     sequence parallelism (the preflight checks those, fgrpo_verl/launch/preflight.py). Values that are not integers
     are left to verl; a GPU count below 1 is refused (verl divides by it)."""
-    if OmegaConf.select(config, f"{ACTOR}.use_dynamic_bsz", default=False, throw_on_resolution_failure=False):
+    if _select(config, f"{ACTOR}.use_dynamic_bsz", False):
         return  # verl checks no batch divisibility with dynamic batch sizes
     per_node, nodes = _int(config, "trainer.n_gpus_per_node"), _int(config, "trainer.nnodes")
     for key, value in (("trainer.n_gpus_per_node", per_node), ("trainer.nnodes", nodes)):
@@ -268,7 +268,7 @@ def check_gpu_batch_sizes(config) -> None:
     if None in (per_node, nodes, batch, n):
         return
     megatron = None
-    if OmegaConf.select(config, f"{ACTOR}.strategy", default=None, throw_on_resolution_failure=False) == "megatron":
+    if _select(config, f"{ACTOR}.strategy") == "megatron":
         parallel = [_int(config, key) for key in MEGATRON_KEYS]
         if None in parallel or min(parallel) < 1:
             return
