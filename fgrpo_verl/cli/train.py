@@ -47,11 +47,13 @@ HELP = (
 
 def epilog() -> str:
     """``train --help``'s list of config groups and options, read from the shipped ``hydra_configs/``."""
-    from fgrpo_verl.config.paths import config_groups
+    from fgrpo_verl.config.paths import config_dir, config_groups
 
     groups = "\n".join(f"  {group}={'|'.join(options)}" for group, options in config_groups().items())
     return (
         "config groups (select with GROUP=OPTION; see docs/recipes.md):\n" + groups + "\n\n"
+        f"verl's own command on this config: python -m verl.trainer.main_ppo --config-path {config_dir()} "
+        "--config-name fgrpo_trainer ...\n\n"
         "examples:\n"
         "  fgrpo-verl train algo=grpo algorithm.fgrpo.gamma=1.0 data.train_files=... actor_rollout_ref.model.path=...\n"
         "  fgrpo-verl train algo=dapo backend=cpu --cfg job     # the composed config, validated; no training\n\n"

@@ -150,7 +150,7 @@ def check_before_ray(config) -> None:
         raise RuntimeError(
             "no GPU on this machine and no CPU backend selected: verl would start Ray and wait for a GPU that never "
             "comes; select the CPU backend with `fgrpo-verl train backend=cpu ...` or, with verl's main_ppo, "
-            "--config-path <fgrpo-verl's hydra_configs> --config-name fgrpo_trainer backend=cpu (README, \"Train\")")
+            "--config-path <the path `fgrpo-verl train --help` prints> --config-name fgrpo_trainer backend=cpu")
 
 
 # verl opens these in its TaskRunner (RLHFDataset), after Ray and every worker started
