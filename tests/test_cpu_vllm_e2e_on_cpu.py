@@ -1,7 +1,10 @@
 """End to end: verl 0.9.1's trainer with its own vLLM rollout (the engine GPU runs use), on vLLM's CPU build.
 
-- A 3-step F-GRPO run with DAPO's group filtering (``fgrpo-verl train backend=cpu_vllm``, maze task, the demo's
-  1M-parameter Qwen2: vLLM's CPU attention needs head_dim >= 32) with validation through vLLM at the last step.
+- A 3-step F-GRPO run with DAPO's group filtering, started as a verl user starts one: verl's own
+  ``python -m verl.trainer.main_ppo`` with ``algorithm.adv_estimator=fgrpo`` on fgrpo-verl's config (``--config-path
+  <hydra_configs> --config-name fgrpo_trainer backend=cpu_vllm``, README "Train"), which logs the ``fgrpo/*`` and
+  ``actor/fgrpo/*`` metrics; maze task, the demo's 1M-parameter Qwen2 (vLLM's CPU attention needs head_dim >= 32),
+  validation through vLLM at the last step.
   The parity reward (``cpu_backend_parity_reward.py``, with every prompt of even index solved) leaves about half
   the groups uniform: filtering evicts them and generates again until the step's 4 groups all mix outcomes, which
   the rollout dump of every step shows. verl's
@@ -18,6 +21,7 @@ of a run is one process at a time importing torch/verl/vLLM, so the second run f
 
 from __future__ import annotations
 
+import sys
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -28,11 +32,15 @@ from side_by_side import wait_for_ray
 from test_cpu_backend_e2e_on_cpu import _expected_advantage_range, _rollouts
 from verl_runs import metrics, run_train, stopping_on_error
 
+from fgrpo_verl.config.paths import CONFIG_NAME, config_dir
+
 pytestmark = pytest.mark.e2e
 
 REWARD_FILE = Path(__file__).resolve().parent / "cpu_backend_parity_reward.py"
 STEPS = 3
 GAMMA = 1.0
+# verl's own entry point on fgrpo-verl's config (the plain verl path, README "Train")
+MAIN_PPO = (sys.executable, "-m", "verl.trainer.main_ppo", "--config-path", str(config_dir()), "--config-name", CONFIG_NAME)
 # max |p_vLLM - p_actor| over sampled tokens: ~4e-8 when synced, ~0.04 when the engine keeps old weights
 SYNCED_PROBS_DIFF = 1e-4
 
@@ -81,7 +89,8 @@ def runs(tmp_path_factory):
                  seed=0)
     root, failing_root = tmp_path_factory.mktemp("trained"), tmp_path_factory.mktemp("failed_start")
     with ThreadPoolExecutor(1) as pool, stopping_on_error() as stop:
-        training = pool.submit(run_train, _overrides(maze, root), root, label="cpu_vllm e2e", stop=stop)
+        training = pool.submit(run_train, _overrides(maze, root), root, label="cpu_vllm e2e", stop=stop,
+                               program=MAIN_PPO)
         wait_for_ray(root / "train.log", training)
         failed = _failed_start(maze, failing_root)
         run = {**training.result(), "rollouts": root / "rollouts"}
@@ -104,6 +113,7 @@ def test_verls_vllm_rollout_samples_with_the_actors_updated_weights(trained):
         assert m["training/rollout_probs_diff_max"] < SYNCED_PROBS_DIFF, (step, m["training/rollout_probs_diff_max"])
         assert m["actor/grad_norm"] > 0  # the actor moved, so every later step samples from new weights
         assert m["fgrpo/num_groups"] == 4  # the focal estimator saw the 4 groups of n=4
+        assert 0 < m["fgrpo/g_mean"] <= 1 and "actor/fgrpo/adv_pos_share" in m  # the trainer mode's and the loss's
     # validation sampled through the engine too (val_kwargs.n = 2 per held-out maze)
     assert any(k.startswith("val-core/") and k.endswith("/mean@2") for k in steps[STEPS]), sorted(steps[STEPS])
 

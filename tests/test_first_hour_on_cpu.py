@@ -254,7 +254,6 @@ TRAIN_MISTAKES = [
     (["trainer.total_epochs=abc"], r"trainer\.total_epochs=abc: expected a number \(the default is 30\)"),
     (["actor_rollout_ref.actor.optim.lr=1e-3x"], r"actor_rollout_ref\.actor\.optim\.lr=1e-3x: expected a number"),
     (["trainer.val_before_train=maybe"], r"trainer\.val_before_train=maybe: expected true or false"),
-    (["algo=grpo", "--cfgg", "job"], r"flag '--cfgg' is not supported here; did you mean '--cfg'\?"),
     (["-m", "algorithm.fgrpo.gamma=0.5,1"], r"use `fgrpo-verl launch"),
 ]
 
@@ -630,7 +629,8 @@ STEP_LINE = ("\x1b[36m(TaskRunnerV1 pid=123)\x1b[0m step:3 - global_seqlen/min:1
 
 
 def test_step_lines_and_what_else_reaches_the_terminal():
-    from fgrpo_verl.job.quiet import step_summary, worth_echoing
+    from fgrpo_verl.cli.quiet import worth_echoing
+    from fgrpo_verl.monitoring.console import step_summary
 
     assert step_summary(STEP_LINE, total=16) == (
         "step 3/16  score 0.4375  resp_len 2  pg_loss -0.01235  g_mean 0.61  step_s 3.512")
@@ -646,7 +646,7 @@ def test_step_lines_and_what_else_reaches_the_terminal():
 QUIET_CHILD = r"""
 import subprocess, sys
 from pathlib import Path
-from fgrpo_verl.job.quiet import quiet_terminal
+from fgrpo_verl.cli.quiet import quiet_terminal
 with quiet_terminal(Path(sys.argv[1]), total_steps=2):
     print("verl config pprint " * 3)
     subprocess.run([sys.executable, "-c", "import sys; print('child noise'); print(sys.argv[1], file=sys.stderr)",

@@ -1,4 +1,4 @@
-"""fgrpo_verl/job/quiet.py's shutdown: the follower echoing the log to the terminal finishes before its files
+"""fgrpo_verl/cli/quiet.py's shutdown: the follower echoing the log to the terminal finishes before its files
 close, however slow the terminal, and stops at what was written when the command ended."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import os
 import threading
 import time
 
-import fgrpo_verl.job.quiet as quiet
+import fgrpo_verl.cli.quiet as quiet
 
 STEP = "step:{} - critic/score/mean:0.5 - timing_s/step:1.0\n"
 

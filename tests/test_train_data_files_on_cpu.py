@@ -1,5 +1,6 @@
-"""`fgrpo-verl train` checks its data files before Ray starts: verl opens them in the TaskRunner, after Ray and the
-workers started (a misspelt path cost 47 s and a traceback). One line, exit 2, the key and the path; remote URIs are
+"""`fgrpo-verl train` checks its data files before Ray starts (fgrpo_verl/integration/validation.py, which verl's own
+main_ppo runs too for fgrpo): verl opens them in the TaskRunner, after Ray and the workers started (a misspelt path
+cost 47 s and a traceback). One line, exit 2, the key and the path; remote URIs are
 verl's to fetch; `--cfg job` stays a print of the config."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from omegaconf import OmegaConf
 
 from fgrpo_verl.cli import main as cli_main
 from fgrpo_verl.cli import train
+from fgrpo_verl.integration.validation import check_data_files
 
 
 def _config(train_files, val_files=None):
@@ -28,14 +30,14 @@ def data(tmp_path, monkeypatch):
 
 def test_existing_files_pass_in_every_form(data, monkeypatch):
     monkeypatch.setenv("HOME", str(data))
-    train.check_data_files(_config("data/train.parquet", "data/val.parquet"))
-    train.check_data_files(_config(["data/train.parquet", str(data / "data" / "more.jsonl")], ["~/data/val.parquet"]))
-    train.check_data_files(_config("data/*.parquet", None))  # a pattern, as verl's loader (`datasets`) takes it
+    check_data_files(_config("data/train.parquet", "data/val.parquet"))
+    check_data_files(_config(["data/train.parquet", str(data / "data" / "more.jsonl")], ["~/data/val.parquet"]))
+    check_data_files(_config("data/*.parquet", None))  # a pattern, as verl's loader (`datasets`) takes it
 
 
 @pytest.mark.parametrize("uri", ["hdfs://nn/data/train.parquet", "s3://bucket/train.parquet", "gs://b/t.parquet"])
 def test_remote_uris_are_not_checked(data, uri):
-    train.check_data_files(_config([uri, "data/train.parquet"], uri))
+    check_data_files(_config([uri, "data/train.parquet"], uri))
 
 
 @pytest.mark.parametrize("train_files, val_files, message", [
@@ -48,7 +50,7 @@ def test_remote_uris_are_not_checked(data, uri):
 def test_a_missing_file_names_the_key_and_the_path(data, monkeypatch, train_files, val_files, message):
     monkeypatch.setenv("HOME", str(data))
     with pytest.raises(ValueError) as exc:
-        train.check_data_files(_config(train_files, val_files))
+        check_data_files(_config(train_files, val_files))
     assert message in str(exc.value) and "\n" not in str(exc.value)
     if str(train_files).startswith("~"):
         assert str(data / "data" / "trian.parquet") in str(exc.value)  # where `~` points

@@ -55,12 +55,12 @@ def test_gamma_zero_is_bitwise_verl_rloo_vectorized(sizes, seed, kind):
     assert torch.equal(ours, theirs)
 
 
-def test_gamma_zero_matches_verl_loop_grpo_closely():
-    # verl's reference loop implementation (`grpo`) differs from `grpo_vectorized` only in float rounding.
+def test_gamma_zero_matches_verl_loop_grpo_up_to_float_rounding():
+    # verl's loop `grpo` differs from its own `grpo_vectorized` in float rounding (the README's qualifier: ~5e-7)
     rewards, mask, index = make_batch([8] * 16 + [1, 3], seed=11)
     ours, _ = _fgrpo(rewards, mask, index, gamma=0.0)
     loop, _ = get_adv_estimator_fn("grpo")(token_level_rewards=rewards.clone(), response_mask=mask, index=index)
-    torch.testing.assert_close(ours, loop, rtol=1e-5, atol=1e-6)
+    assert float((ours - loop).abs().max()) <= 1e-6
 
 
 def _data_proto(rewards, mask, index):
@@ -123,31 +123,120 @@ def _clean_env():
     return env
 
 
-def test_validate_checks_the_fgrpo_block_once_with_or_without_the_plugins_wrapper(monkeypatch):
-    """validate() runs verl's validate_config, which the plugin wraps with the fgrpo check: its warnings (here
-    rollout.n=1) are said once, and without the wrapper (an unsupported verl) the check still runs. A handler on
-    fgrpo-verl's own logger: earlier tests may have changed how its records propagate."""
+@pytest.fixture
+def said(monkeypatch):
+    """fgrpo-verl's warnings, each said once per process (validation._SAID), from a fresh start."""
     import logging
 
-    from verl.utils import config as verl_config
+    from fgrpo_verl.integration import validation
 
-    said = []
+    messages = []
     handler = logging.Handler(logging.WARNING)
-    handler.emit = lambda record: said.append(record.getMessage())
+    handler.emit = lambda record: messages.append(record.getMessage())
     logger = logging.getLogger("fgrpo_verl")
     monkeypatch.setattr(logger, "disabled", False)
     monkeypatch.setattr(logger, "level", logging.WARNING)
+    monkeypatch.setattr(validation, "_SAID", set())
     logger.addHandler(handler)
-    try:
-        config = compose(["actor_rollout_ref.rollout.n=1"])
-        validate(config)
-        assert sum("actor_rollout_ref.rollout.n=1: every prompt group" in m for m in said) == 1, said
-        said.clear()
-        monkeypatch.setattr(verl_config, "validate_config", verl_config.validate_config.__wrapped__)
-        validate(config)
-        assert sum("actor_rollout_ref.rollout.n=1: every prompt group" in m for m in said) == 1, said
-    finally:
-        logger.removeHandler(handler)
+    yield messages
+    logger.removeHandler(handler)
+
+
+def test_train_and_main_ppo_validating_one_config_say_its_warnings_once(said):
+    from verl.utils.config import validate_config
+
+    config = compose(["actor_rollout_ref.rollout.n=1", "backend=cpu"])
+    validate(config)
+    with pytest.raises(ValueError):  # verl's own checks of what train composed for main_ppo, after ours
+        validate_config(config, use_reference_policy=False, use_critic=False)
+    assert sum("actor_rollout_ref.rollout.n=1:" in m for m in said) == 1, said
+
+
+def _verl_config(overrides):
+    """verl's own ppo_trainer, as ``python -m verl.trainer.main_ppo`` composes it."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from fgrpo_verl.config.compose import verl_config_dir
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(verl_config_dir()), version_base=None):
+        return hydra_compose(config_name="ppo_trainer", overrides=overrides)
+
+
+def _main_ppo_check(overrides):
+    """What verl's main_ppo runs before Ray: its validate_config, which the plugin wraps."""
+    from verl.utils.config import validate_config
+
+    validate_config(_verl_config(overrides), use_reference_policy=False, use_critic=False)
+
+
+# data files that exist (the checks before Ray look at them first)
+PLAIN = ["algorithm.adv_estimator=fgrpo", "+algorithm.fgrpo.gamma=0.5", f"data.train_files={__file__}",
+         f"data.val_files={__file__}", "trainer.logger=[console]"]
+LOSS = "actor_rollout_ref.actor.policy_loss"
+
+
+def test_the_mistakes_of_the_plain_verl_path_are_one_line_before_ray(said):
+    # the fgrpo loss without its config class: verl would fail at the first actor update, after Ray started
+    with pytest.raises(ValueError, match=rf"^{LOSS}.loss_mode=fgrpo needs {LOSS}._target_=fgrpo_verl.integration.loss."
+                                         rf"FocalPolicyLossConfig and \+{LOSS}.base_loss_mode=vanilla"):
+        _main_ppo_check([*PLAIN, f"{LOSS}.loss_mode=fgrpo"])
+    # no GPU here and no CPU backend: verl would start Ray and hang
+    with pytest.raises(RuntimeError, match=r"^no GPU on this machine and no CPU backend selected: .* backend=cpu"):
+        _main_ppo_check(PLAIN)
+    # ...after saying that this run logs no fgrpo metrics, and what to add for them
+    (line,) = [m for m in said if "this run logs none of" in m]
+    assert "add trainer.v1.trainer_mode=fgrpo_sync" in line and f"+{LOSS}.base_loss_mode=vanilla" in line
+    # an fgrpo block beside another estimator: trained as that estimator, said once
+    with pytest.raises(Exception, match="ppo_micro_batch_size"):  # verl's own checks of its bare config, after ours
+        _main_ppo_check(["algorithm.adv_estimator=grpo", "+algorithm.fgrpo.gamma=0.5"])
+    assert [m for m in said if "algorithm.fgrpo is set" in m] == [
+        "fgrpo-verl: algorithm.fgrpo is set but algorithm.adv_estimator=grpo: this run trains grpo and ignores it; "
+        "for F-GRPO set algorithm.adv_estimator=fgrpo"]
+
+
+@pytest.mark.parametrize("fgrpo, effect", [
+    ({"gamma": 0.0}, "each advantage is the rollout's own score"),
+    ({"gamma": 0.5}, "a correct rollout (score > 0.5) gets focal weight 0"),
+    ({"gamma": 0.5, "base": "rloo"}, "every advantage is 0 and nothing is learned"),
+])
+def test_a_single_rollout_per_prompt_is_said_as_it_acts_on_this_run(fgrpo, effect, said):
+    from omegaconf import OmegaConf
+
+    from fgrpo_verl.integration.validation import check_fgrpo
+
+    check_fgrpo(OmegaConf.create({"algorithm": {"adv_estimator": "fgrpo", "fgrpo": fgrpo},
+                                  "actor_rollout_ref": {"rollout": {"n": 1}}}))
+    (line,) = [m for m in said if "rollout.n=1" in m]
+    assert effect in line
+    # and what is said matches what the estimator does with groups of one (1/0 rewards)
+    rewards, mask, index = make_batch([1] * 6, seed=1)
+    advantages, _ = _fgrpo(rewards, mask, index, **{"threshold": 0.5, **fgrpo})
+    scores = rewards.sum(-1)
+    if fgrpo.get("base") == "rloo" or fgrpo["gamma"] > 0:
+        assert not advantages.any()
+    else:
+        assert torch.allclose(advantages.sum(-1) / mask.sum(-1), scores, atol=1e-5)
+
+
+def test_scores_that_never_pass_the_threshold_warn_once_that_fgrpo_acts_as_grpo(said, monkeypatch):
+    from fgrpo_verl.integration import estimator
+
+    monkeypatch.setattr(estimator, "_WARNED_NO_SUCCESS", [])
+    rewards, mask, index = make_batch([4, 4, 4], seed=2)
+    half = rewards * 0.5  # correct answers score exactly the default threshold 0.5
+    ours, _ = _fgrpo(half, mask, index, gamma=0.5, threshold=0.5)
+    base, _ = _verl("grpo_vectorized", half, mask, index)
+    assert torch.equal(ours, base)  # every group "all wrong": g = 1
+    _fgrpo(half, mask, index, gamma=0.5, threshold=0.5)
+    lines = [m for m in said if "none is > algorithm.fgrpo.success_threshold=0.5" in m]
+    assert len(lines) == 1 and "F-GRPO acts as GRPO" in lines[0], said
+    said.clear()
+    monkeypatch.setattr(estimator, "_WARNED_NO_SUCCESS", [])
+    _fgrpo(rewards, mask, index, gamma=0.5, threshold=0.5)  # 1/0 rewards pass it: nothing to say
+    assert said == []
 
 
 REGISTERS = ("import verl\nfrom verl.trainer.ppo.core_algos import get_adv_estimator_fn\n"

@@ -35,9 +35,6 @@ def _versions() -> str:
     py = sys.version_info
     if not ((3, 10) <= py[:2] < (3, 13)):
         raise RuntimeError(f"python {py.major}.{py.minor} is unsupported: need >=3.10,<3.13")
-    from fgrpo_verl.integration.registration import require_supported_verl
-
-    require_supported_verl()
     return f"python {py.major}.{py.minor}.{py.micro}, verl {verl.__version__}, torch {torch.__version__}, ray {ray.__version__}"
 
 
@@ -179,8 +176,13 @@ def run(args: argparse.Namespace) -> int:
         checks.append(_preflight(args.recipe, only, overrides))
     if not args.no_ray:
         checks.append(("registry (Ray actor)", registry_in_ray_actor))
+    from fgrpo_verl import verl_compat
+
     failures, input_failures = 0, 0
     print("fgrpo-verl doctor")
+    print(f"  {verl_compat.summary()}")
+    # the checks below (train's config, the trainer modes, Ray) are the full release's: one line, nothing started
+    verl_compat.require(verl_compat.TRAIN, "this command")
     with _QuietVerl():
         for name, check in checks:
             try:

@@ -234,8 +234,10 @@ def run(args: argparse.Namespace) -> int:
     import os
     import time
 
+    from fgrpo_verl import verl_compat
     from fgrpo_verl.launch import plan_jobs, submit_jobs
 
+    verl_compat.require(verl_compat.TRAIN, "this command")
     args = _reparse(args)
     if args.script_dir == "-" and not args.dry_run:
         raise ValueError("--script-dir - (print the scripts) is for --dry-run; a submit writes them to a folder")

@@ -9,14 +9,18 @@ Order of work, all in the driver before Ray starts:
    verl or a broken estimator fails here); the trainer modes register in the TaskRunner, where verl imports its
    trainer stack, strictly too (``FGRPO_VERL_STRICT_REGISTRATION`` in the run's Ray environment,
    ``fgrpo_verl/integration/plugin.py``): the driver does not import that stack (~2.8 s);
-4. validate: verl version, the ``algorithm.fgrpo`` block, the GPU count against the batch sizes, verl's
-   ``validate_config``, the data files exist (not for Hydra's inspect flags), W&B usable when ``trainer.logger`` has
-   wandb;
+4. validate (``fgrpo_verl.integration.validation``, the checks verl's own ``main_ppo`` runs for ``fgrpo`` too): verl
+   version, the ``algorithm.fgrpo`` block, the GPU count against the batch sizes, verl's ``validate_config``; for a
+   run (not Hydra's flags) its data files, W&B usable when ``trainer.logger`` has wandb, a GPU or the CPU backend;
 5. run verl's ``main_ppo`` with the same overrides and flags; a local Ray cluster that starts slowly on a busy
    machine is started again (``fgrpo_verl/job/ray_start.py``).
 
+Hydra's own flags (``--cfg job``, ``--info``, ``--resolve``, ...) go to Hydra as they are, after the overrides were
+composed and validated (``--info``, which shows how a config is composed, also when it is not valid: composed
+only); ``-m`` is refused: a sweep is ``fgrpo-verl launch``'s (one job per run).
+
 Output: on a terminal (or with ``--quiet``) verl's and Ray's output goes to ``<trainer.default_local_dir>/train.log``
-and the terminal shows one line per step and fgrpo-verl's warnings (``fgrpo_verl/job/quiet.py``); piped, in a
+and the terminal shows one line per step and fgrpo-verl's warnings (``fgrpo_verl/cli/quiet.py``); piped, in a
 Slurm job or with ``--verbose``, everything passes through as verl prints it.
 
 W&B names: ``FGRPO_PROJECT_NAME`` / ``FGRPO_EXPERIMENT_NAME`` (exported by ``fgrpo-verl wandb-env``) become
@@ -35,8 +39,6 @@ import sys
 import time
 from pathlib import Path
 
-from fgrpo_verl.config.suggest import did_you_mean
-
 HELP = (
     "Run verl's PPO trainer (main_ppo) with fgrpo-verl's config; every verl Hydra override is accepted, and Hydra's "
     "--cfg job|hydra|all, --info [topic], --package, --resolve (inspect the config, no training)."
@@ -45,11 +47,13 @@ HELP = (
 
 def epilog() -> str:
     """``train --help``'s list of config groups and options, read from the shipped ``hydra_configs/``."""
-    from fgrpo_verl.config.paths import config_groups
+    from fgrpo_verl.config.paths import config_dir, config_groups
 
     groups = "\n".join(f"  {group}={'|'.join(options)}" for group, options in config_groups().items())
     return (
         "config groups (select with GROUP=OPTION; see docs/recipes.md):\n" + groups + "\n\n"
+        f"verl's own command on this config: python -m verl.trainer.main_ppo --config-path {config_dir()} "
+        "--config-name fgrpo_trainer ...\n\n"
         "examples:\n"
         "  fgrpo-verl train algo=grpo algorithm.fgrpo.gamma=1.0 data.train_files=... actor_rollout_ref.model.path=...\n"
         "  fgrpo-verl train algo=dapo backend=cpu --cfg job     # the composed config, validated; no training\n\n"
@@ -63,15 +67,10 @@ PASS_THROUGH = True
 
 logger = logging.getLogger("fgrpo_verl")
 
-# Hydra flags that only inspect the config, and whether each takes a value (--info's is optional).
-INSPECT_FLAGS = {"--cfg": True, "-c": True, "--info": None, "-i": None, "--package": True, "-p": True, "--resolve": False}
-# Flags that print a config: it is validated first, as `train` would (--info shows how Hydra composes; not validated)
-VALIDATED_INSPECT = {"--cfg", "-c", "--package", "-p", "--resolve"}
-# fgrpo-verl's own output flags (not Hydra's): where verl's and Ray's output goes (fgrpo_verl/job/quiet.py)
+# fgrpo-verl's own output flags (not Hydra's): where verl's and Ray's output goes (fgrpo_verl/cli/quiet.py)
 OUTPUT_FLAGS = {"--quiet": True, "--verbose": False}
-INFO_TOPICS = ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")
-# the values Hydra's --cfg / --package take (Hydra answers anything else with its whole usage text)
-CFG_VALUES = ("job", "hydra", "all")
+# Hydra's flags that show how a config is composed, also an invalid one: composed, not validated
+COMPOSE_ONLY = ("--info", "-i")
 RAY_ENV_KEY = "ray_kwargs.ray_init.runtime_env.env_vars"
 
 
@@ -95,40 +94,20 @@ def split_output_flags(args: list[str]) -> tuple[list[str], bool | None]:
 
 
 def split_hydra_args(args: list[str]) -> tuple[list[str], list[str]]:
-    """``(hydra_flags, overrides)``; refuses what ``train`` cannot do, with what to use instead."""
+    """``(hydra_flags, overrides)``: an argument starting with ``-`` is Hydra's flag, and so is the argument after it
+    when that is not an override (``--cfg job``, ``--info defaults``); Hydra itself checks the flags."""
     flags, overrides = [], []
-    i = 0
-    while i < len(args):
-        arg = args[i]
+    for arg in args:
         if arg in ("-m", "--multirun"):
             raise ValueError(
                 "fgrpo-verl train runs one job; for a sweep (several gamma, seeds, ...) use `fgrpo-verl launch "
                 "<recipe.yaml>` (docs/recipes.md), which submits one job per run"
             )
-        if arg.startswith("-") and arg not in INSPECT_FLAGS:
-            known = [*INSPECT_FLAGS, *OUTPUT_FLAGS]
-            raise ValueError(
-                f"flag {arg!r} is not supported here{did_you_mean(arg, known)} (supported: "
-                f"{', '.join(sorted(known))}; the config is always fgrpo_trainer: select groups with overrides)"
-            )
-        if arg.startswith("-"):
-            takes = INSPECT_FLAGS[arg]
-            flags.append(arg)
-            nxt = args[i + 1] if i + 1 < len(args) else None
-            if takes is True:
-                if nxt is None:
-                    raise ValueError(f"Hydra flag {arg} needs a value (e.g. {arg} job)")
-                if arg in ("--cfg", "-c") and nxt not in CFG_VALUES:
-                    raise ValueError(f"Hydra flag {arg} takes one of {', '.join(CFG_VALUES)}, got {nxt!r}"
-                                     f"{did_you_mean(nxt, CFG_VALUES)}")
-                flags.append(nxt)
-                i += 1
-            elif takes is None and nxt in INFO_TOPICS:
-                flags.append(nxt)
-                i += 1
-        else:
-            overrides.append(arg)
-        i += 1
+        if arg.split("=")[0] in ("-cn", "--config-name", "-cp", "--config-path", "-cd", "--config-dir"):
+            raise ValueError(f"{arg}: fgrpo-verl train's config is fgrpo_trainer (select its groups with overrides); "
+                             "for a config of your own run verl's `python -m verl.trainer.main_ppo`")
+        takes_value = flags and flags[-1].startswith("-") and "=" not in arg and not arg.startswith(("~", "-"))
+        (flags if arg.startswith("-") or takes_value else overrides).append(arg)
     return flags, overrides
 
 
@@ -178,11 +157,9 @@ def check_driver_platform(exported: dict[str, str]) -> str | None:
     return platform.device_name
 
 
-# Keys an algo= preset sets whose verl default makes a poor run: (key, verl's default, why).
-PRESET_KEYS = (
-    ("actor_rollout_ref.rollout.n", 1, "one rollout per prompt: every group advantage is 0"),
-    ("data.train_batch_size", 1024, "verl's default prompts per step"),
-)
+# Keys an algo= preset sets whose verl default makes a poor run: (key, verl's default, why). rollout.n=1 is said by
+# the config check, with what it does to this run (fgrpo_verl/integration/validation.py).
+PRESET_KEYS = (("data.train_batch_size", 1024, "verl's default prompts per step"),)
 
 
 def warn_without_algo_preset(overrides: list[str], config) -> None:
@@ -226,56 +203,6 @@ def check_env_names(overrides: list[str], config) -> None:
               file=sys.stderr)
 
 
-def check_wandb_usable(config) -> None:
-    """``trainer.logger`` with wandb needs W&B set up here, or ``wandb.init`` fails in the TaskRunner after Ray and
-    the workers started (without a terminal it cannot ask for a key)."""
-    from fgrpo_verl.job.tracking import wandb_configured
-
-    loggers = config.trainer.get("logger") or []
-    loggers = [loggers] if isinstance(loggers, str) else list(loggers)
-    if "wandb" in loggers and not wandb_configured():
-        raise RuntimeError(
-            "trainer.logger includes wandb, but W&B is not set up on this machine (no WANDB_API_KEY, `wandb login` "
-            "or WANDB_MODE): run `wandb login`, or set WANDB_MODE=offline (runs are written under ./wandb; "
-            "`wandb sync` them later), or drop it: trainer.logger=[console]"
-        )
-
-
-# verl opens these in its TaskRunner (RLHFDataset), after Ray and every worker started
-DATA_FILE_KEYS = ("data.train_files", "data.val_files")
-# hdfs://, s3://, gs://, ...: verl copies them to local files itself; whether they exist is not known from here
-_REMOTE_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
-
-
-def check_data_files(config) -> None:
-    """Each local path under :data:`DATA_FILE_KEYS` (a path or a list of paths, ``~`` expanded, a ``*`` pattern
-    matching at least one file, as verl's loader reads them) exists, or a ``ValueError`` naming the key (and the
-    list index) and the path."""
-    import glob
-
-    from omegaconf import ListConfig, OmegaConf
-
-    for key in DATA_FILE_KEYS:
-        value = OmegaConf.select(config, key, default=None)
-        if value is None:
-            continue
-        many = isinstance(value, (list, tuple, ListConfig))
-        for index, path in enumerate(value if many else [value]):
-            text = str(path)
-            if _REMOTE_URI.match(text):
-                continue
-            local = os.path.expanduser(text)
-            if os.path.exists(local) or (glob.has_magic(local) and glob.glob(local)):
-                continue
-            if local != text:
-                where = f" ({local})"
-            elif not os.path.isabs(text):
-                where = f" (relative to {os.getcwd()})"
-            else:
-                where = ""
-            raise ValueError(f"{key}{f'[{index}]' if many else ''}={text}: no such file{where}")
-
-
 # verl's platform detection warns in a process without an accelerator (a login node, a CPU machine); before a
 # config error those lines only bury the error, so they are held until the config passed
 PLATFORM_LOGGER = "verl.plugin.platform.platform_manager"
@@ -305,11 +232,13 @@ def platform_warnings_after_success():
 
 
 def prepare(overrides: list[str], inspect_only: bool = False):
-    """Steps 1-4 of the module docstring; returns the composed, validated config. ``inspect_only``: compose and
-    export only (Hydra's --info, which shows how a config is composed, also when it is not valid)."""
+    """Steps 1-4 of the module docstring but a run's own checks (``check_before_ray``); returns the composed,
+    validated config. ``inspect_only``: compose and export only (Hydra's --info)."""
+    from fgrpo_verl import verl_compat
     from fgrpo_verl.config.compose import compose
     from fgrpo_verl.integration.validation import validate
 
+    verl_compat.require(verl_compat.TRAIN, "this command")
     config = compose(overrides)
     exported = export_ray_env_vars(config)
     import verl  # noqa: F401  (plugins load now, with the run's environment)
@@ -355,31 +284,19 @@ def _run_main_ppo(argv: list[str]) -> None:
         sys.argv = old_argv
 
 
-def _shutdown_ray() -> None:
-    import ray
-
-    if ray.is_initialized():
-        ray.shutdown()
-
-
-def log_path(config) -> Path:
-    """Where quiet mode writes verl's and Ray's output: next to the run's checkpoints."""
-    return Path(str(config.trainer.default_local_dir)) / "train.log"
-
-
 def run(args: argparse.Namespace) -> int:
     from fgrpo_verl.job import ray_start
+
+    from fgrpo_verl.integration.validation import check_before_ray
 
     passed, quiet = split_output_flags(list(args.overrides))
     flags, overrides = split_hydra_args(passed)
     overrides = with_env_run_names(overrides)
-    inspect_only = bool(flags) and not any(f in VALIDATED_INSPECT for f in flags)
     with platform_warnings_after_success():
-        config = prepare(overrides, inspect_only=inspect_only)
+        config = prepare(overrides, inspect_only=any(f in COMPOSE_ONLY for f in flags))
         if not flags:
-            # here, not in prepare(): the inspect flags print a config, which may name another machine's files
-            check_data_files(config)
-            check_wandb_usable(config)
+            # not for Hydra's flags: they print a config, which may name another machine's files
+            check_before_ray(config)
     argv = _hydra_argv(flags, overrides if flags else [*overrides, *strict_registration_override(config)])
     if flags:
         # verl's `import verl` adds a stderr handler to the root logger; Hydra's --info logs through its own
@@ -394,9 +311,10 @@ def run(args: argparse.Namespace) -> int:
         if not quiet:
             _run_main_ppo(argv)
             return 0
-        from fgrpo_verl.job.quiet import last_error, quiet_terminal
+        from fgrpo_verl.cli.quiet import last_error, quiet_terminal
 
-        path = log_path(config).resolve()
+        # verl's and Ray's output, next to the run's checkpoints
+        path = (Path(str(config.trainer.default_local_dir)) / "train.log").resolve()
         total = config.trainer.get("total_training_steps")
         print(f"fgrpo-verl train: verl's and Ray's output -> {path} (--verbose shows it here)", flush=True)
         started = time.monotonic()
@@ -406,7 +324,9 @@ def run(args: argparse.Namespace) -> int:
                     _run_main_ppo(argv)
                 finally:
                     # Ray forwards its workers' last lines when it shuts down (at exit otherwise): into the log
-                    _shutdown_ray()
+                    import ray
+
+                    ray.shutdown()
         except SystemExit as exc:
             if exc.code not in (0, None):
                 error = last_error(path) or f"exit status {exc.code}"

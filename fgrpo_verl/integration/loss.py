@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from verl.workers.config import PolicyLossConfig
 
-from fgrpo_verl.integration import registration
+from fgrpo_verl.integration import plugin
 
 LOSS_MODE = "fgrpo"
 METRIC_PREFIX = "actor/fgrpo/"
@@ -141,15 +141,15 @@ def compute_policy_loss_fgrpo(
     return loss, metrics
 
 
-registration.mark(compute_policy_loss_fgrpo, f"policy_loss:{LOSS_MODE}")
+plugin.mark(compute_policy_loss_fgrpo, f"policy_loss:{LOSS_MODE}")
 
 
 def register() -> None:
     """Register ``fgrpo`` in verl's policy-loss registry (which silently overwrites, so the duplicate policy of
-    ``fgrpo_verl.integration.registration`` is what keeps us from replacing another plugin's loss, or it ours)."""
+    ``fgrpo_verl.integration.plugin`` is what keeps us from replacing another plugin's loss, or it ours)."""
     from verl.trainer.ppo import core_algos
 
-    registration.register(
+    plugin.register(
         core_algos.POLICY_LOSS_REGISTRY,
         LOSS_MODE,
         compute_policy_loss_fgrpo,

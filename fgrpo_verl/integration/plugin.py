@@ -1,159 +1,136 @@
-"""verl plugin entry point (``[verl.plugins] fgrpo = fgrpo_verl.integration.plugin``).
+"""verl plugin: ``[verl.plugins] fgrpo = fgrpo_verl.integration.plugin`` (verl 0.9.0 on), or
+``VERL_USE_EXTERNAL_MODULES=fgrpo_verl.integration.plugin`` (verl 0.8.0, which loads no entry points).
 
-verl imports this module at the end of every ``import verl``, in every process (driver, TaskRunner, workers),
-and swallows any exception it raises (logged at DEBUG only). Importing it therefore registers nothing heavy and
-changes no environment variable. What it does, in order:
+verl imports this module at the end of every ``import verl``, in every process (driver, TaskRunner, workers), and
+swallows what an entry point raises (logged at DEBUG only). So importing it registers nothing heavy and changes no
+environment variable: each step of :data:`STEPS` waits (``wrapt``'s post-import hooks) until verl imports the module
+holding its registry, and a process that never imports that module never runs the step nor imports our code for it
+(importing ``verl.trainer.ppo.core_algos`` up front would add ~240 modules and 0.6 s to every ``import verl``).
+Steps that need the full release (``fgrpo_verl.verl_compat``) are skipped on the others.
 
-1. If the installed verl is not the supported release, log a WARNING naming it; the steps marked "0.9.1 only"
-   below are then skipped (they extend verl internals), the others still run.
-2. Schedule each registration step for the moment verl imports the module that holds its registry
-   (``fgrpo_verl.import_hooks``): a process that never imports that module never runs the step and never imports
-   our code for it. Steps whose module is already imported run at once.
+A step fails on its own, with a WARNING naming it. With ``FGRPO_VERL_STRICT_REGISTRATION=1`` (what ``fgrpo-verl
+train`` puts in its run's Ray environment) a failing step fails the import of verl's module instead, and with it
+the run's start: a trainer mode another plugin took would otherwise run that plugin's trainer. ``doctor`` and
+``train``'s driver call :func:`register_all`, which runs the steps now and raises.
 
-   ==========================================  ==============================  ============
-   step                                        runs when verl imports          verl
-   ==========================================  ==============================  ============
-   advantage estimator ``fgrpo``               ``verl.trainer.ppo.core_algos``  any
-   policy loss ``fgrpo``                       ``verl.trainer.ppo.core_algos``  any
-   fgrpo checks in ``validate_config``         ``verl.utils.config`` (already)  any
-   trainer modes ``fgrpo_*``                   ``verl.trainer.ppo.v1``          0.9.1 only
-   multi-output sessions for ``fgrpo``         ``verl.trainer.ppo.v1``          0.9.1 only
-   backends selected by ``backend=``           at once (nothing when unset)     0.9.1 only
-   ==========================================  ==============================  ============
-
-Each step fails on its own with a WARNING naming it. ``doctor`` calls :func:`register_all`, which runs every step
-now and raises on the first failure. ``fgrpo-verl train`` runs the steps its driver needs now (the estimator, the
-loss and the config checks: what validation reads) and leaves the trainer steps to the process that imports verl's
-v1 trainer stack (the TaskRunner: the driver never imports it, ~2.8 s with the vLLM import it pulls in); it sets
-``FGRPO_VERL_STRICT_REGISTRATION=1`` in the run's Ray environment, so there a failing step fails the import of
-that stack, and with it the run's start, instead of leaving a WARNING (a trainer mode another plugin took would
-otherwise run that plugin's trainer).
+One duplicate policy (:func:`register`) for every registry: verl's ``register_policy_loss`` silently replaces a
+taken name and ``register_adv_est`` raises when our module is loaded twice (a reload, a checkout beside the wheel).
+Each object we register carries a mark; a name held by an object with the same mark is left as it is (the first copy
+stays what verl calls), a name held by anything else is refused naming the holder.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
 import logging
 import os
 import sys
+from collections.abc import Callable
 
-from fgrpo_verl import import_hooks
-from fgrpo_verl.integration import registration
+import wrapt
+
+from fgrpo_verl import verl_compat
 
 logger = logging.getLogger("fgrpo_verl")
 
 CORE_ALGOS = "verl.trainer.ppo.core_algos"
 V1 = "verl.trainer.ppo.v1"
 VERL_CONFIG = "verl.utils.config"
-# "1": a step scheduled on a module's import raises into that import instead of logging a WARNING
 STRICT_ENV = "FGRPO_VERL_STRICT_REGISTRATION"
+MARK = "__fgrpo_verl_id__"
 
-
-def _estimator() -> None:
-    from fgrpo_verl.integration import estimator
-
-    estimator.register()
-
-
-def _loss() -> None:
-    from fgrpo_verl.integration import loss
-
-    loss.register()
-
-
-def _validation() -> None:
-    from fgrpo_verl.integration import validation
-
-    validation.install()
-
-
-def _trainers() -> None:
-    half_built = sys.modules.get("fgrpo_verl.integration.trainer")
-    if half_built is not None and not hasattr(half_built, "register"):
-        # fgrpo_verl.integration.trainer was imported first and is importing verl's v1 stack itself (this hook fired from
-        # inside it): it registers when it is complete
-        half_built.REGISTER_WHEN_LOADED = True
-        return
-    from fgrpo_verl.integration import trainer
-
-    trainer.register()
-
-
-def _sessions() -> None:
-    from verl.trainer.ppo.v1 import trainer_base
-
-    from fgrpo_verl.integration import sessions
-
-    sessions.install(trainer_base)
-
-
-def _backend() -> None:
-    from fgrpo_verl import backends
-
-    backends.register_selected()
-
-
-# (what, step, module whose import triggers it (None: at once), needs the supported verl)
+# (what, "module:function" that registers it or a module whose import does, the verl module whose import runs it
+# (None: at once), the verl_compat feature it needs (None: every release))
 STEPS = (
-    ("advantage estimator `fgrpo`", _estimator, CORE_ALGOS, False),
-    ("policy loss `fgrpo`", _loss, CORE_ALGOS, False),
-    ("fgrpo checks in verl's validate_config", _validation, VERL_CONFIG, False),
-    ("trainer modes fgrpo_sync / fgrpo_colocate_async / fgrpo_separate_async", _trainers, V1, True),
-    ("final-output handling of multi-output agent sessions for fgrpo", _sessions, V1, True),
-    ("execution backends listed in $VERL_USE_EXTERNAL_MODULES", _backend, None, True),
+    ("advantage estimator `fgrpo`", "fgrpo_verl.integration.estimator:register", CORE_ALGOS, None),
+    ("policy loss `fgrpo`", "fgrpo_verl.integration.loss:register", CORE_ALGOS, None),
+    ("fgrpo checks in verl's validate_config", "fgrpo_verl.integration.validation:register", VERL_CONFIG, None),
+    # the module registers its trainers at its end: also when a script imports it before verl's v1 stack, which
+    # makes this hook fire while the module is half-built (the import here then returns it as it is)
+    ("trainer modes fgrpo_sync / fgrpo_colocate_async / fgrpo_separate_async", "fgrpo_verl.integration.trainer", V1,
+     verl_compat.TRAINER_MODES),
+    ("final-output handling of multi-output agent sessions for fgrpo", "fgrpo_verl.integration.sessions:register", V1,
+     verl_compat.TRAINER_MODES),
+    ("execution backends listed in $VERL_USE_EXTERNAL_MODULES", "fgrpo_verl.backends:register_selected", None,
+     verl_compat.CPU_BACKEND),
 )
 
 
-# module name -> the registration callbacks install() left waiting for it (register_all drops these, and only these:
-# the backends' patches wait on the same hook)
-_SCHEDULED: dict[str, list] = {}
+def mark(obj, ident: str):
+    """Tag ``obj`` as fgrpo-verl's ``ident``; returns ``obj``."""
+    setattr(obj, MARK, ident)
+    return obj
+
+
+def ident_of(obj) -> str | None:
+    # vars(), not getattr: a user's subclass of one of our trainers is not our trainer
+    try:
+        return vars(obj).get(MARK)
+    except TypeError:
+        return None
+
+
+def register(registry: dict, name: str, obj, kind: str, add: Callable | None = None):
+    """Put marked ``obj`` under ``name`` by the duplicate policy above, through verl's own ``add(name, obj)`` where
+    verl has one (so its checks run); returns the object now registered. ``kind`` names the registry in messages."""
+    ident = ident_of(obj)
+    if ident is None:
+        raise TypeError(f"{obj!r} carries no fgrpo-verl mark; call plugin.mark() on it first")
+    current = registry.get(name)
+    if current is obj or (current is not None and ident_of(current) == ident):
+        return current
+    if current is not None:
+        raise ValueError(
+            f"{kind} name {name!r} is already registered to {getattr(current, '__module__', '?')}."
+            f"{getattr(current, '__qualname__', repr(current))}, not fgrpo-verl's; refusing to replace it "
+            "(uninstall or disable the other plugin: VERL_USE_EXTERNAL_PLUGINS=<names to load>)"
+        )
+    if add is None:
+        registry[name] = obj
+    else:
+        add(name, obj)
+    return obj
+
+
+def run_step(what: str, target: str, strict: bool, _module=None) -> bool:
+    """Run one step of :data:`STEPS`; on failure raise (``strict``) or log a WARNING naming ``what``."""
+    module, _, function = target.partition(":")
+    try:
+        loaded = importlib.import_module(module)
+        if function:
+            getattr(loaded, function)()
+        return True
+    except Exception as exc:
+        if strict:
+            raise
+        logger.warning("fgrpo-verl: %s not registered: %s: %s", what, type(exc).__name__, exc)
+        return False
 
 
 def install() -> None:
-    """What ``import verl`` runs through the entry point (see the module docstring)."""
-    supported = registration.verl_supported()
-    if not supported:
-        skipped = "; ".join(what for what, _, _, needs in STEPS if needs)
-        logger.warning(
-            "fgrpo-verl supports verl==%s, found verl %s: registering only the `fgrpo` advantage estimator, the "
-            "`fgrpo` policy loss and its config checks; not registered: %s",
-            registration.SUPPORTED_VERL, registration.verl_version(), skipped,
-        )
+    """What ``import verl`` runs (the module docstring)."""
+    if not verl_compat.supports(verl_compat.TRAINER_MODES):
+        logger.warning("fgrpo-verl on %s", verl_compat.summary())
     strict = os.environ.get(STRICT_ENV) == "1"
-    for what, fn, module, needs_supported in STEPS:
-        if needs_supported and not supported:
+    for what, target, trigger, feature in STEPS:
+        if not verl_compat.supports(feature):
             continue
-        # a step that runs now runs inside verl's plugin loader, which swallows exceptions: it logs
-        raises = strict and module is not None and module not in sys.modules
-        run = functools.partial(registration.step, what, fn, raises)
-        if module is None:
-            run()
+        if trigger is None:
+            run_step(what, target, False)
         else:
-            callback = lambda _module, run=run: run()  # noqa: E731
-            _SCHEDULED.setdefault(module, []).append(callback)
-            if raises:
-                import_hooks.when_imported(module, callback, errors="raise")
-            else:
-                import_hooks.when_imported(module, callback)
+            # a step whose module is imported already runs now, inside verl's plugin loader, which swallows errors
+            hook = functools.partial(run_step, what, target, strict and trigger not in sys.modules)
+            wrapt.register_post_import_hook(hook, trigger)
 
 
 def register_all(strict: bool = True, leave_scheduled: tuple[str, ...] = ()) -> None:
-    """Import and register everything now (``doctor``): with ``strict``, an unsupported verl or any failing step
-    raises instead of logging a WARNING. ``leave_scheduled``: modules whose steps stay where :func:`install` put
-    them, to run when (and where) verl imports that module (``train``'s driver leaves :data:`V1`); one already
-    imported (another plugin imported it) runs now, so that a name another plugin took is refused here."""
-    if strict:
-        registration.require_supported_verl()
-    later = {module for module in leave_scheduled if module not in sys.modules}
-    # Running the steps now: drop their scheduled callbacks, or importing verl's v1 stack below would fire the
-    # trainer step again from inside the import of fgrpo_verl.integration.trainer.
-    for module, callbacks in list(_SCHEDULED.items()):
-        if module not in later:
-            import_hooks.discard(module, callbacks)
-            del _SCHEDULED[module]
-    for what, fn, module, _ in STEPS:
-        if module not in later:
-            registration.step(what, fn, strict)
+    """Run every step the installed verl offers now (``doctor``); with ``strict`` a failing one raises.
+    ``leave_scheduled``: verl modules whose steps stay with the process that imports them (``train``'s driver leaves
+    :data:`V1` to the TaskRunner); one already imported runs now, so a name another plugin took is refused here."""
+    for what, target, trigger, feature in STEPS:
+        if verl_compat.supports(feature) and not (trigger in leave_scheduled and trigger not in sys.modules):
+            run_step(what, target, strict)
 
 
 install()

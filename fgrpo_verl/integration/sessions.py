@@ -6,7 +6,7 @@ An agent loop may return several outputs per session (one per turn); verl's v1 t
 (the largest output index) and gives every output of the session that output's advantage; every other name sees
 all outputs as independent rollouts, so a 3-turn session would count three times in N and X.
 
-For the ``fgrpo`` estimator, :func:`install` makes the v1 trainer do the same: rows R_s = outputs of session s,
+For the ``fgrpo`` estimator, :func:`register` makes the v1 trainer do the same: rows R_s = outputs of session s,
 f(s) = argmax index in R_s; the estimator runs on {f(s)} only (so N and X count sessions, as in grpo) and each
 row r ∈ R_s gets A_r = A_{f(s)} at r's response tokens. Every other estimator name goes to verl's function
 untouched. With one output per session (every single-turn run) the rows are passed through unchanged.
@@ -19,7 +19,7 @@ import contextvars
 
 import torch
 
-from fgrpo_verl.integration import registration
+from fgrpo_verl.integration import plugin
 
 ESTIMATOR_NAME = "fgrpo"
 
@@ -75,13 +75,15 @@ def capture_final_rows():
         _FINAL_ROWS.reset(token)
 
 
-def install(trainer_base) -> None:
+def register() -> None:
     """Route ``fgrpo`` in ``trainer_base.compute_advantage_for_multi_trajectories`` (the name verl's v1
     ``_compute_advantage`` calls) through :func:`advantage_of_final_outputs`; idempotent."""
-    original = trainer_base.compute_advantage_for_multi_trajectories
-    if registration.ident_of(original) == "v1:multi_output_sessions":
-        return
     from verl.trainer.ppo.ray_trainer import compute_advantage
+    from verl.trainer.ppo.v1 import trainer_base
+
+    original = trainer_base.compute_advantage_for_multi_trajectories
+    if plugin.ident_of(original) == "v1:multi_output_sessions":
+        return
 
     def compute_advantage_for_multi_trajectories(data, batch_keys, adv_estimator, **kwargs):
         if adv_estimator != ESTIMATOR_NAME:
@@ -89,5 +91,5 @@ def install(trainer_base) -> None:
         return advantage_of_final_outputs(compute_advantage, data, batch_keys, adv_estimator=adv_estimator, **kwargs)
 
     compute_advantage_for_multi_trajectories.__wrapped__ = original
-    registration.mark(compute_advantage_for_multi_trajectories, "v1:multi_output_sessions")
+    plugin.mark(compute_advantage_for_multi_trajectories, "v1:multi_output_sessions")
     trainer_base.compute_advantage_for_multi_trajectories = compute_advantage_for_multi_trajectories

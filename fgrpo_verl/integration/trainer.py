@@ -27,10 +27,10 @@ branch, and the ``trainer.v1.<mode>`` settings lookup, behaves exactly as under 
 reads ``config.trainer.v1.<config's trainer_mode>`` itself (rollout skip) finds ``trainer.v1.fgrpo_*``, which
 ``hydra_configs/fgrpo_trainer.yaml`` declares as aliases of the wrapped mode's block.
 
-This module imports verl's v1 trainer stack, so nothing imports it up front: ``fgrpo_verl.integration.plugin`` runs
-:func:`register` when verl's ``verl.trainer.ppo.v1`` is imported (every process that can build a trainer does),
-and the hooks above must still exist on verl's classes (a renamed private method would make the metrics vanish
-silently), which :func:`register` checks first.
+This module imports verl's v1 trainer stack, so nothing imports it up front: ``fgrpo_verl.integration.plugin``
+imports it when verl's ``verl.trainer.ppo.v1`` is imported (every process that can build a trainer does), and
+importing it registers the trainers (:func:`register`, at the end). The hooks above must still exist on verl's
+classes (a renamed private method would make the metrics vanish silently), which :func:`register` checks first.
 """
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
 from fgrpo_verl.focal import FocalSettings
-from fgrpo_verl.integration import registration, sessions
+from fgrpo_verl import verl_compat
+from fgrpo_verl.integration import plugin, sessions
 from fgrpo_verl.integration.estimator import capture_results
 from fgrpo_verl.integration.loss import METRIC_PREFIX as LOSS_PREFIX
 from fgrpo_verl.job import resume_point, save_per_epoch
@@ -242,7 +243,7 @@ class FocalSeparateAsyncTrainer(FocalMetricsMixin, PPOTrainerSeparateAsync):
 
 TRAINERS = (FocalSyncTrainer, FocalColocateAsyncTrainer, FocalSeparateAsyncTrainer)
 for _cls in TRAINERS:
-    registration.mark(_cls, f"trainer:{_cls.name}")
+    plugin.mark(_cls, f"trainer:{_cls.name}")
 
 # verl methods the mixin overrides -> the parameters it passes on: all must exist on verl's base class.
 HOOKED = {
@@ -275,20 +276,17 @@ def check_hooks(base=PPOTrainerSync) -> None:
     if problems:
         raise RuntimeError(
             f"verl's {base.__name__} has {'; '.join(problems)}: fgrpo-verl's trainer hooks do not fit this verl "
-            f"(supported: verl=={registration.SUPPORTED_VERL}); use trainer.v1.trainer_mode=sync (no fgrpo/* metrics)"
+            f"(supported: verl=={verl_compat.FULL}); use trainer.v1.trainer_mode=sync (no fgrpo/* metrics)"
         )
 
 
 def register() -> None:
-    """Register the trainers in verl's ``TRAINER_REGISTRY`` (``fgrpo_verl.integration.registration``'s duplicate policy)."""
+    """Register the trainers in verl's ``TRAINER_REGISTRY`` (``fgrpo_verl.integration.plugin``'s duplicate policy)."""
     check_hooks()
     for cls in TRAINERS:
-        registration.register(
+        plugin.register(
             TRAINER_REGISTRY, cls.name, cls, "trainer mode", add=lambda name, c: register_trainer(name)(c)
         )
 
 
-# This module imported before verl's v1 stack (a script's `import fgrpo_verl.integration.trainer`): the plugin's hook fired
-# while it was half-built and left the registration to its end (fgrpo_verl/integration/plugin.py).
-if globals().get("REGISTER_WHEN_LOADED"):
-    registration.step("trainer modes fgrpo_sync / fgrpo_colocate_async / fgrpo_separate_async", register, False)
+register()

@@ -1,10 +1,10 @@
-"""fgrpo-verl's checks inside verl's own ``validate_config``, which every verl entry point runs before ``ray.init``;
-and :func:`validate`, everything ``fgrpo-verl train`` and ``launch`` check of a composed config with verl.
+"""fgrpo-verl's checks of a run's config, in one place for both ways in: ``fgrpo-verl train`` (:func:`validate`, then
+:func:`check_before_ray`) and verl's own ``python -m verl.trainer.main_ppo`` with ``algorithm.adv_estimator=fgrpo``,
+whose ``validate_config`` the plugin wraps (:func:`register`) so that it runs the same checks first, before Ray.
 
-``python -m verl.trainer.main_ppo algorithm.adv_estimator=fgrpo ...`` composes verl's config, not ours, so a
-missing or bad ``algorithm.fgrpo`` block would otherwise surface only inside the TaskRunner, after Ray started.
-:func:`install` (run by the plugin) wraps ``verl.utils.config.validate_config`` so that it first runs
-:func:`check_fgrpo`; for any other estimator the wrapper only calls verl's function.
+``main_ppo`` composes verl's config, not ours, so a missing ``algorithm.fgrpo`` block, a loss that cannot run or a
+machine that cannot train would otherwise surface inside the TaskRunner, after Ray started (or hang there). For any
+other estimator the wrapper only calls verl's function (and says when an ``algorithm.fgrpo`` block goes unused).
 """
 
 from __future__ import annotations
@@ -14,39 +14,98 @@ import functools
 import io
 import logging
 import math
+import os
+import re
 import sys
 import warnings
 
-from fgrpo_verl.integration import registration
+from omegaconf import OmegaConf
+
+from fgrpo_verl import verl_compat
+from fgrpo_verl.integration import plugin
 
 logger = logging.getLogger("fgrpo_verl")
 
 WRAPPER_ID = "verl.utils.config.validate_config"
+RAY_ENV_KEY = "ray_kwargs.ray_init.runtime_env.env_vars"
+LOSS_KEY = "actor_rollout_ref.actor.policy_loss"
+LOSS_TARGET = "fgrpo_verl.integration.loss.FocalPolicyLossConfig"
+# verl's default for algorithm.gamma (its GAE discount, ppo_trainer.yaml)
+VERL_GAE_GAMMA = 1.0
+# warnings said in this process: train validates, then verl's main_ppo (wrapped) validates the same config again
+_SAID: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _SAID:
+        _SAID.add(message)
+        logger.warning("fgrpo-verl: %s", message)
+
+
+def _select(config, key: str, default=None):
+    try:
+        return OmegaConf.select(config, key, default=default, throw_on_resolution_failure=False)
+    except Exception:  # noqa: BLE001  (a path through a non-mapping: nothing there)
+        return default
 
 
 def check_fgrpo(config) -> None:
-    """Validate what verl does not know about: the ``algorithm.fgrpo`` block when ``adv_estimator`` is fgrpo."""
+    """What verl does not know about: the ``algorithm.fgrpo`` block, and what the run needs around it."""
     algorithm = config.get("algorithm") if hasattr(config, "get") else None
-    if algorithm is None or algorithm.get("adv_estimator") != "fgrpo":
+    if algorithm is None:
+        return
+    estimator = algorithm.get("adv_estimator")
+    if estimator != "fgrpo":
+        if algorithm.get("fgrpo") is not None:
+            _warn_once(f"algorithm.fgrpo is set but algorithm.adv_estimator={estimator}: this run trains {estimator} "
+                       "and ignores it; for F-GRPO set algorithm.adv_estimator=fgrpo")
         return
     from fgrpo_verl.integration.estimator import settings_of
 
     settings, _ = settings_of(algorithm)
     check_gae_gamma_unused(algorithm, settings.gamma)
-    rollout = config.get("actor_rollout_ref", {}).get("rollout", {})
-    n = rollout.get("n", None) if hasattr(rollout, "get") else None
+    n = _select(config, "actor_rollout_ref.rollout.n")
     if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
         raise ValueError(f"actor_rollout_ref.rollout.n={n!r} is invalid: the group size must be an integer >= 1 "
                          "(the paper: 8)")
     if n == 1:
-        logger.warning(
-            "fgrpo-verl: actor_rollout_ref.rollout.n=1: every prompt group holds one rollout, so every fgrpo (and "
-            "GRPO) advantage is 0 and nothing is learned; set rollout.n to the group size (the paper: 8, algo=grpo)"
-        )
+        _warn_once(single_rollout_effect(settings))
+    check_loss_and_metrics(config)
 
 
-# verl's default for algorithm.gamma (its GAE discount, ppo_trainer.yaml)
-VERL_GAE_GAMMA = 1.0
+def single_rollout_effect(settings) -> str:
+    """What ``rollout.n=1`` does to this run: each group is one rollout, whose baseline is 0 (verl's GRPO gives a
+    singleton group mean 0 and std 1) and whose μ̂ is 1 when it is correct, 0 when not."""
+    if settings.base == "rloo":
+        effect = "the rloo baseline of a group of one is the rollout itself, so every advantage is 0 and nothing is learned"
+    elif settings.gamma == 0:
+        effect = ("there is no group baseline: each advantage is the rollout's own score (GRPO without a baseline; "
+                  "with 1/0 rewards only correct rollouts are pushed up)")
+    else:
+        effect = (f"a correct rollout (score > {settings.success_threshold:g}) gets focal weight 0 and a wrong one keeps "
+                  "its score as advantage: with 1/0 rewards nothing is learned, with +/-1 rewards only wrong answers "
+                  "are pushed down")
+    return f"actor_rollout_ref.rollout.n=1: {effect}; set rollout.n to the group size (the paper: 8, algo=grpo)"
+
+
+def check_loss_and_metrics(config) -> None:
+    """The ``fgrpo`` loss needs its config class (verl's would fail at the first actor update, after Ray started); the
+    ``fgrpo/*`` and ``actor/fgrpo/*`` metrics need the trainer mode and the loss: say what to add, once."""
+    base = _select(config, f"{LOSS_KEY}.base_loss_mode")
+    if _select(config, f"{LOSS_KEY}.loss_mode") == "fgrpo" and base is None:
+        raise ValueError(f"{LOSS_KEY}.loss_mode=fgrpo needs {LOSS_KEY}._target_={LOSS_TARGET} and "
+                         f"+{LOSS_KEY}.base_loss_mode=vanilla (or cispo, ...: the loss it returns unchanged)")
+    missing = []
+    mode = str(_select(config, "trainer.v1.trainer_mode", ""))
+    if not verl_compat.supports(verl_compat.TRAINER_MODES):
+        missing.append(f"the fgrpo/* step metrics (they need verl {verl_compat.FULL})")
+    elif _select(config, "trainer.use_v1", True) and not mode.startswith("fgrpo_"):
+        missing.append(f"the fgrpo/* step metrics (add trainer.v1.trainer_mode=fgrpo_{mode or 'sync'})")
+    if base is None:
+        missing.append(f"the actor/fgrpo/* loss metrics (add {LOSS_KEY}.loss_mode=fgrpo "
+                       f"{LOSS_KEY}._target_={LOSS_TARGET} +{LOSS_KEY}.base_loss_mode=vanilla)")
+    if missing:
+        _warn_once(f"this run logs none of {' and '.join(missing)}")
 
 
 def check_gae_gamma_unused(algorithm, focal_gamma: float) -> None:
@@ -66,20 +125,101 @@ def check_gae_gamma_unused(algorithm, focal_gamma: float) -> None:
         )
 
 
-def install() -> None:
-    """Wrap ``verl.utils.config.validate_config`` with :func:`check_fgrpo`; idempotent."""
+def selected_backends(config) -> list[str]:
+    """fgrpo-verl's backend modules the run's workers import (``VERL_USE_EXTERNAL_MODULES``: the config's Ray
+    environment, else this process's)."""
+    modules = _select(config, f"{RAY_ENV_KEY}.VERL_USE_EXTERNAL_MODULES") or os.environ.get("VERL_USE_EXTERNAL_MODULES", "")
+    return [m.strip() for m in str(modules).split(",") if m.strip().startswith("fgrpo_verl.backends.")]
+
+
+def check_before_ray(config) -> None:
+    """What a run that starts here needs before verl starts Ray: a release with the selected backend, an accelerator
+    or the CPU backend, its data files, W&B set up when it logs there."""
+    backends = selected_backends(config)
+    if backends:
+        verl_compat.require(verl_compat.CPU_BACKEND, f"{', '.join(backends)} (the backend= group)")
+    check_data_files(config)
+    check_wandb_usable(config)
+    import ray
+    from verl.utils.device import is_cuda_available, is_npu_available
+
+    # a run that joins a running cluster gets that cluster's accelerators, not this machine's
+    local = not (ray.is_initialized() or os.environ.get("RAY_ADDRESS") or _select(config, "ray_kwargs.ray_init.address"))
+    on_cpu = any(module.startswith("fgrpo_verl.backends.cpu") for module in backends)
+    if local and not on_cpu and not (is_cuda_available or is_npu_available):
+        raise RuntimeError(
+            "no GPU on this machine and no CPU backend selected: verl would start Ray and wait for a GPU that never "
+            "comes; select the CPU backend with `fgrpo-verl train backend=cpu ...` or, with verl's main_ppo, "
+            "--config-path <the path `fgrpo-verl train --help` prints> --config-name fgrpo_trainer backend=cpu")
+
+
+# verl opens these in its TaskRunner (RLHFDataset), after Ray and every worker started
+DATA_FILE_KEYS = ("data.train_files", "data.val_files")
+# hdfs://, s3://, gs://, ...: verl copies them to local files itself; whether they exist is not known from here
+_REMOTE_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def check_data_files(config) -> None:
+    """Each local path under :data:`DATA_FILE_KEYS` (a path or a list of paths, ``~`` expanded, a ``*`` pattern
+    matching at least one file, as verl's loader reads them) exists, or a ``ValueError`` naming the key (and the
+    list index) and the path."""
+    import glob
+
+    from omegaconf import ListConfig
+
+    for key in DATA_FILE_KEYS:
+        value = _select(config, key)
+        if value is None:
+            continue
+        many = isinstance(value, (list, tuple, ListConfig))
+        for index, path in enumerate(value if many else [value]):
+            text = str(path)
+            if _REMOTE_URI.match(text):
+                continue
+            local = os.path.expanduser(text)
+            if os.path.exists(local) or (glob.has_magic(local) and glob.glob(local)):
+                continue
+            if local != text:
+                where = f" ({local})"
+            elif not os.path.isabs(text):
+                where = f" (relative to {os.getcwd()})"
+            else:
+                where = ""
+            raise ValueError(f"{key}{f'[{index}]' if many else ''}={text}: no such file{where}")
+
+
+def check_wandb_usable(config) -> None:
+    """``trainer.logger`` with wandb needs W&B set up here, or ``wandb.init`` fails in the TaskRunner after Ray and
+    the workers started (without a terminal it cannot ask for a key)."""
+    from fgrpo_verl.job.tracking import wandb_configured
+
+    loggers = _select(config, "trainer.logger") or []
+    loggers = [loggers] if isinstance(loggers, str) else list(loggers)
+    if "wandb" in loggers and not wandb_configured():
+        raise RuntimeError(
+            "trainer.logger includes wandb, but W&B is not set up on this machine (no WANDB_API_KEY, `wandb login` "
+            "or WANDB_MODE): run `wandb login`, or set WANDB_MODE=offline (runs are written under ./wandb; "
+            "`wandb sync` them later), or drop it: trainer.logger=[console]"
+        )
+
+
+def register() -> None:
+    """Wrap ``verl.utils.config.validate_config`` so that an fgrpo run is checked first (the module docstring);
+    idempotent."""
     from verl.utils import config as verl_config
 
     original = verl_config.validate_config
-    if registration.ident_of(original) == WRAPPER_ID:
+    if plugin.ident_of(original) == WRAPPER_ID:
         return
 
     @functools.wraps(original)
     def validate_config(config, *args, **kwargs):
         check_fgrpo(config)
+        if _select(config, "algorithm.adv_estimator") == "fgrpo":
+            check_before_ray(config)
         return original(config, *args, **kwargs)
 
-    registration.mark(validate_config, WRAPPER_ID)
+    plugin.mark(validate_config, WRAPPER_ID)
     verl_config.validate_config = validate_config
 
 
@@ -92,12 +232,7 @@ _GPUS_PER_NODE_OFFERED = 8
 
 def _int(config, key: str) -> int | None:
     """``key``'s value when it is an integer (not a bool); None otherwise (absent, null, unresolvable, text)."""
-    from omegaconf import OmegaConf
-
-    try:
-        value = OmegaConf.select(config, key, default=None, throw_on_resolution_failure=False)
-    except Exception:  # noqa: BLE001  (a path through a non-mapping: nothing to check here)
-        return None
+    value = _select(config, key)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
@@ -123,9 +258,7 @@ def check_gpu_batch_sizes(config) -> None:
     ``data.train_batch_size`` that pass. verl's rule reads neither the rollout's tensor parallelism nor Ulysses
     sequence parallelism (the preflight checks those, fgrpo_verl/preflight/). Values that are not integers
     are left to verl; a GPU count below 1 is refused (verl divides by it)."""
-    from omegaconf import OmegaConf
-
-    if OmegaConf.select(config, f"{ACTOR}.use_dynamic_bsz", default=False, throw_on_resolution_failure=False):
+    if _select(config, f"{ACTOR}.use_dynamic_bsz", False):
         return  # verl checks no batch divisibility with dynamic batch sizes
     per_node, nodes = _int(config, "trainer.n_gpus_per_node"), _int(config, "trainer.nnodes")
     for key, value in (("trainer.n_gpus_per_node", per_node), ("trainer.nnodes", nodes)):
@@ -135,7 +268,7 @@ def check_gpu_batch_sizes(config) -> None:
     if None in (per_node, nodes, batch, n):
         return
     megatron = None
-    if OmegaConf.select(config, f"{ACTOR}.strategy", default=None, throw_on_resolution_failure=False) == "megatron":
+    if _select(config, f"{ACTOR}.strategy") == "megatron":
         parallel = [_int(config, key) for key in MEGATRON_KEYS]
         if None in parallel or min(parallel) < 1:
             return
@@ -177,25 +310,25 @@ _VERL_OK = "All configuration checks passed successfully"
 
 
 def validate(config) -> None:
-    """Everything ``fgrpo-verl train`` checks of a composed config before Ray starts: the verl version, the
-    ``algorithm.fgrpo`` block, the GPU count against the batch sizes (:func:`check_gpu_batch_sizes`) and verl's own
-    ``validate_config`` (the check ``main_ppo`` runs). verl's own checks are ``assert``s; a failing
+    """Everything ``fgrpo-verl train`` and ``launch`` check of a composed config with verl, wherever the run will
+    start: the release, :func:`check_fgrpo`, the GPU count against the batch sizes (:func:`check_gpu_batch_sizes`)
+    and verl's own ``validate_config`` (the check ``main_ppo`` runs). verl's own checks are ``assert``s; a failing
     one is raised as a ``ValueError`` (bad input, not a bug) with verl's message."""
     from hydra.errors import InstantiationException
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
 
-    registration.require_supported_verl()
-    if registration.ident_of(validate_config) != WRAPPER_ID:  # the plugin's wrapper checks it already (its warnings once)
-        check_fgrpo(config)
+    verl_compat.require(verl_compat.TRAIN, "fgrpo-verl's config (train, launch)")
+    check_fgrpo(config)
     check_gpu_batch_sizes(config)  # before verl's assertion of the same rule, which names no key
     printed = io.StringIO()
     try:
         with warnings.catch_warnings(), contextlib.redirect_stdout(printed):
             # verl warns that the critic is off for any estimator but GAE: always true of fgrpo, nothing to do
             warnings.filterwarnings("ignore", message="Disabled critic", category=UserWarning)
-            validate_config(config=config, use_reference_policy=need_reference_policy(config),
-                            use_critic=need_critic(config))
+            # verl's own function: the wrapper's checks before Ray are for a run starting here (train calls them)
+            getattr(validate_config, "__wrapped__", validate_config)(
+                config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
     except AssertionError as exc:
         raise ValueError(f"verl's validate_config: {str(exc).strip() or 'a check failed'}") from exc
     except InstantiationException as exc:

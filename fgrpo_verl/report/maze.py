@@ -38,7 +38,7 @@ def logged_steps(log_dir: Path, job_name: str) -> dict[int, dict[str, float]]:
     """``{step: {metric: value}}`` of the run's trajectory (the train reward and ``val-core/*`` only), from its
     Slurm logs in job id order; a step below the last one logged starts a restart, which replaces every step from
     there on."""
-    from fgrpo_verl.job.quiet import step_fields
+    from fgrpo_verl.monitoring.console import step_fields
 
     def job_id(path: Path) -> int:
         match = _JOB_ID.search(path.name)

@@ -26,7 +26,11 @@ from __future__ import annotations
 
 
 def register() -> None:
-    """Register the ``cpu`` platform, gloo process groups and the ``hf`` rollout in this process (idempotent)."""
+    """Register the ``cpu`` platform, gloo process groups and the ``hf`` rollout in this process (idempotent); on
+    another verl release, one line saying which it needs (``train`` and verl's ``validate_config`` say it before Ray)."""
+    from fgrpo_verl import verl_compat
+
+    verl_compat.require(verl_compat.CPU_BACKEND, "backend=cpu (fgrpo_verl.backends.cpu)")
     from fgrpo_verl.backends import hf_rollout
     from fgrpo_verl.backends.cpu import platform, verl_patches
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import sys
 
-from fgrpo_verl.import_hooks import when_imported
+from wrapt import register_post_import_hook
 
 _ORIGINALS: dict[str, object] = {}
 # seconds between the replay buffer's TransferQueue polls on the cpu platform (verl: 2.0)
@@ -87,9 +87,9 @@ def install() -> None:
     Modules that already bound an original with ``from ... import`` are patched too, so the result does not
     depend on import order.
     """
-    when_imported("verl.utils.distributed", _patch_distributed, errors="raise")
-    when_imported("verl.utils.fsdp_utils", _patch_fsdp_utils, errors="raise")
-    when_imported("verl.trainer.ppo.v1.replay_buffer", _patch_replay_buffer, errors="raise")
+    register_post_import_hook(_patch_distributed, "verl.utils.distributed")
+    register_post_import_hook(_patch_fsdp_utils, "verl.utils.fsdp_utils")
+    register_post_import_hook(_patch_replay_buffer, "verl.trainer.ppo.v1.replay_buffer")
 
 
 def _patch_distributed(module) -> None:

@@ -37,7 +37,7 @@ import functools
 import logging
 import os
 
-from fgrpo_verl.import_hooks import when_imported
+from wrapt import register_post_import_hook
 from fgrpo_verl.backends.vllm_cpu_engine import WEIGHT_SYNC_TIMEOUT_ENV, weight_sync_timeout_s
 
 VERL_VLLM_UTILS = "verl.workers.rollout.vllm_rollout.utils"
@@ -190,6 +190,6 @@ def _quiet_layerwise(module) -> None:
 def install() -> None:
     """Wrap verl's worker-side weight update and its bucket sender when (or now, if) their modules are imported
     (idempotent)."""
-    when_imported(VERL_VLLM_UTILS, _patch, errors="raise")
-    when_imported(VERL_BUCKETS, _patch_sender, errors="raise")
-    when_imported(VLLM_LAYERWISE, _quiet_layerwise, errors="raise")
+    register_post_import_hook(_patch, VERL_VLLM_UTILS)
+    register_post_import_hook(_patch_sender, VERL_BUCKETS)
+    register_post_import_hook(_quiet_layerwise, VLLM_LAYERWISE)

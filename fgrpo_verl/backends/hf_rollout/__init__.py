@@ -39,7 +39,7 @@ def register() -> None:
     Each entry is added when verl's registry module is imported (now, if it is already): processes that never
     touch a rollout (TransferQueue, reward workers) do not import verl's rollout stack for it.
     """
-    from fgrpo_verl.import_hooks import when_imported
+    from wrapt import register_post_import_hook
 
-    when_imported("verl.workers.rollout.replica", _register_replica, errors="raise")
-    when_imported("verl.workers.rollout.base", _register_adapter, errors="raise")
+    register_post_import_hook(_register_replica, "verl.workers.rollout.replica")
+    register_post_import_hook(_register_adapter, "verl.workers.rollout.base")

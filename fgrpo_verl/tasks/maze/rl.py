@@ -17,7 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fgrpo_verl.job.quiet import step_summary
+from fgrpo_verl.monitoring.console import step_summary
 from fgrpo_verl.tasks.maze.build import MazeBuild
 
 REWARD_PATH = "pkg://fgrpo_verl.tasks.maze.reward"
@@ -125,7 +125,7 @@ def train_maze(build: MazeBuild, model_dir: str, gamma: float, settings: RLSetti
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=child_env, text=True)
         for line in proc.stdout:
             log.write(line)
-            summary = step_summary(line)  # verl's one line per step, shortened (fgrpo_verl/job/quiet.py)
+            summary = step_summary(line)  # verl's one line per step, shortened (fgrpo_verl/monitoring/console.py)
             if summary is not None:
                 sys.stdout.write(f"[{name}] {summary}\n")
                 sys.stdout.flush()
