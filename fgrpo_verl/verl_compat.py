@@ -31,10 +31,12 @@ FEATURES = {
     "`fgrpo` policy loss (actor/fgrpo/*)": ("yes", "yes", "yes"),
     "config check in verl's validate_config": ("yes, in the TaskRunner (after Ray starts)", "yes, before Ray", "yes, before Ray"),
     "fgrpo/* step metrics, trainer modes": (None, None, "yes"),
+    "DS-GRPO control (`ds_grpo`, Table 3)": (None, None, "yes"),
     "CPU backend (backend=cpu, cpu_vllm)": (None, None, "yes"),
     "fgrpo-verl train, launch": (None, None, "yes"),
 }
 TRAINER_MODES, CPU_BACKEND, TRAIN = "fgrpo/* step metrics, trainer modes", "CPU backend (backend=cpu, cpu_vllm)", "fgrpo-verl train, launch"
+DS_GRPO = "DS-GRPO control (`ds_grpo`, Table 3)"
 
 
 def installed() -> str:

@@ -87,7 +87,7 @@ def test_another_release_schedules_the_core_only_and_says_what_it_lacks(monkeypa
     monkeypatch.setattr(verl_compat, "installed", lambda: verl_compat.FULL)
     scheduled.clear()
     plugin.install()
-    assert scheduled == [plugin.CORE_ALGOS, plugin.CORE_ALGOS, plugin.VERL_CONFIG, plugin.V1, plugin.V1]
+    assert scheduled == [plugin.CORE_ALGOS, plugin.CORE_ALGOS, plugin.CORE_ALGOS, plugin.VERL_CONFIG, plugin.V1, plugin.V1]
 
 
 def test_the_verl_commands_refuse_another_release_in_one_line(monkeypatch):

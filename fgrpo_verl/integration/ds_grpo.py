@@ -45,7 +45,7 @@ from types import SimpleNamespace
 import torch
 from verl.workers.config import PolicyLossConfig
 
-from fgrpo_verl.integration import loss, registration
+from fgrpo_verl.integration import loss, plugin
 from fgrpo_verl.integration.estimator import compute_fgrpo_outcome_advantage, settings_of
 
 NAME = "ds_grpo"
@@ -151,15 +151,15 @@ def compute_policy_loss_ds_grpo(old_log_prob, log_prob, advantages, response_mas
     return out, metrics
 
 
-registration.mark(compute_ds_grpo_outcome_advantage, f"adv_estimator:{NAME}")
-registration.mark(compute_policy_loss_ds_grpo, f"policy_loss:{NAME}")
+plugin.mark(compute_ds_grpo_outcome_advantage, f"adv_estimator:{NAME}")
+plugin.mark(compute_policy_loss_ds_grpo, f"policy_loss:{NAME}")
 
 
 def register() -> None:
-    """Put the ``ds_grpo`` estimator and loss in verl's registries (``fgrpo_verl.integration.registration``'s policy)."""
+    """Put the ``ds_grpo`` estimator and loss in verl's registries (``fgrpo_verl.integration.plugin``'s duplicate policy)."""
     from verl.trainer.ppo import core_algos
 
-    registration.register(core_algos.ADV_ESTIMATOR_REGISTRY, NAME, compute_ds_grpo_outcome_advantage,
-                          "advantage estimator", add=lambda name, fn: core_algos.register_adv_est(name)(fn))
-    registration.register(core_algos.POLICY_LOSS_REGISTRY, NAME, compute_policy_loss_ds_grpo, "policy loss",
-                          add=lambda name, fn: core_algos.register_policy_loss(name)(fn))
+    plugin.register(core_algos.ADV_ESTIMATOR_REGISTRY, NAME, compute_ds_grpo_outcome_advantage,
+                    "advantage estimator", add=lambda name, fn: core_algos.register_adv_est(name)(fn))
+    plugin.register(core_algos.POLICY_LOSS_REGISTRY, NAME, compute_policy_loss_ds_grpo, "policy loss",
+                    add=lambda name, fn: core_algos.register_policy_loss(name)(fn))

@@ -45,6 +45,8 @@ MARK = "__fgrpo_verl_id__"
 STEPS = (
     ("advantage estimator `fgrpo`", "fgrpo_verl.integration.estimator:register", CORE_ALGOS, None),
     ("policy loss `fgrpo`", "fgrpo_verl.integration.loss:register", CORE_ALGOS, None),
+    ("DS-GRPO control: estimator and policy loss `ds_grpo`", "fgrpo_verl.integration.ds_grpo:register", CORE_ALGOS,
+     verl_compat.DS_GRPO),
     ("fgrpo checks in verl's validate_config", "fgrpo_verl.integration.validation:register", VERL_CONFIG, None),
     # the module registers its trainers at its end: also when a script imports it before verl's v1 stack, which
     # makes this hook fire while the module is half-built (the import here then returns it as it is)
