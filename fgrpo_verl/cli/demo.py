@@ -32,9 +32,18 @@ from pathlib import Path
 HELP = ("F-GRPO vs GRPO through verl on CPU: the rare-mode task (default; exact rare-mass metrics over seeds) or "
         "small mazes (--task maze)")
 
-# Per-task defaults of the options both tasks share (None on the command line = the task's default).
+# Per-task defaults of the options both tasks share (None on the command line = the task's default); the rare-mode
+# task's quick and --full presets are in fgrpo_verl/tasks/raremode/demo.py.
 MAZE_DEFAULTS = dict(n_train=2000, n_val=64, model_preset="small", sft_steps=600, sft_batch=32, sft_lr=2e-3,
-                     gammas="0,0.5", rl_steps=30, batch_size=16, lr=1e-4)
+                     gammas=[0.0, 0.5], rl_steps=30, batch_size=16, lr=1e-4)
+
+
+def floats(text: str) -> list[float]:
+    """An argparse type: comma-separated numbers (``--gammas 0,0.5``)."""
+    try:
+        return [float(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be comma-separated numbers, got {text!r}") from None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -58,7 +67,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "thread, and OpenMP spin-waits waste a shared core)",
     )
     g = parser.add_argument_group("RL (verl)")
-    g.add_argument("--gammas", default=None, help="comma-separated focal strengths; 0 = GRPO (maze 0,0.5; raremode 0,1)")
+    g.add_argument("--gammas", type=floats, default=None,
+                   help="comma-separated focal strengths; 0 = GRPO (maze 0,0.5; raremode 0,1)")
     g.add_argument("--rl-steps", type=int, default=None, help="RL steps per run (maze 30, raremode 16, --full 40)")
     g.add_argument("--batch-size", type=int, default=None, help="prompts per RL step (16)")
     g.add_argument("--n", type=int, default=8,
@@ -67,9 +77,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--val-n", type=int, default=16, help="[maze] samples per held-out maze for pass@k (k up to this)")
     g.add_argument("--backend", default="cpu", help="execution backend config group (cpu or gpu)")
     g.add_argument("overrides", nargs="*", help="extra Hydra overrides passed to every RL run")
-    from fgrpo_verl.tasks.raremode.demo import add_arguments as add_raremode_arguments
+    g = parser.add_argument_group("rare-mode task")
+    g.add_argument("--k", type=int, default=4, help="[raremode] symbols = correct answers per prompt")
+    g.add_argument("--warm", type=floats, default="0.3,0.09,0.5",
+                   help="[raremode] warm-start answer mass: anchor, rare (all rare together), distractor")
+    g.add_argument("--seeds", type=int, default=None, help="[raremode] seeds per configuration (quick 3, --full 5)")
+    g.add_argument("--control-gamma", type=float, default=None,
+                   help="[raremode] add GRPO at lr x m_gamma for this gamma (quick: none, --full: 1)")
+    g.add_argument("--ds-grpo", action="store_true",
+                   help="[raremode] add DS-GRPO (Gai et al. 2025; the paper's Table 3 control) at GRPO's lr: one more "
+                        "run per seed, opt-in (neither the default nor --full runs it)")
+    g.add_argument("--pass-n", type=int, default=256, help="[raremode] samples per held-out prompt for pass@k")
+    g.add_argument("--q-levels", type=floats, default=None,
+                   help="[raremode] comma-separated Q_pos levels in (0, 1) for the equal-Q_pos table, reported in "
+                        "increasing order (default: the highest level every run reaches and the midpoint from the SFT start)")
+    g.add_argument("--report-equal-q", metavar="RESULTS_JSON", default=None,
+                   help="[raremode] only print the equal-Q_pos table of an existing raremode_results.json (no training)")
+    g.add_argument("--full", action="store_true",
+                   help="[raremode] the long variant (<= 60 min): 5 seeds, gammas 0,0.5,1, the lr x m_1 control, 40 steps")
 
-    add_raremode_arguments(parser.add_argument_group("rare-mode task"))
+
+def fill_defaults(args: argparse.Namespace) -> argparse.Namespace:
+    """Each option left out on the command line (None) gets the task's default."""
+    from fgrpo_verl.tasks.raremode.demo import FULL, QUICK
+
+    defaults = MAZE_DEFAULTS if args.task == "maze" else {**QUICK, **(FULL if args.full else {})}
+    for key, value in defaults.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    return args
 
 
 class PeakMemory:
@@ -129,14 +165,12 @@ def run(args: argparse.Namespace) -> int:
 
     if not wandb_configured():
         os.environ["WANDB_MODE"] = "offline"
+    fill_defaults(args)
     if args.task == "raremode":
         from fgrpo_verl.tasks.raremode.demo import run as run_raremode
 
         with PeakMemory() as memory:
             return run_raremode(args, memory)
-    for key, value in MAZE_DEFAULTS.items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
     return _run_maze(args)
 
 
@@ -154,10 +188,7 @@ def _run_maze(args: argparse.Namespace) -> int:
     from fgrpo_verl.tasks.maze.rl import TRAIN_REWARD_KEY, RLSettings, correct_counts_from_dump, read_metrics, train_maze
     from fgrpo_verl.tasks.maze.sft import SFTConfig, sft
 
-    try:
-        gammas = [float(g) for g in args.gammas.split(",")]
-    except ValueError as err:
-        raise ValueError(f"--gammas must be comma-separated floats, got {args.gammas!r}") from err
+    gammas = args.gammas
     # largest micro-batch <= 64 that divides a step's rollouts (a memory knob only)
     micro_batch = math.gcd(64, args.batch_size * args.n)
     settings = RLSettings(

@@ -29,8 +29,6 @@ pad is safe because verl builds masks from lengths, not pad ids.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 EOS_TOKEN = "<|endoftext|>"
 IM_END_TOKEN = "<|im_end|>"
 TASK_CHARS = ["#", ".", "S", "G", "\n", ">", "U", "D", "L", "R"]
@@ -69,11 +67,4 @@ def build_tokenizer(token_vocab: dict[str, int] | None = None):
     tokenizer.chat_template = CHAT_TEMPLATE
     if len(tokenizer) != VOCAB_SIZE:
         raise RuntimeError(f"tokenizer has {len(tokenizer)} tokens, expected {VOCAB_SIZE}")
-    return tokenizer
-
-
-def save_tokenizer(out_dir: str | Path):
-    """Build the tokenizer and ``save_pretrained`` it into ``out_dir`` (loadable with ``AutoTokenizer``)."""
-    tokenizer = build_tokenizer()
-    tokenizer.save_pretrained(str(out_dir))
     return tokenizer

@@ -12,8 +12,9 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from fgrpo_verl.tasks.maze.data import Splits
 from fgrpo_verl.tasks.maze.model import build_model, save_model_dir
-from fgrpo_verl.tasks.raremode.data import RareData, make_splits, write_parquet
+from fgrpo_verl.tasks.raremode.data import make_splits, write_parquet
 from fgrpo_verl.tasks.raremode.tokenizer import build_tokenizer
 
 # one symbol and the termination token: any other 2-token response is wrong, and nothing longer is possible
@@ -38,7 +39,7 @@ class RareBuild:
         Path(self.out_dir, "build.json").write_text(json.dumps(asdict(self), indent=2))
 
 
-def build(out_dir, k: int = 4, n_train: int = 2000, n_val: int = 128, model_preset: str = "tiny", seed: int = 0) -> tuple[RareBuild, RareData]:
+def build(out_dir, k: int = 4, n_train: int = 2000, n_val: int = 128, model_preset: str = "tiny", seed: int = 0) -> tuple[RareBuild, Splits]:
     out = Path(out_dir)
     splits = make_splits(k, n_train, n_val, seed)
     tokenizer = build_tokenizer()

@@ -11,26 +11,13 @@ sampling the rollouts do), scored with the task's reward, and the unbiased estim
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
+from fgrpo_verl.job.checkpoints import checkpoint_dir, saved_steps
 from fgrpo_verl.tasks.raremode.data import DATA_SOURCE
 from fgrpo_verl.tasks.raremode.generator import RarePrompt
 from fgrpo_verl.tasks.raremode.measure import Candidates, ExactMetrics, candidate_probs, exact_metrics
 from fgrpo_verl.tasks.raremode.reward import compute_score
-
-_STEP_DIR = re.compile(r"global_step_(\d+)$")
-
-
-def checkpoint_dirs(checkpoints: str | Path) -> dict[int, Path]:
-    """{step: HF model dir} of every ``global_step_<t>/actor/huggingface`` under ``checkpoints``."""
-    out = {}
-    for d in Path(checkpoints).glob("global_step_*"):
-        m = _STEP_DIR.search(d.name)
-        hf = d / "actor" / "huggingface"
-        if m and (hf / "config.json").is_file():
-            out[int(m.group(1))] = hf
-    return dict(sorted(out.items()))
 
 
 def load_policy(model_dir):
@@ -75,13 +62,13 @@ def load_weights(model, model_dir):
 def step_metrics(checkpoints, tokenizer, prompts: list[RarePrompt], base: Candidates, rare) -> dict[int, ExactMetrics]:
     """Exact metrics of every saved step (step 0, the warm start, is the caller's ``base``). One model is built
     and each step's weights are read into it (:func:`load_weights`)."""
-    dirs = checkpoint_dirs(checkpoints)
-    if not dirs:
-        raise FileNotFoundError(f"no global_step_*/actor/huggingface checkpoints under {checkpoints}")
+    steps = saved_steps(checkpoints)  # the checkpoints verl finished (its resume point) and logged
+    if not steps:
+        raise FileNotFoundError(f"no complete global_step_*/actor checkpoints under {checkpoints}")
     out = {0: exact_metrics(base, base, rare)}
     model = None
-    for step, d in dirs.items():
-        model = load_weights(model, d)
+    for step in steps:
+        model = load_weights(model, checkpoint_dir(checkpoints, step) / "actor" / "huggingface")
         out[step] = exact_metrics(base, candidate_probs(model, tokenizer, prompts), rare)
     return out
 
