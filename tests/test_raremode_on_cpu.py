@@ -197,8 +197,8 @@ def test_configurations_include_the_scale_matched_control():
 
 
 def test_step_metrics_score_each_checkpoint_verl_finished(tmp_path):
-    """Every step up to verl's resume point is scored from its HF dir (one model, each step's weights read into it);
-    a checkpoint past the resume point (still being written) is not read."""
+    """Every step up to verl's resume point is scored from its HF dir; a checkpoint past the resume point (still
+    being written) is not read."""
     from fgrpo_verl.tasks.maze.model import build_model, save_model_dir
     from fgrpo_verl.tasks.raremode.evaluate import step_metrics
     from fgrpo_verl.tasks.raremode.measure import candidate_probs, exact_metrics, rare_mask

@@ -188,7 +188,6 @@ def _run_maze(args: argparse.Namespace) -> int:
     from fgrpo_verl.tasks.maze.rl import TRAIN_REWARD_KEY, RLSettings, correct_counts_from_dump, read_metrics, train_maze
     from fgrpo_verl.tasks.maze.sft import SFTConfig, sft
 
-    gammas = args.gammas
     # largest micro-batch <= 64 that divides a step's rollouts (a memory knob only)
     micro_batch = math.gcd(64, args.batch_size * args.n)
     settings = RLSettings(
@@ -223,33 +222,25 @@ def _run_maze(args: argparse.Namespace) -> int:
         t_sft = time.time() - t0
 
         print(f"[demo] 3/4 RL through verl ({args.backend} backend): {settings.steps} steps x {settings.batch_size} "
-              f"mazes x {settings.n} rollouts, gammas {gammas}", flush=True)
-        rows = []
-        for gamma in gammas:
+              f"mazes x {settings.n} rollouts, gammas {args.gammas}", flush=True)
+        table, curves, failed = [], {}, False
+        for gamma in args.gammas:
             name = "grpo" if gamma == 0 else f"fgrpo_gamma{gamma:g}"
-            t_run = time.time()
-            result = train_maze(
-                b, sft_dir, gamma, settings, out / "runs" / name, name,
-                extra_overrides=list(args.overrides), backend=args.backend,
-            )
-            rows.append((result, time.time() - t_run))
+            result = train_maze(b, sft_dir, gamma, settings, out / "runs" / name, name,
+                                extra_overrides=list(args.overrides), backend=args.backend)
             if result.returncode != 0:
+                failed = True
                 print(f"[demo] run {name} failed (exit {result.returncode}); log: {result.run_dir}/train.log", flush=True)
-        t_rl = time.time() - t0 - t_sft
-
-        print("[demo] 4/4 results", flush=True)
-        table, curves = [], {}
-        for result, seconds in rows:
-            if result.returncode != 0:
-                table.append((result.name, result.gamma, None, None, {}, seconds))
+                table.append((name, gamma, None, None, {}))
                 continue
             metrics = read_metrics(result.metrics_file)
             steps = sorted(s for s, m in metrics.items() if TRAIN_REWARD_KEY in m)
-            curve = [metrics[s][TRAIN_REWARD_KEY] for s in steps]
-            curves[result.name] = (steps, curve)
+            curves[name] = (steps, [metrics[s][TRAIN_REWARD_KEY] for s in steps])
             n, correct = correct_counts_from_dump(Path(result.run_dir) / "validation" / f"{settings.steps}.jsonl")
             passes = {k: mean_pass_at_k(n, correct, k) for k in ks}
-            table.append((result.name, result.gamma, _mean(curve[:3]), _mean(curve[-3:]), passes, seconds))
+            table.append((name, gamma, _mean(curves[name][1][:3]), _mean(curves[name][1][-3:]), passes))
+        t_rl = time.time() - t0 - t_sft
+        print("[demo] 4/4 results", flush=True)
         plot = _plot(curves, sft_eval.pass_at[1], out / "reward_curves.png")
     wall = time.time() - t0
 
@@ -257,7 +248,7 @@ def _run_maze(args: argparse.Namespace) -> int:
     print("\n" + header)
     print("-" * len(header))
     print(f"{'SFT start':<18}{'':>6}{'':>40}" + "".join(f"{sft_eval.pass_at[k]:>10.3f}" for k in ks))
-    for name, gamma, start, end, passes, _ in table:
+    for name, gamma, start, end, passes in table:
         if start is None:
             print(f"{name:<18}{gamma:>6g}{'FAILED':>40}")
             continue
@@ -272,18 +263,15 @@ def _run_maze(args: argparse.Namespace) -> int:
     print(f"verl logs and metrics: {out / 'runs'}/<run>/train.log, metrics.jsonl, validation/")
     if plot:
         print(f"plot: {plot}")
-    return 0 if all(r.returncode == 0 for r, _ in rows) else 1
+    return 1 if failed else 0
 
 
 def _plot(curves: dict, sft_pass1: float, path: Path) -> Path | None:
     if not curves:
         return None
-    import matplotlib
+    from fgrpo_verl.theory.plots import pyplot, save
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = pyplot().subplots(figsize=(6, 4))
     for name, (steps, curve) in curves.items():
         ax.plot(steps, curve, label=name)
     ax.axhline(sft_pass1, color="gray", linestyle="--", label="SFT held-out pass@1")
@@ -291,7 +279,4 @@ def _plot(curves: dict, sft_pass1: float, path: Path) -> Path | None:
     ax.set_ylabel("train reward (batch mean)")
     ax.set_title("maze: GRPO vs F-GRPO on the CPU backend")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save(fig, path, dpi=120)

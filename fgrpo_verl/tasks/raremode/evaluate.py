@@ -11,8 +11,6 @@ sampling the rollouts do), scored with the task's reward, and the unbiased estim
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from fgrpo_verl.job.checkpoints import checkpoint_dir, saved_steps
 from fgrpo_verl.tasks.raremode.data import DATA_SOURCE
 from fgrpo_verl.tasks.raremode.generator import RarePrompt
@@ -23,52 +21,17 @@ from fgrpo_verl.tasks.raremode.reward import compute_score
 def load_policy(model_dir):
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir))
-    model.eval()
-    return model
-
-
-def load_weights(model, model_dir):
-    """The policy saved in ``model_dir``, read into ``model`` (the same architecture: another step of the same
-    run) when one is given; otherwise a new model (:func:`load_policy`).
-
-    ``from_pretrained`` re-reads the config, builds and initialises a new model and then loads its weights; for
-    the demo's tiny policy that is most of the ~0.2-0.4 s it takes, and the exact per-step metrics load one
-    checkpoint per step. Only the weights file is read here. A weight missing from the file is refused, except the
-    output embedding when the model ties it to the input embedding (``save_pretrained`` stores tied weights once).
-    """
-    from safetensors.torch import load_file
-
-    files = sorted(Path(model_dir).glob("*.safetensors"))
-    if model is None or not files:
-        return load_policy(model_dir)
-    state = {}
-    for f in files:
-        state.update(load_file(str(f)))
-    try:
-        missing, unexpected = model.load_state_dict(state, strict=False)
-    except RuntimeError as err:  # a shape that differs
-        raise ValueError(f"{model_dir}: weights do not fit the model of the previous step ({err})") from err
-    tied = model.get_output_embeddings() is not None and (
-        model.get_output_embeddings().weight is model.get_input_embeddings().weight)
-    allowed = {"lm_head.weight"} if tied else set()
-    if unexpected or set(missing) - allowed:
-        raise ValueError(f"{model_dir}: weights do not fit the model of the previous step (missing "
-                         f"{sorted(set(missing) - allowed)}, unexpected {sorted(unexpected)})")
-    model.eval()
-    return model
+    return AutoModelForCausalLM.from_pretrained(str(model_dir)).eval()
 
 
 def step_metrics(checkpoints, tokenizer, prompts: list[RarePrompt], base: Candidates, rare) -> dict[int, ExactMetrics]:
-    """Exact metrics of every saved step (step 0, the warm start, is the caller's ``base``). One model is built
-    and each step's weights are read into it (:func:`load_weights`)."""
+    """Exact metrics of every saved step (step 0, the warm start, is the caller's ``base``)."""
     steps = saved_steps(checkpoints)  # the checkpoints verl finished (its resume point) and logged
     if not steps:
         raise FileNotFoundError(f"no complete global_step_*/actor checkpoints under {checkpoints}")
     out = {0: exact_metrics(base, base, rare)}
-    model = None
     for step in steps:
-        model = load_weights(model, checkpoint_dir(checkpoints, step) / "actor" / "huggingface")
+        model = load_policy(checkpoint_dir(checkpoints, step) / "actor" / "huggingface")
         out[step] = exact_metrics(base, candidate_probs(model, tokenizer, prompts), rare)
     return out
 
