@@ -112,7 +112,7 @@ def test_exact_probabilities_match_sampling_frequencies():
     import torch
 
     from fgrpo_verl.tasks.maze.model import build_model
-    from fgrpo_verl.tasks.raremode.evaluate import sampled_correct_counts
+    from fgrpo_verl.tasks.maze.evaluate import sample_correct_counts
     from fgrpo_verl.tasks.raremode.measure import candidate_probs
     from fgrpo_verl.tasks.raremode.prototype import sample_responses
     from fgrpo_verl.tasks.raremode.sft import SFTConfig, sft
@@ -135,7 +135,8 @@ def test_exact_probabilities_match_sampling_frequencies():
             q = exact.probs[i, j]
             freq = mine.count(a) / n
             assert abs(freq - q) < 5 * math.sqrt(q * (1 - q) / n) + 1e-9, (p, a, freq, q)
-    counts = sampled_correct_counts(model, tok, probe, n, seed=2)
+    counts = sample_correct_counts(model, tok, [p.text for p in probe], ["".join(p.correct) for p in probe],
+                                   lambda text, truth: compute_score("raremode", text, truth), n, 2, batch_size=4096, seed=2)
     for c, q in zip(counts, exact.q_pos):
         assert abs(c / n - q) < 5 * math.sqrt(q * (1 - q) / n)
 

@@ -23,10 +23,12 @@ and memory"). W&B logs offline unless W&B is configured (WANDB_API_KEY / ``wandb
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import threading
 import time
+import types
 from pathlib import Path
 
 HELP = ("F-GRPO vs GRPO through verl on CPU: the rare-mode task (default; exact rare-mass metrics over seeds) or "
@@ -108,45 +110,39 @@ def fill_defaults(args: argparse.Namespace) -> argparse.Namespace:
     return args
 
 
-class PeakMemory:
+@contextlib.contextmanager
+def peak_memory(interval: float = 5.0):
     """Samples the summed PSS (proportional set size: shared pages split between the processes sharing them) of
-    this process and all its descendants (the verl driver, Ray and its workers) every ``interval`` seconds.
+    this process and all its descendants (the verl driver, Ray and its workers) every ``interval`` seconds; yields
+    an object whose ``peak`` is the largest sum so far.
 
     PSS is not cheap: the kernel walks each process's page tables (Ray workers map ~10 GB each). One pass over a
     run's ~20 processes took ~0.14 CPU-s (0.28 s for 42), so sampling every 0.5 s used a quarter of a core of
     the 2 the demo runs on (most of its "sys" time). At 2 s it was still the demo process's only busy thread while a
     run trained: 10 % of a core at load ~6 (py-spy: every sample in ``smaps_rollup``). Every 5 s costs ~4 %; the
     peak is a plateau of a minute or more (every worker of a run alive), which 5 s does not miss."""
+    import psutil
 
-    def __init__(self, interval: float = 5.0):
-        import psutil
+    me, stop, memory = psutil.Process(), threading.Event(), types.SimpleNamespace(peak=0)
 
-        self._proc = psutil.Process()
-        self.interval = interval
-        self.peak = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    def _loop(self):
-        import psutil
-
-        while not self._stop.is_set():
+    def sample():
+        while not stop.is_set():
             total = 0
-            for p in [self._proc, *self._proc.children(recursive=True)]:
+            for p in [me, *me.children(recursive=True)]:
                 try:
                     total += p.memory_full_info().pss
                 except psutil.Error:
                     pass
-            self.peak = max(self.peak, total)
-            self._stop.wait(self.interval)
+            memory.peak = max(memory.peak, total)
+            stop.wait(interval)
 
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    try:
+        yield memory
+    finally:
+        stop.set()
+        thread.join()
 
 
 def _mean(values):
@@ -169,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
     if args.task == "raremode":
         from fgrpo_verl.tasks.raremode.demo import run as run_raremode
 
-        with PeakMemory() as memory:
+        with peak_memory() as memory:
             return run_raremode(args, memory)
     return _run_maze(args)
 
@@ -201,7 +197,7 @@ def _run_maze(args: argparse.Namespace) -> int:
     ks = ks_up_to(args.val_n)
     out = Path(args.out_dir).resolve()
     t0 = time.time()
-    with PeakMemory() as memory:
+    with peak_memory() as memory:
         print(f"[demo] 1/4 building {args.size}x{args.size} mazes ({args.n_train} train, {args.n_val} held-out) and a "
               f"'{args.model_preset}' Qwen2 in {out}", flush=True)
         b, splits = build_with_splits(

@@ -95,8 +95,8 @@ def run(args, memory) -> int:
     base = candidate_probs(model, tok, splits.val)
     rare = rare_mask(base)
     base_metrics = exact_metrics(base, base, rare)
-    start = {**base_metrics.as_dict(),
-             **{f"pass@{k}": v for k, v in sampled_pass_at_k(model, tok, splits.val, args.pass_n, ks, seed=args.seed).items()}}
+    passes = sampled_pass_at_k(model, tok, splits.val, args.pass_n, ks, seed=args.seed)
+    start = {**base_metrics.as_dict(), **{f"pass@{k}": v for k, v in passes.items()}}
     del model
     print(f"[demo] 2/4 SFT warm start ({sft_cfg.steps} steps, loss {losses[0]:.2f} -> {sum(losses[-20:]) / 20:.2f}): "
           f"held-out Q_pos {base_metrics.q_pos:.3f}, anchor {base_metrics.anchor_mass:.3f}, rare set "
