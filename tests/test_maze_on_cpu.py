@@ -273,8 +273,8 @@ def test_evaluate_counts_match_reward():
     mazes = [generate_maze(9, s) for s in range(3)]
     model = build_model("tiny", tok, seed=0)
     counts = sample_correct_counts(model, tok, [prompt_text(m) for m in mazes], [m.path for m in mazes],
-                                   lambda text, truth: compute_score("maze", text, truth), 4, max_possible_path_length(9) + 1,
-                                   batch_size=5)
+                                   lambda text, truth: compute_score("maze", text, truth), 4,
+                                   max_possible_path_length(9) + 1, batch_size=5)
     assert len(counts) == 3 and all(0 <= c <= 4 for c in counts)
 
     class Oracle(torch.nn.Module):

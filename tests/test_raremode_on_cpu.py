@@ -136,7 +136,8 @@ def test_exact_probabilities_match_sampling_frequencies():
             freq = mine.count(a) / n
             assert abs(freq - q) < 5 * math.sqrt(q * (1 - q) / n) + 1e-9, (p, a, freq, q)
     counts = sample_correct_counts(model, tok, [p.text for p in probe], ["".join(p.correct) for p in probe],
-                                   lambda text, truth: compute_score("raremode", text, truth), n, 2, batch_size=4096, seed=2)
+                                   lambda text, truth: compute_score("raremode", text, truth), n, 2, batch_size=4096,
+                                   seed=2)
     for c, q in zip(counts, exact.q_pos):
         assert abs(c / n - q) < 5 * math.sqrt(q * (1 - q) / n)
 

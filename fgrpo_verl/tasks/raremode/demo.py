@@ -63,6 +63,7 @@ def run(args, memory) -> int:
     # a progress bar per model load or save: dozens (every scored checkpoint), none of them news
     transformers_logging.disable_progress_bar()
 
+    from fgrpo_verl.job.checkpoints import checkpoint_dir
     from fgrpo_verl.pass_at_k import ks_up_to
     from fgrpo_verl.tasks.maze.model import save_model_dir
     from fgrpo_verl.tasks.maze.rl import RLSettings, read_metrics
@@ -121,8 +122,8 @@ def run(args, memory) -> int:
                     continue
                 curve = step_metrics(run_dir / "checkpoints", tok, splits.val, base, rare)
                 last = max(curve)
-                passes = sampled_pass_at_k(load_policy(run_dir / "checkpoints" / f"global_step_{last}" / "actor" / "huggingface"),
-                                           tok, splits.val, args.pass_n, ks, seed=seed)
+                final_dir = checkpoint_dir(run_dir / "checkpoints", last) / "actor" / "huggingface"
+                passes = sampled_pass_at_k(load_policy(final_dir), tok, splits.val, args.pass_n, ks, seed=seed)
                 results[cfg.name][seed] = {
                     "curve": {t: m.as_dict() for t, m in curve.items()},
                     "final": {**curve[last].as_dict(), **{f"pass@{k}": v for k, v in passes.items()}},
@@ -130,8 +131,9 @@ def run(args, memory) -> int:
                     "seconds": time.time() - t_run,
                 }
                 f = curve[last]
-                print(f"[demo]   {r.name}: Q_pos {f.q_pos:.3f}  M_ret {f.m_ret:.3f}  dNLL_rare {f.delta_nll_rare:+.3f}  "
-                      f"pass@1 {passes[1]:.3f}  pass@{ks[-1]} {passes[ks[-1]]:.3f}  ({time.time() - t_run:.0f} s)", flush=True)
+                print(f"[demo]   {r.name}: Q_pos {f.q_pos:.3f}  M_ret {f.m_ret:.3f}  dNLL_rare "
+                      f"{f.delta_nll_rare:+.3f}  pass@1 {passes[1]:.3f}  pass@{ks[-1]} {passes[ks[-1]]:.3f}  "
+                      f"({time.time() - t_run:.0f} s)", flush=True)
     times = dict(start=t0, sft=t_sft, rl=time.time() - t0 - t_sft)
     return _report(args, out, results, failed, start, ks, settings, cfgs, warm, sft_cfg, times, memory, levels)
 
@@ -160,11 +162,12 @@ def _report(args, out, results, failed, start, ks, settings, cfgs, warm, sft_cfg
     print("[demo] 4/4 results", flush=True)
     done = {n: v for n, v in results.items() if v}
     plot = plot_curves({n: {s: {int(t): m for t, m in r["curve"].items()} for s, r in v.items()} for n, v in done.items()},
-                       out / "raremode_curves.png",
-                       f"rare-mode task through verl (CPU): N={settings.n}, {settings.batch_size} prompts/step, lr {args.lr:g}")
+                       out / "raremode_curves.png", f"rare-mode task through verl (CPU): N={settings.n}, "
+                       f"{settings.batch_size} prompts/step, lr {args.lr:g}")
     columns = ["q_pos", "m_ret", "delta_nll_rare", "pass@1", f"pass@{ks[-1]}"]
     header = f"{'configuration':<20}{'seeds':>6}" + "".join(f"{c:>18}" for c in columns)
-    lines = ["", header, "-" * len(header), f"{'SFT start':<20}{'':>6}" + "".join(f"{start[c]:>18.3f}" for c in columns)]
+    lines = ["", header, "-" * len(header)]
+    lines.append(f"{'SFT start':<20}{'':>6}" + "".join(f"{start[c]:>18.3f}" for c in columns))
     summary = {}
     for name, by_seed in done.items():
         stats = {c: t_interval([by_seed[s]["final"][c] for s in sorted(by_seed)]) for c in columns}
@@ -185,10 +188,10 @@ def _report(args, out, results, failed, start, ks, settings, cfgs, warm, sft_cfg
     equal_q_lines, equal_q = equal_q_report(done, start["q_pos"], levels)
     wall = time.time() - times["start"]
     lines += [*equal_q_lines, "",
-              f"held-out: {args.n_val} prompts; Q_pos, M_ret (eq. 26 on the rare set), ΔNLL_rare exact (teacher-forced); "
-              f"pass@k sampled, {args.pass_n} samples/prompt at T=1, unbiased estimator",
-              f"wall time {wall / 60:.1f} min (build+SFT {times['sft']:.0f} s, verl runs + scoring {times['rl']:.0f} s); "
-              f"peak RAM (PSS over all processes) {memory.peak / 2**30:.2f} GiB"]
+              f"held-out: {args.n_val} prompts; Q_pos, M_ret (eq. 26 on the rare set), ΔNLL_rare exact "
+              f"(teacher-forced); pass@k sampled, {args.pass_n} samples/prompt at T=1, unbiased estimator",
+              f"wall time {wall / 60:.1f} min (build+SFT {times['sft']:.0f} s, verl runs + scoring {times['rl']:.0f} "
+              f"s); peak RAM (PSS over all processes) {memory.peak / 2**30:.2f} GiB"]
     if failed:
         lines.append(f"FAILED runs: {failed}")
     lines.append(f"plot: {plot}")

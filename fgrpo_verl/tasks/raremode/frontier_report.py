@@ -42,7 +42,8 @@ def _curve(run: dict):
 def equal_q_report(runs: dict, start_q: float, levels: list[float] | None = None) -> tuple[list[str], dict]:
     """Table lines and the JSON block for ``runs`` ({config: {seed: {"curve": {step: metrics}}}}, completed runs
     only) at ``levels`` (None: the default levels, module docstring)."""
-    curves = {name: {int(seed): _curve(run) for seed, run in by_seed.items()} for name, by_seed in runs.items() if by_seed}
+    curves = {name: {int(seed): _curve(run) for seed, run in by_seed.items()}
+              for name, by_seed in runs.items() if by_seed}
     if not curves:
         return ["at equal Q_pos: no completed run"], {"levels": [], "by_level": []}
     source = "given"
