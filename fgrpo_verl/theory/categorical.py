@@ -50,7 +50,7 @@ import numpy as np
 import torch
 
 from fgrpo_verl.focal import focal_weight
-from fgrpo_verl.theory.shrink import mean_shrink, run_label
+from fgrpo_verl.theory.shrink import configurations
 
 SURROGATES = ("log", "linear")
 OPTIMIZERS = ("adam", "sgd")
@@ -106,16 +106,6 @@ class CategoricalSetup:
 
 
 @dataclass(frozen=True)
-class RunConfig:
-    """One configuration of the sweep: its label (``run_label``), the γ it trains with, its learning rate."""
-
-    label: str
-    gamma: float
-    lr: float
-    control_of: float | None = None  # for the scale-matched control: the γ whose m_γ scaled the lr
-
-
-@dataclass(frozen=True)
 class SimulationConfig:
     """One sweep: every combination of group size, configuration (each γ, then each control) and seed is one
     independent run."""
@@ -157,16 +147,14 @@ class SimulationConfig:
         for name, valid in (("surrogate", SURROGATES), ("optimizer", OPTIMIZERS)):
             if getattr(self, name) not in valid:
                 raise ValueError(f"{name}={getattr(self, name)!r} is invalid: valid {name}s are {', '.join(valid)}")
-        labels = [c.label for c in self.configurations]
+        labels = [c.name for c in self.configurations]
         if len(set(labels)) != len(labels):
             raise ValueError(f"gammas={self.gammas!r} give repeated configurations {labels}: list each gamma once")
 
     @property
     def configurations(self) -> list:
         """The result's configuration axis: one ``RunConfig`` per γ, then one per control."""
-        return [RunConfig(run_label(g), float(g), self.lr) for g in self.gammas] + [
-            RunConfig(run_label(0.0, control_of=g), 0.0, self.lr * float(mean_shrink(g)), float(g)) for g in self.controls
-        ]
+        return configurations(self.gammas, self.lr, self.controls)
 
 
 @dataclass

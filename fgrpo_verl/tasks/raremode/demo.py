@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -109,13 +108,13 @@ def run(args, memory) -> int:
           f"steps x {settings.batch_size} prompts x N={settings.n}, lr {args.lr:g}", flush=True)
     results: dict[str, dict[int, dict]] = {c.name: {} for c in cfgs}
     failed = []
-    with _cpu_session(args.backend) as (session_overrides, env):
+    with _cpu_session(args.backend) as (session, session_overrides):
         for seed in range(args.seeds):  # seed-major: an interrupted demo still has complete pairs
             for cfg in cfgs:
                 t_run = time.time()
                 run_dir = out / "runs" / f"{cfg.name}_s{seed}"
                 r = run_one(b, sft_dir, cfg, seed, settings, run_dir, [*session_overrides, *args.overrides],
-                            backend=args.backend, env=env)
+                            backend=args.backend, session=session)
                 if r.returncode != 0:
                     failed.append(r.name)
                     print(f"[demo] run {r.name} failed (exit {r.returncode}); log: {run_dir}/train.log", flush=True)
@@ -145,13 +144,13 @@ def _cpu_session(backend: str):
     its controller actor in a fixed Ray namespace (``transfer_queue``), so two runs in one cluster at once share
     it and corrupt each other's batches (docs/raremode.md)."""
     if backend != "cpu":
-        yield [], None
+        yield None, []
         return
     from fgrpo_verl.backends.cpu.session import RaySession
     from fgrpo_verl.backends.cpu.tuning import fast_overrides
 
     with RaySession() as session:
-        yield [*fast_overrides(), *session.run_overrides()], {**os.environ, **session.env}
+        yield session, fast_overrides()
 
 
 def _report(args, out, results, failed, start, ks, settings, cfgs, warm, sft_cfg, times, memory, levels) -> int:
