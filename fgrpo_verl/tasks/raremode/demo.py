@@ -62,6 +62,8 @@ def run(args, memory) -> int:
     # a progress bar per model load or save: dozens (every scored checkpoint), none of them news
     transformers_logging.disable_progress_bar()
 
+    from fgrpo_verl.backends.cpu.session import RaySession
+    from fgrpo_verl.backends.cpu.tuning import fast_overrides
     from fgrpo_verl.job.checkpoints import checkpoint_dir
     from fgrpo_verl.pass_at_k import ks_up_to
     from fgrpo_verl.tasks.maze.model import save_model_dir
@@ -108,7 +110,13 @@ def run(args, memory) -> int:
           f"steps x {settings.batch_size} prompts x N={settings.n}, lr {args.lr:g}", flush=True)
     results: dict[str, dict[int, dict]] = {c.name: {} for c in cfgs}
     failed = []
-    with _cpu_session(args.backend) as (session, session_overrides):
+    # On the cpu backend one Ray cluster serves all runs, with the backend's speed overrides (same computation,
+    # fgrpo_verl.backends.cpu.tuning). The runs go one at a time: verl's TransferQueue names its controller actor in
+    # a fixed Ray namespace (``transfer_queue``), so two runs in one cluster at once share it and corrupt each
+    # other's batches (docs/raremode.md).
+    with contextlib.ExitStack() as stack:
+        session = stack.enter_context(RaySession()) if args.backend == "cpu" else None
+        session_overrides = [] if session is None else fast_overrides()
         for seed in range(args.seeds):  # seed-major: an interrupted demo still has complete pairs
             for cfg in cfgs:
                 t_run = time.time()
@@ -135,22 +143,6 @@ def run(args, memory) -> int:
                       f"({time.time() - t_run:.0f} s)", flush=True)
     times = dict(start=t0, sft=t_sft, rl=time.time() - t0 - t_sft)
     return _report(args, out, results, failed, start, ks, settings, cfgs, warm, sft_cfg, times, memory, levels)
-
-
-@contextlib.contextmanager
-def _cpu_session(backend: str):
-    """On the cpu backend: one Ray cluster for all runs and the backend's speed overrides (same computation,
-    ``fgrpo_verl.backends.cpu.tuning``); elsewhere nothing. The runs go one at a time: verl's TransferQueue names
-    its controller actor in a fixed Ray namespace (``transfer_queue``), so two runs in one cluster at once share
-    it and corrupt each other's batches (docs/raremode.md)."""
-    if backend != "cpu":
-        yield None, []
-        return
-    from fgrpo_verl.backends.cpu.session import RaySession
-    from fgrpo_verl.backends.cpu.tuning import fast_overrides
-
-    with RaySession() as session:
-        yield session, fast_overrides()
 
 
 def _report(args, out, results, failed, start, ks, settings, cfgs, warm, sft_cfg, times, memory, levels) -> int:
