@@ -74,7 +74,7 @@ def test_control_is_grpo_at_lr_times_m_gamma_and_leaves_the_gamma_runs_alone():
 
     setup = CategoricalSetup(400, 40)
     with_control = SimulationConfig(group_sizes=(16,), gammas=(1.0,), seeds=3, steps=25, lr=0.02, setup=setup, controls=(1.0,))
-    labels = [(c.label, c.gamma, c.lr, c.control_of) for c in with_control.configurations]
+    labels = [(c.name, c.gamma, c.lr, c.control_of) for c in with_control.configurations]
     assert labels == [("fgrpo_g1", 1.0, 0.02, None), ("grpo_lr_x_m1", 0.0, 0.02 * mean_shrink(1.0), 1.0)]
     a = simulate(with_control)
     assert a.q_pos.shape == (26, 1, 2, 3) and a.final_entropy.shape == (1, 2, 3)

@@ -679,34 +679,6 @@ def test_train_is_quiet_on_a_terminal_and_passes_everything_through_otherwise(mo
         train.split_output_flags(["--quiet", "--verbose"])
 
 
-# --- the demo's per-step scoring ---------------------------------------------------------------------------------
-
-def test_per_step_scoring_reads_weights_into_one_model_exactly_as_from_pretrained(tmp_path):
-    """The exact per-step metrics read each step's checkpoint; reading only its weights into the previous step's
-    model gives the same policy as building a new one with from_pretrained (tied embeddings included)."""
-    import torch
-
-    from fgrpo_verl.tasks.maze.model import build_model, save_model_dir
-    from fgrpo_verl.tasks.maze.tokenizer import build_tokenizer
-    from fgrpo_verl.tasks.raremode.evaluate import load_policy, load_weights
-
-    tok = build_tokenizer()
-    dirs = []
-    for seed in (0, 1):
-        model = build_model("tiny", tok, seed=seed)
-        dirs.append(save_model_dir(model, tok, tmp_path / f"step{seed}"))
-    ids = torch.tensor([[1, 2, 3, 4]])
-    model = load_weights(None, dirs[0])
-    first = model(ids).logits
-    model = load_weights(model, dirs[1])
-    assert torch.equal(model(ids).logits, load_policy(dirs[1])(ids).logits)
-    assert not torch.equal(first, model(ids).logits)
-    assert model.get_output_embeddings().weight is model.get_input_embeddings().weight
-    other = build_model("small", tok, seed=0)
-    with pytest.raises(ValueError, match="do not fit the model of the previous step"):
-        load_weights(other, dirs[1])
-
-
 def test_eval_without_vllm_says_what_to_install_or_use(tmp_path, monkeypatch, capsys):
     """A missing service: vLLM (GPU) on a machine that has none. One line, exit 1, the two ways out."""
     import builtins

@@ -152,10 +152,10 @@ def test_tokenizer_round_trip(tmp_path):
     from transformers import AutoTokenizer
 
     from fgrpo_verl.tasks.maze.model import build_model, save_model_dir
-    from fgrpo_verl.tasks.maze.tokenizer import build_tokenizer, save_tokenizer
+    from fgrpo_verl.tasks.maze.tokenizer import build_tokenizer
 
-    save_tokenizer(tmp_path / "tok")
     built = build_tokenizer()
+    built.save_pretrained(str(tmp_path / "tok"))
     # the tokenizer-only dir and a full Qwen2 model dir (where transformers forces Qwen2Tokenizer) must agree
     save_model_dir(build_model("tiny", built, seed=0), built, tmp_path / "model")
     m = generate_maze(13, 2)
@@ -272,7 +272,9 @@ def test_evaluate_counts_match_reward():
     tok = build_tokenizer()
     mazes = [generate_maze(9, s) for s in range(3)]
     model = build_model("tiny", tok, seed=0)
-    counts = sample_correct_counts(model, tok, mazes, n=4, batch_size=5)
+    counts = sample_correct_counts(model, tok, [prompt_text(m) for m in mazes], [m.path for m in mazes],
+                                   lambda text, truth: compute_score("maze", text, truth), 4,
+                                   max_possible_path_length(9) + 1, batch_size=5)
     assert len(counts) == 3 and all(0 <= c <= 4 for c in counts)
 
     class Oracle(torch.nn.Module):
@@ -333,14 +335,17 @@ def test_rl_overrides_compose_and_validate(tmp_path):
 
 
 # ---------------------------------------------------------------- the demo command
-def test_demo_is_registered_and_rejects_bad_gammas(tmp_path):
-    from fgrpo_verl.cli import build_parser
+def test_demo_is_registered_and_rejects_bad_gammas(tmp_path, capsys):
+    from fgrpo_verl.cli import build_parser, main
+    from fgrpo_verl.cli.demo import fill_defaults
 
-    args = build_parser().parse_args(["demo", "--task", "maze", "--out-dir", str(tmp_path), "--gammas", "0,half"])
-    assert args.size == 7 and args.task == "maze"
-    with pytest.raises(ValueError, match="--gammas"):
-        args._run(args)
-    assert args.model_preset == "small" and args.lr == 1e-4  # the maze defaults fill what the command line left out
+    assert main(["demo", "--task", "maze", "--out-dir", str(tmp_path), "--gammas", "0,half"]) == 2
+    assert "argument --gammas: must be comma-separated numbers, got '0,half'" in capsys.readouterr().err
+    args = fill_defaults(build_parser().parse_args(["demo", "--task", "maze", "--gammas", "0,1.5", "--lr", "3e-4"]))
+    assert args.size == 7 and args.gammas == [0.0, 1.5] and args.lr == 3e-4
+    assert args.model_preset == "small" and args.rl_steps == 30  # the maze defaults fill what the command line left out
+    args = fill_defaults(build_parser().parse_args(["demo", "--full", "--seeds", "2"]))
+    assert (args.model_preset, args.seeds, args.gammas, args.control_gamma) == ("tiny", 2, [0.0, 0.5, 1.0], 1.0)
 
 
 @pytest.mark.e2e

@@ -112,7 +112,7 @@ def test_exact_probabilities_match_sampling_frequencies():
     import torch
 
     from fgrpo_verl.tasks.maze.model import build_model
-    from fgrpo_verl.tasks.raremode.evaluate import sampled_correct_counts
+    from fgrpo_verl.tasks.maze.evaluate import sample_correct_counts
     from fgrpo_verl.tasks.raremode.measure import candidate_probs
     from fgrpo_verl.tasks.raremode.prototype import sample_responses
     from fgrpo_verl.tasks.raremode.sft import SFTConfig, sft
@@ -135,7 +135,9 @@ def test_exact_probabilities_match_sampling_frequencies():
             q = exact.probs[i, j]
             freq = mine.count(a) / n
             assert abs(freq - q) < 5 * math.sqrt(q * (1 - q) / n) + 1e-9, (p, a, freq, q)
-    counts = sampled_correct_counts(model, tok, probe, n, seed=2)
+    counts = sample_correct_counts(model, tok, [p.text for p in probe], ["".join(p.correct) for p in probe],
+                                   lambda text, truth: compute_score("raremode", text, truth), n, 2, batch_size=4096,
+                                   seed=2)
     for c, q in zip(counts, exact.q_pos):
         assert abs(c / n - q) < 5 * math.sqrt(q * (1 - q) / n)
 
@@ -196,16 +198,29 @@ def test_configurations_include_the_scale_matched_control():
     assert "algorithm.fgrpo.gamma=1.0" in ov and "data.seed=7" in ov and "trainer.save_freq=1" in ov
 
 
-def test_checkpoint_dirs_only_lists_complete_hf_dirs(tmp_path):
-    from fgrpo_verl.tasks.raremode.evaluate import checkpoint_dirs
+def test_step_metrics_score_each_checkpoint_verl_finished(tmp_path):
+    """Every step up to verl's resume point is scored from its HF dir; a checkpoint past the resume point (still
+    being written) is not read."""
+    from fgrpo_verl.tasks.maze.model import build_model, save_model_dir
+    from fgrpo_verl.tasks.raremode.evaluate import step_metrics
+    from fgrpo_verl.tasks.raremode.measure import candidate_probs, exact_metrics, rare_mask
+    from fgrpo_verl.tasks.raremode.tokenizer import build_tokenizer
 
-    for step, complete in ((1, True), (2, False), (10, True)):
-        d = tmp_path / f"global_step_{step}" / "actor" / "huggingface"
-        d.mkdir(parents=True)
-        if complete:
-            (d / "config.json").write_text("{}")
-    (tmp_path / "global_step_x").mkdir()
-    assert list(checkpoint_dirs(tmp_path)) == [1, 10]
+    tok = build_tokenizer()
+    prompts = generate_split(3, 4, 0, "val")
+    models = {step: build_model("tiny", tok, step) for step in (0, 1, 2, 3)}
+    for step in (1, 2, 3):
+        save_model_dir(models[step], tok, tmp_path / f"global_step_{step}" / "actor" / "huggingface")
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("2")
+    base = candidate_probs(models[0], tok, prompts)
+    rare = rare_mask(base, 1.0)
+    curve = step_metrics(tmp_path, tok, prompts, base, rare)
+    assert sorted(curve) == [0, 1, 2] and curve[0].m_ret == 1.0
+    for step in (1, 2):
+        assert curve[step] == exact_metrics(base, candidate_probs(models[step], tok, prompts), rare)
+    (tmp_path / "latest_checkpointed_iteration.txt").unlink()
+    with pytest.raises(FileNotFoundError, match="no complete"):
+        step_metrics(tmp_path, tok, prompts, base, rare)
 
 
 def test_prototype_grpo_step_moves_the_policy():
@@ -226,16 +241,15 @@ def test_prototype_grpo_step_moves_the_policy():
 
 
 # ---------------------------------------------------------------- the demo's argument checks
-@pytest.mark.parametrize("argv,match", [(["--gammas", "1"], "include 0"), (["--gammas", "0,x"], "--gammas"),
+@pytest.mark.parametrize("argv,match", [(["--gammas", "1"], "include 0"),
+                                        (["--gammas", "0,x"], "argument --gammas: must be comma-separated numbers"),
                                         (["--warm", "0.3,0.1"], "--warm"), (["--warm", "0.6,0.3,0.3"], "WarmStart"),
                                         (["--seeds", "0"], "--seeds"), (["--q-levels", "0.5,1"], "--q-levels holds 1.0"),
-                                        (["--q-levels", "0.5,x"], "--q-levels must be"),
+                                        (["--q-levels", "0.5,x"], "argument --q-levels: must be comma-separated"),
                                         (["--q-levels", "0.5,0.5"], "repeats a level")])
-def test_raremode_demo_rejects_bad_arguments(tmp_path, argv, match):
-    from fgrpo_verl.cli import build_parser
+def test_raremode_demo_rejects_bad_arguments(tmp_path, capsys, argv, match):
+    from fgrpo_verl.cli import main
 
-    args = build_parser().parse_args(["demo", "--out-dir", str(tmp_path), *argv])
-    assert args.task == "raremode"
-    with pytest.raises(ValueError, match=match):
-        args._run(args)
+    assert main(["demo", "--out-dir", str(tmp_path), *argv]) == 2
+    assert match in capsys.readouterr().err
     assert not (tmp_path / "raremode").exists()  # rejected before building anything

@@ -23,18 +23,29 @@ and memory"). W&B logs offline unless W&B is configured (WANDB_API_KEY / ``wandb
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import threading
 import time
+import types
 from pathlib import Path
 
 HELP = ("F-GRPO vs GRPO through verl on CPU: the rare-mode task (default; exact rare-mass metrics over seeds) or "
         "small mazes (--task maze)")
 
-# Per-task defaults of the options both tasks share (None on the command line = the task's default).
+# Per-task defaults of the options both tasks share (None on the command line = the task's default); the rare-mode
+# task's quick and --full presets are in fgrpo_verl/tasks/raremode/demo.py.
 MAZE_DEFAULTS = dict(n_train=2000, n_val=64, model_preset="small", sft_steps=600, sft_batch=32, sft_lr=2e-3,
-                     gammas="0,0.5", rl_steps=30, batch_size=16, lr=1e-4)
+                     gammas=[0.0, 0.5], rl_steps=30, batch_size=16, lr=1e-4)
+
+
+def floats(text: str) -> list[float]:
+    """An argparse type: comma-separated numbers (``--gammas 0,0.5``)."""
+    try:
+        return [float(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be comma-separated numbers, got {text!r}") from None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -58,7 +69,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "thread, and OpenMP spin-waits waste a shared core)",
     )
     g = parser.add_argument_group("RL (verl)")
-    g.add_argument("--gammas", default=None, help="comma-separated focal strengths; 0 = GRPO (maze 0,0.5; raremode 0,1)")
+    g.add_argument("--gammas", type=floats, default=None,
+                   help="comma-separated focal strengths; 0 = GRPO (maze 0,0.5; raremode 0,1)")
     g.add_argument("--rl-steps", type=int, default=None, help="RL steps per run (maze 30, raremode 16, --full 40)")
     g.add_argument("--batch-size", type=int, default=None, help="prompts per RL step (16)")
     g.add_argument("--n", type=int, default=8,
@@ -67,50 +79,70 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--val-n", type=int, default=16, help="[maze] samples per held-out maze for pass@k (k up to this)")
     g.add_argument("--backend", default="cpu", help="execution backend config group (cpu or gpu)")
     g.add_argument("overrides", nargs="*", help="extra Hydra overrides passed to every RL run")
-    from fgrpo_verl.tasks.raremode.demo import add_arguments as add_raremode_arguments
+    g = parser.add_argument_group("rare-mode task")
+    g.add_argument("--k", type=int, default=4, help="[raremode] symbols = correct answers per prompt")
+    g.add_argument("--warm", type=floats, default="0.3,0.09,0.5",
+                   help="[raremode] warm-start answer mass: anchor, rare (all rare together), distractor")
+    g.add_argument("--seeds", type=int, default=None, help="[raremode] seeds per configuration (quick 3, --full 5)")
+    g.add_argument("--control-gamma", type=float, default=None,
+                   help="[raremode] add GRPO at lr x m_gamma for this gamma (quick: none, --full: 1)")
+    g.add_argument("--ds-grpo", action="store_true",
+                   help="[raremode] add DS-GRPO (Gai et al. 2025; the paper's Table 3 control) at GRPO's lr: one more "
+                        "run per seed, opt-in (neither the default nor --full runs it)")
+    g.add_argument("--pass-n", type=int, default=256, help="[raremode] samples per held-out prompt for pass@k")
+    g.add_argument("--q-levels", type=floats, default=None,
+                   help="[raremode] comma-separated Q_pos levels in (0, 1) for the equal-Q_pos table, reported in "
+                        "increasing order (default: the highest level every run reaches and the midpoint from the SFT start)")
+    g.add_argument("--report-equal-q", metavar="RESULTS_JSON", default=None,
+                   help="[raremode] only print the equal-Q_pos table of an existing raremode_results.json (no training)")
+    g.add_argument("--full", action="store_true",
+                   help="[raremode] the long variant (<= 60 min): 5 seeds, gammas 0,0.5,1, the lr x m_1 control, 40 steps")
 
-    add_raremode_arguments(parser.add_argument_group("rare-mode task"))
+
+def fill_defaults(args: argparse.Namespace) -> argparse.Namespace:
+    """Each option left out on the command line (None) gets the task's default."""
+    from fgrpo_verl.tasks.raremode.demo import FULL, QUICK
+
+    defaults = MAZE_DEFAULTS if args.task == "maze" else {**QUICK, **(FULL if args.full else {})}
+    for key, value in defaults.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    return args
 
 
-class PeakMemory:
+@contextlib.contextmanager
+def peak_memory(interval: float = 5.0):
     """Samples the summed PSS (proportional set size: shared pages split between the processes sharing them) of
-    this process and all its descendants (the verl driver, Ray and its workers) every ``interval`` seconds.
+    this process and all its descendants (the verl driver, Ray and its workers) every ``interval`` seconds; yields
+    an object whose ``peak`` is the largest sum so far.
 
     PSS is not cheap: the kernel walks each process's page tables (Ray workers map ~10 GB each). One pass over a
     run's ~20 processes took ~0.14 CPU-s (0.28 s for 42), so sampling every 0.5 s used a quarter of a core of
     the 2 the demo runs on (most of its "sys" time). At 2 s it was still the demo process's only busy thread while a
     run trained: 10 % of a core at load ~6 (py-spy: every sample in ``smaps_rollup``). Every 5 s costs ~4 %; the
     peak is a plateau of a minute or more (every worker of a run alive), which 5 s does not miss."""
+    import psutil
 
-    def __init__(self, interval: float = 5.0):
-        import psutil
+    me, stop, memory = psutil.Process(), threading.Event(), types.SimpleNamespace(peak=0)
 
-        self._proc = psutil.Process()
-        self.interval = interval
-        self.peak = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    def _loop(self):
-        import psutil
-
-        while not self._stop.is_set():
+    def sample():
+        while not stop.is_set():
             total = 0
-            for p in [self._proc, *self._proc.children(recursive=True)]:
+            for p in [me, *me.children(recursive=True)]:
                 try:
                     total += p.memory_full_info().pss
                 except psutil.Error:
                     pass
-            self.peak = max(self.peak, total)
-            self._stop.wait(self.interval)
+            memory.peak = max(memory.peak, total)
+            stop.wait(interval)
 
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    try:
+        yield memory
+    finally:
+        stop.set()
+        thread.join()
 
 
 def _mean(values):
@@ -129,14 +161,12 @@ def run(args: argparse.Namespace) -> int:
 
     if not wandb_configured():
         os.environ["WANDB_MODE"] = "offline"
+    fill_defaults(args)
     if args.task == "raremode":
         from fgrpo_verl.tasks.raremode.demo import run as run_raremode
 
-        with PeakMemory() as memory:
+        with peak_memory() as memory:
             return run_raremode(args, memory)
-    for key, value in MAZE_DEFAULTS.items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
     return _run_maze(args)
 
 
@@ -154,10 +184,6 @@ def _run_maze(args: argparse.Namespace) -> int:
     from fgrpo_verl.tasks.maze.rl import TRAIN_REWARD_KEY, RLSettings, correct_counts_from_dump, read_metrics, train_maze
     from fgrpo_verl.tasks.maze.sft import SFTConfig, sft
 
-    try:
-        gammas = [float(g) for g in args.gammas.split(",")]
-    except ValueError as err:
-        raise ValueError(f"--gammas must be comma-separated floats, got {args.gammas!r}") from err
     # largest micro-batch <= 64 that divides a step's rollouts (a memory knob only)
     micro_batch = math.gcd(64, args.batch_size * args.n)
     settings = RLSettings(
@@ -171,7 +197,7 @@ def _run_maze(args: argparse.Namespace) -> int:
     ks = ks_up_to(args.val_n)
     out = Path(args.out_dir).resolve()
     t0 = time.time()
-    with PeakMemory() as memory:
+    with peak_memory() as memory:
         print(f"[demo] 1/4 building {args.size}x{args.size} mazes ({args.n_train} train, {args.n_val} held-out) and a "
               f"'{args.model_preset}' Qwen2 in {out}", flush=True)
         b, splits = build_with_splits(
@@ -192,33 +218,25 @@ def _run_maze(args: argparse.Namespace) -> int:
         t_sft = time.time() - t0
 
         print(f"[demo] 3/4 RL through verl ({args.backend} backend): {settings.steps} steps x {settings.batch_size} "
-              f"mazes x {settings.n} rollouts, gammas {gammas}", flush=True)
-        rows = []
-        for gamma in gammas:
+              f"mazes x {settings.n} rollouts, gammas {args.gammas}", flush=True)
+        table, curves, failed = [], {}, False
+        for gamma in args.gammas:
             name = "grpo" if gamma == 0 else f"fgrpo_gamma{gamma:g}"
-            t_run = time.time()
-            result = train_maze(
-                b, sft_dir, gamma, settings, out / "runs" / name, name,
-                extra_overrides=list(args.overrides), backend=args.backend,
-            )
-            rows.append((result, time.time() - t_run))
+            result = train_maze(b, sft_dir, gamma, settings, out / "runs" / name, name,
+                                extra_overrides=list(args.overrides), backend=args.backend)
             if result.returncode != 0:
+                failed = True
                 print(f"[demo] run {name} failed (exit {result.returncode}); log: {result.run_dir}/train.log", flush=True)
-        t_rl = time.time() - t0 - t_sft
-
-        print("[demo] 4/4 results", flush=True)
-        table, curves = [], {}
-        for result, seconds in rows:
-            if result.returncode != 0:
-                table.append((result.name, result.gamma, None, None, {}, seconds))
+                table.append((name, gamma, None, None, {}))
                 continue
             metrics = read_metrics(result.metrics_file)
             steps = sorted(s for s, m in metrics.items() if TRAIN_REWARD_KEY in m)
-            curve = [metrics[s][TRAIN_REWARD_KEY] for s in steps]
-            curves[result.name] = (steps, curve)
+            curves[name] = (steps, [metrics[s][TRAIN_REWARD_KEY] for s in steps])
             n, correct = correct_counts_from_dump(Path(result.run_dir) / "validation" / f"{settings.steps}.jsonl")
             passes = {k: mean_pass_at_k(n, correct, k) for k in ks}
-            table.append((result.name, result.gamma, _mean(curve[:3]), _mean(curve[-3:]), passes, seconds))
+            table.append((name, gamma, _mean(curves[name][1][:3]), _mean(curves[name][1][-3:]), passes))
+        t_rl = time.time() - t0 - t_sft
+        print("[demo] 4/4 results", flush=True)
         plot = _plot(curves, sft_eval.pass_at[1], out / "reward_curves.png")
     wall = time.time() - t0
 
@@ -226,7 +244,7 @@ def _run_maze(args: argparse.Namespace) -> int:
     print("\n" + header)
     print("-" * len(header))
     print(f"{'SFT start':<18}{'':>6}{'':>40}" + "".join(f"{sft_eval.pass_at[k]:>10.3f}" for k in ks))
-    for name, gamma, start, end, passes, _ in table:
+    for name, gamma, start, end, passes in table:
         if start is None:
             print(f"{name:<18}{gamma:>6g}{'FAILED':>40}")
             continue
@@ -241,18 +259,15 @@ def _run_maze(args: argparse.Namespace) -> int:
     print(f"verl logs and metrics: {out / 'runs'}/<run>/train.log, metrics.jsonl, validation/")
     if plot:
         print(f"plot: {plot}")
-    return 0 if all(r.returncode == 0 for r, _ in rows) else 1
+    return 1 if failed else 0
 
 
 def _plot(curves: dict, sft_pass1: float, path: Path) -> Path | None:
     if not curves:
         return None
-    import matplotlib
+    from fgrpo_verl.theory.plots import pyplot, save
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = pyplot().subplots(figsize=(6, 4))
     for name, (steps, curve) in curves.items():
         ax.plot(steps, curve, label=name)
     ax.axhline(sft_pass1, color="gray", linestyle="--", label="SFT held-out pass@1")
@@ -260,7 +275,4 @@ def _plot(curves: dict, sft_pass1: float, path: Path) -> Path | None:
     ax.set_ylabel("train reward (batch mean)")
     ax.set_title("maze: GRPO vs F-GRPO on the CPU backend")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save(fig, path, dpi=120)

@@ -32,18 +32,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import math
 
+    import numpy as np
+
     from fgrpo_verl.theory.shrink import mean_shrink
 
     if not (math.isfinite(args.lr) and args.lr > 0):
         raise ValueError(f"--lr {args.lr!r} is invalid: must be a finite number > 0")
     gammas = args.gamma or (FIG4_GAMMAS if args.plot else TABLE_GAMMAS)
-    rows = []
-    for gamma in gammas:
-        try:
-            m = mean_shrink(gamma)
-        except ValueError as err:
-            raise ValueError(f"--gamma: {err}") from err
-        rows.append({"gamma": gamma, "m_gamma": m, "control_lr": args.lr * m})
+    try:
+        shrinks = [float(m) for m in np.atleast_1d(mean_shrink(gammas))]
+    except ValueError as err:
+        raise ValueError(f"--gamma: {err}") from err
+    rows = [{"gamma": gamma, "m_gamma": m, "control_lr": args.lr * m} for gamma, m in zip(gammas, shrinks)]
     if args.plot:
         import sys
 

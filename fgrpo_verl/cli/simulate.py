@@ -110,7 +110,7 @@ def equal_q_pos(result, levels=None) -> list:
                 hit = at_level(steps, q_mean[:, i, ci], {"m_ret": m_mean[:, i, ci]}, level)
                 seeds = [at_level(steps, result.q_pos[:, i, ci, s], {"m_ret": result.m_ret[:, i, ci, s]}, level)
                          for s in range(cfg.seeds)]
-                rows.append({"q_pos": level, "config": c.label, "gamma": c.gamma, "lr": c.lr,
+                rows.append({"q_pos": level, "config": c.name, "gamma": c.gamma, "lr": c.lr,
                              "m_ret": None if hit is None else hit.values["m_ret"], "step": None if hit is None else hit.step,
                              "m_ret_per_seed": [None if h is None else h.values["m_ret"] for h in seeds],
                              "step_per_seed": [None if h is None else h.step for h in seeds]})
@@ -122,7 +122,7 @@ def equal_q_pos(result, levels=None) -> list:
 def write_outputs(result, out: Path, zone_threshold: float, q_levels=None) -> dict:
     """final.csv (one row per run), curves.csv (seed means per step), summary.json, and the Fig. 2 PNGs.
 
-    Both CSVs end with the columns config (``RunConfig.label``) and lr; with ``--control`` the control's rows have
+    Both CSVs end with the columns config (``RunConfig.name``) and lr; with ``--control`` the control's rows have
     gamma 0 (the γ it trains with) and config ``grpo_lr_x_m<γ>``."""
     import numpy as np
 
@@ -139,7 +139,7 @@ def write_outputs(result, out: Path, zone_threshold: float, q_levels=None) -> di
                 for s in range(cfg.seeds):
                     f.write(
                         f"{n},{c.gamma:g},{s},{result.q_pos[-1, i, gi, s]:.6f},{result.m_ret[-1, i, gi, s]:.6f},"
-                        f"{result.anchor[-1, i, gi, s]:.6g},{result.final_entropy[i, gi, s]:.4f},{c.label},{c.lr:g}\n"
+                        f"{result.anchor[-1, i, gi, s]:.6g},{result.final_entropy[i, gi, s]:.4f},{c.name},{c.lr:g}\n"
                     )
     q_mean, m_mean = result.q_pos.mean(-1), result.m_ret.mean(-1)
     with open(out / "curves.csv", "w") as f:
@@ -147,7 +147,7 @@ def write_outputs(result, out: Path, zone_threshold: float, q_levels=None) -> di
         for t in range(q_mean.shape[0]):
             for i, n in enumerate(ns):
                 for gi, c in enumerate(configs):
-                    f.write(f"{t},{n},{c.gamma:g},{q_mean[t, i, gi]:.6f},{m_mean[t, i, gi]:.6f},{c.label},{c.lr:g}\n")
+                    f.write(f"{t},{n},{c.gamma:g},{q_mean[t, i, gi]:.6f},{m_mean[t, i, gi]:.6f},{c.name},{c.lr:g}\n")
     zone = concentration_zone(ns, m_mean[-1, :, 0], threshold=zone_threshold)
     curve_ns = _curve_ns(ns)
     pngs = plot_simulation(result, out, curve_ns, zone)
@@ -156,7 +156,7 @@ def write_outputs(result, out: Path, zone_threshold: float, q_levels=None) -> di
             "group_sizes": ns,
             "gammas": list(cfg.gammas),
             "controls": list(cfg.controls),
-            "configurations": [{"config": c.label, "gamma": c.gamma, "lr": c.lr} for c in configs],
+            "configurations": [{"config": c.name, "gamma": c.gamma, "lr": c.lr} for c in configs],
             "seeds": cfg.seeds,
             "steps": cfg.steps,
             "lr": cfg.lr,
@@ -174,7 +174,7 @@ def write_outputs(result, out: Path, zone_threshold: float, q_levels=None) -> di
             {
                 "n": n,
                 "gamma": c.gamma,
-                "config": c.label,
+                "config": c.name,
                 "lr": c.lr,
                 "q_pos_mean": float(q_mean[-1, i, gi]),
                 "m_ret_mean": float(m_mean[-1, i, gi]),
@@ -215,7 +215,7 @@ def run(args) -> int:
     for row in summary["final"]:
         print(f"{row['n']:>7d} {row['config']:>16} {row['lr']:>9.3g} {row['q_pos_mean']:>7.3f} {row['m_ret_mean']:>7.3f}")
     print("at equal Q_pos (seed-mean curves, first crossing, linear interpolation): M_ret @ step")
-    print(f"{'N':>7} {'Q_pos':>6} " + " ".join(f"{c.label:>20}" for c in config.configurations))
+    print(f"{'N':>7} {'Q_pos':>6} " + " ".join(f"{c.name:>20}" for c in config.configurations))
     for block in summary["equal_q_pos"]:
         if block["levels_at_or_below_start"]:
             print(f"{block['n']:>7d} level(s) {', '.join(f'{x:.3f}' for x in block['levels_at_or_below_start'])} at or "

@@ -8,6 +8,8 @@ import json
 import sys
 
 HELP = "Tail-miss probability (Lemma 3.1) and active probability (eq. 7) for every (mu, tau, n); table, JSON or plot."
+# the theory modules name their arguments; the command line has flags for them
+FLAGS = {"mu": "--mu", "tau": "--tau", "rho": "--rho", "n_max": "--n-max", "n": "--n"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,53 +28,43 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--n-max", type=int, default=512, help="largest N drawn by --plot (default 512)")
 
 
-def _rows(args):
-    from fgrpo_verl.theory.tail_miss import active_probability, tail_miss_probability
+def _check_rho(rhos) -> None:
+    from fgrpo_verl.theory._checks import real_array
 
-    rows = []
-    rare = args.tau if args.tau is not None else args.rho
-    for mu, r, n in itertools.product(args.mu, rare, args.n):
-        tau = r if args.tau is not None else r * mu
-        if args.rho is not None and not 0 < r < 1:
-            raise ValueError(f"rho={r!r} is invalid: must be in (0, 1)")
-        tail = float(tail_miss_probability(mu, tau, n))
-        rows.append({"mu": mu, "tau": tau, "n": int(n), "active": float(active_probability(mu, n)), "tail_miss": tail})
-    return rows
-
-
-def _plot(args):
-    from fgrpo_verl.theory._checks import group_size_array
-    from fgrpo_verl.theory.plots import plot_tail_miss
-
-    group_size_array("n_max", args.n_max)
-    mus = args.mu or [0.8, 0.5, 0.2]
-    if args.tau is not None:
-        rhos = sorted({t / mu for t in args.tau for mu in mus})
-        if len(mus) > 1:
-            raise ValueError("--tau with --plot needs exactly one --mu (curves are per rho = tau/mu); or use --rho")
-    else:
-        rhos = args.rho or [0.01, 0.05, 0.1, 0.2]
-    for r in rhos:
-        if not 0 < r < 1:
-            raise ValueError(f"rho={r!r} is invalid: must be in (0, 1)")
-    return plot_tail_miss(mus, rhos, args.plot, n_max=args.n_max)
+    real_array("rho", rhos, low=0.0, high=1.0, low_open=True, high_open=True)
 
 
 def run(args) -> int:
-    try:
-        if args.plot is None and (args.mu is None or args.n is None or (args.tau is None and args.rho is None)):
+    from fgrpo_verl.cli.errors import with_flag_names
+    from fgrpo_verl.theory.tail_miss import active_probability, tail_miss_probability
+
+    table = args.mu is not None and args.n is not None and (args.tau is not None or args.rho is not None)
+    rows = []
+    try:  # errors: fgrpo_verl/cli/errors.py (exit 2), with the theory's names as the flags
+        if args.plot is None and not table:
             raise ValueError("give --mu, --tau (or --rho) and --n; or --plot PATH for the figure")
         if args.plot is not None:
-            path = _plot(args)
-            print(f"wrote {path}", file=sys.stderr)
-            if args.mu is None or args.n is None or (args.tau is None and args.rho is None):
-                return 0
-        rows = _rows(args)
-    except ValueError as err:  # errors: fgrpo_verl/cli/errors.py (exit 2), with the theory's names as the flags
-        from fgrpo_verl.cli.errors import with_flag_names
+            from fgrpo_verl.theory._checks import group_size_array
+            from fgrpo_verl.theory.plots import plot_tail_miss
 
-        flags = {"mu": "--mu", "tau": "--tau", "rho": "--rho", "n_max": "--n-max", "n": "--n"}
-        raise ValueError(with_flag_names(str(err), flags)) from err
+            group_size_array("n_max", args.n_max)
+            mus = args.mu or [0.8, 0.5, 0.2]
+            if args.tau is not None and len(mus) > 1:
+                raise ValueError("--tau with --plot needs exactly one --mu (curves are per rho = tau/mu); or use --rho")
+            rhos = args.rho or [0.01, 0.05, 0.1, 0.2] if args.tau is None else sorted({t / mus[0] for t in args.tau})
+            _check_rho(rhos)
+            print(f"wrote {plot_tail_miss(mus, rhos, args.plot, n_max=args.n_max)}", file=sys.stderr)
+        if table and args.rho is not None:
+            _check_rho(args.rho)
+        for mu, r, n in itertools.product(args.mu, args.tau or args.rho, args.n) if table else ():
+            tau = r if args.tau is not None else r * mu
+            tail = float(tail_miss_probability(mu, tau, n))  # checks n before int() below
+            rows.append({"mu": mu, "tau": tau, "n": int(n), "active": float(active_probability(mu, n)),
+                         "tail_miss": tail})
+    except ValueError as err:
+        raise ValueError(with_flag_names(str(err), FLAGS)) from err
+    if not table:
+        return 0
     if args.json:
         print(json.dumps(rows))
         return 0

@@ -11,36 +11,27 @@ import numbers
 import numpy as np
 
 
-def _first_bad(arr: np.ndarray, bad: np.ndarray):
-    flat = np.asarray(arr).reshape(-1)[np.asarray(bad).reshape(-1)]
-    return flat[0].item() if flat.size else None
-
-
 def real_array(name: str, value, *, low: float, high: float, low_open: bool = False, high_open: bool = False) -> np.ndarray:
     """``value`` as a float64 array whose every entry lies in the interval (low/high, open or closed)."""
     interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
-    arr = _numeric(name, value, f"a real number in {interval}")
-    arr = arr.astype(np.float64)
-    nan = np.isnan(arr)
-    if nan.any():
-        raise ValueError(f"{name}=nan is invalid: must be a real number in {interval}")
-    bad = (arr <= low if low_open else arr < low) | (arr >= high if high_open else arr > high)
-    if bad.any():
-        raise ValueError(f"{name}={_first_bad(arr, bad)!r} is invalid: must be in {interval}")
-    return arr
+    arr = _numeric(name, value, f"a real number in {interval}").astype(np.float64)
+    bad = np.isnan(arr) | (arr <= low if low_open else arr < low) | (arr >= high if high_open else arr > high)
+    return _refuse_any(name, arr, bad, f"must be in {interval}")
 
 
 def group_size_array(name: str, value) -> np.ndarray:
     """``value`` as an int64 array of whole numbers >= 1 (8 and 8.0 are accepted, 8.5 is not)."""
     arr = _numeric(name, value, "a whole number >= 1")
-    if arr.dtype.kind == "f":
-        bad = ~np.isfinite(arr) | (arr != np.round(arr))
-        if bad.any():
-            raise ValueError(f"{name}={_first_bad(arr, bad)!r} is invalid: must be a whole number >= 1")
-    bad = arr < 1
+    bad = ~np.isfinite(arr) | (arr != np.round(arr)) | (arr < 1) if arr.dtype.kind == "f" else arr < 1
+    return _refuse_any(name, arr, bad, "must be a whole number >= 1").astype(np.int64)
+
+
+def _refuse_any(name: str, arr: np.ndarray, bad: np.ndarray, what: str) -> np.ndarray:
+    """``arr``, or a ValueError naming its first ``bad`` entry."""
     if bad.any():
-        raise ValueError(f"{name}={_first_bad(arr, bad)!r} is invalid: must be a whole number >= 1")
-    return arr.astype(np.int64)
+        first = np.asarray(arr).reshape(-1)[np.asarray(bad).reshape(-1)][0].item()
+        raise ValueError(f"{name}={first!r} is invalid: {what}")
+    return arr
 
 
 def _numeric(name: str, value, what: str) -> np.ndarray:

@@ -50,7 +50,7 @@ import numpy as np
 import torch
 
 from fgrpo_verl.focal import focal_weight
-from fgrpo_verl.theory.shrink import mean_shrink, run_label
+from fgrpo_verl.theory.shrink import configurations
 
 SURROGATES = ("log", "linear")
 OPTIMIZERS = ("adam", "sgd")
@@ -72,9 +72,7 @@ class CategoricalSetup:
 
     def __post_init__(self):
         for name in ("num_actions", "num_correct"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}={value!r} is invalid: must be a whole number >= 1")
+            _whole(name, getattr(self, name))
         if not 1 <= self.num_correct < self.num_actions:
             raise ValueError(
                 f"num_correct={self.num_correct!r} is invalid for num_actions={self.num_actions}: need 1 <= num_correct < num_actions"
@@ -108,16 +106,6 @@ class CategoricalSetup:
 
 
 @dataclass(frozen=True)
-class RunConfig:
-    """One configuration of the sweep: its label (``run_label``), the γ it trains with, its learning rate."""
-
-    label: str
-    gamma: float
-    lr: float
-    control_of: float | None = None  # for the scale-matched control: the γ whose m_γ scaled the lr
-
-
-@dataclass(frozen=True)
 class SimulationConfig:
     """One sweep: every combination of group size, configuration (each γ, then each control) and seed is one
     independent run."""
@@ -134,48 +122,39 @@ class SimulationConfig:
     controls: tuple = ()  # γ values whose scale-matched control (γ = 0 at lr · m_γ) is added; see the module docstring
 
     def __post_init__(self):
-        object.__setattr__(self, "group_sizes", tuple(self.group_sizes))
-        object.__setattr__(self, "gammas", tuple(self.gammas))
-        object.__setattr__(self, "controls", tuple(self.controls))
+        for name in ("group_sizes", "gammas", "controls"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
         for g in self.controls:
             if _finite("controls", g) <= 0:
                 raise ValueError(f"controls holds {g!r}: a scale-matched control needs a finite gamma > 0 (m_0 = 1 is GRPO itself)")
-        if len(set(self.controls)) != len(self.controls):
-            raise ValueError(f"controls={self.controls!r} repeats a value: list each gamma once")
         if not self.group_sizes:
             raise ValueError("group_sizes is empty: give at least one group size N >= 1")
         for n in self.group_sizes:
             if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
                 raise ValueError(f"group_sizes holds {n!r}: every group size must be a whole number >= 1")
-        if len(set(self.group_sizes)) != len(self.group_sizes):
-            raise ValueError(f"group_sizes={self.group_sizes!r} repeats a value: list each N once")
         if not self.gammas:
             raise ValueError("gammas is empty: give at least one gamma >= 0")
         for g in self.gammas:
             if _finite("gammas", g) < 0:
                 raise ValueError(f"gammas holds {g!r}: every gamma must be a finite number >= 0")
-        for name in ("seeds", "steps"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}={value!r} is invalid: must be a whole number >= 1")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ValueError(f"seed={self.seed!r} is invalid: must be a whole number >= 0")
+        for name, values, what in (("group_sizes", self.group_sizes, "N"), ("controls", self.controls, "gamma")):
+            if len(set(values)) != len(values):  # repeated gammas: the configurations check below
+                raise ValueError(f"{name}={values!r} repeats a value: list each {what} once")
+        for name, low in (("seeds", 1), ("steps", 1), ("seed", 0)):
+            _whole(name, getattr(self, name), low)
         if _finite("lr", self.lr) <= 0:
             raise ValueError(f"lr={self.lr!r} is invalid: must be a finite number > 0")
-        if self.surrogate not in SURROGATES:
-            raise ValueError(f"surrogate={self.surrogate!r} is invalid: valid surrogates are {', '.join(SURROGATES)}")
-        if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"optimizer={self.optimizer!r} is invalid: valid optimizers are {', '.join(OPTIMIZERS)}")
-        labels = [c.label for c in self.configurations]
+        for name, valid in (("surrogate", SURROGATES), ("optimizer", OPTIMIZERS)):
+            if getattr(self, name) not in valid:
+                raise ValueError(f"{name}={getattr(self, name)!r} is invalid: valid {name}s are {', '.join(valid)}")
+        labels = [c.name for c in self.configurations]
         if len(set(labels)) != len(labels):
             raise ValueError(f"gammas={self.gammas!r} give repeated configurations {labels}: list each gamma once")
 
     @property
     def configurations(self) -> list:
         """The result's configuration axis: one ``RunConfig`` per γ, then one per control."""
-        return [RunConfig(run_label(g), float(g), self.lr) for g in self.gammas] + [
-            RunConfig(run_label(0.0, control_of=g), 0.0, self.lr * float(mean_shrink(g)), float(g)) for g in self.controls
-        ]
+        return configurations(self.gammas, self.lr, self.controls)
 
 
 @dataclass
@@ -189,6 +168,12 @@ class SimulationResult:
     anchor: np.ndarray  # the anchor action's probability
     final_entropy: np.ndarray  # (N, configuration, seed) policy entropy in nats after the last step
     seconds: float  # wall time of the run loop
+
+
+def _whole(name, value, low: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{name}={value!r} is invalid: must be a whole number >= {low}")
+    return value
 
 
 def _finite(name, value) -> float:

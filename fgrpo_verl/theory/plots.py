@@ -15,7 +15,8 @@ from fgrpo_verl.theory.shrink import focal_advantage_magnitudes
 from fgrpo_verl.theory.tail_miss import peak_group_size, tail_miss_probability
 
 
-def _pyplot():
+def pyplot():
+    """matplotlib's pyplot on the Agg backend (every figure of the package is drawn through this)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -24,21 +25,21 @@ def _pyplot():
     return plt
 
 
-def _save(plt, fig, path) -> Path:
+def save(fig, path, dpi: int = 110) -> Path:
+    """Lay out ``fig``, write it to ``path`` (its folder created) and close it."""
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    fig.savefig(path, dpi=dpi)
+    pyplot().close(fig)
     return path
 
 
 def plot_tail_miss(mus, rhos, path, n_max: int = 512) -> Path:
     """One panel per μ, one curve per ρ = τ/μ over N = 1..n_max (log axis), peaks starred (App. Fig. 3)."""
-    plt = _pyplot()
     mus, rhos = list(mus), list(rhos)
     n = np.arange(1, n_max + 1)
-    fig, axes = plt.subplots(1, len(mus), figsize=(4.2 * len(mus), 3.4), sharey=True, squeeze=False)
+    fig, axes = pyplot().subplots(1, len(mus), figsize=(4.2 * len(mus), 3.4), sharey=True, squeeze=False)
     for ax, mu in zip(axes[0], mus):
         for rho in rhos:
             probs = tail_miss_probability(mu, rho * mu, n)
@@ -54,14 +55,13 @@ def plot_tail_miss(mus, rhos, path, n_max: int = 512) -> Path:
     axes[0][0].set_ylabel("Pr(active, no rollout in E)")
     axes[0][-1].legend(fontsize=8)
     fig.suptitle("Tail-miss probability (Lemma 3.1); ★ = peak", fontsize=10)
-    return _save(plt, fig, path)
+    return save(fig, path)
 
 
 def plot_focal_weight(gammas, path) -> Path:
     """Fig. 4 (App. I): g·|A| against μ for each γ, solid for a correct rollout (|A+|), dashed for a wrong one."""
-    plt = _pyplot()
     mu = np.linspace(0.005, 0.995, 199)
-    fig, ax = plt.subplots(figsize=(5.2, 3.6))
+    fig, ax = pyplot().subplots(figsize=(5.2, 3.6))
     for gamma in gammas:
         pos, neg = focal_advantage_magnitudes(mu, gamma)
         (line,) = ax.plot(mu, pos, label=f"γ={gamma:g}, |A+|")
@@ -73,7 +73,7 @@ def plot_focal_weight(gammas, path) -> Path:
     ax.set_title("Focal weight times GRPO's |A| (Fig. 4; 1/0 rewards)", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
-    return _save(plt, fig, path)
+    return save(fig, path)
 
 
 def _label(c) -> str:
@@ -86,10 +86,9 @@ def plot_simulation(result, out_dir, curve_ns, zone) -> list:
     (c) final Q_pos and M_ret vs N with regimes I / II / III from ``zone`` = (first_n, last_n) or None,
     (d) M_ret vs Q_pos along the curves of ``curve_ns`` (not in the paper: the frontier that the equal-Q_pos readout
     reads)."""
-    plt = _pyplot()
+    plt = pyplot()
     cfg = result.config
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     ns = list(cfg.group_sizes)
     q_mean, m_mean = result.q_pos.mean(-1), result.m_ret.mean(-1)  # (step, N, configuration)
     steps = np.arange(result.q_pos.shape[0])
@@ -116,10 +115,7 @@ def plot_simulation(result, out_dir, curve_ns, zone) -> list:
         ax.set_title(f"({key}) {title} (mean of {cfg.seeds} seed(s))", fontsize=10)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, ncol=2)
-        fig.tight_layout()
-        paths.append(out_dir / name)
-        fig.savefig(paths[-1], dpi=100)
-        plt.close(fig)
+        paths.append(save(fig, out_dir / name, dpi=100))
 
     fig, ax = plt.subplots(figsize=(5.6, 3.8))
     for gi, c in enumerate(cfg.configurations):
@@ -143,8 +139,5 @@ def plot_simulation(result, out_dir, curve_ns, zone) -> list:
     ax.set_title(f"(c) final state vs N; II = M_ret(γ={cfg.gammas[0]:g}) below threshold", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="lower left")
-    fig.tight_layout()
-    paths.append(out_dir / "fig2c_final_vs_n.png")
-    fig.savefig(paths[-1], dpi=100)
-    plt.close(fig)
+    paths.append(save(fig, out_dir / "fig2c_final_vs_n.png", dpi=100))
     return paths

@@ -13,6 +13,7 @@ magnitude, not the step: with Adam(W) a scale common to all groups cancels (docs
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -46,3 +47,22 @@ def run_label(gamma: float, control_of: float | None = None) -> str:
     if control_of is not None:
         return f"grpo_lr_x_m{control_of:g}"
     return "grpo" if gamma == 0 else f"fgrpo_g{gamma:g}"
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One configuration of an experiment: its name (:func:`run_label`), the γ it trains with, its learning rate."""
+
+    name: str
+    gamma: float
+    lr: float
+    control_of: float | None = None  # for the scale-matched control: the γ whose m_γ scaled the lr
+    overrides: tuple[str, ...] = ()  # what else the run sets (the rare-mode demo's DS-GRPO arm: its verl overrides)
+
+
+def configurations(gammas, lr: float, controls=()) -> list[RunConfig]:
+    """GRPO / F-GRPO for each γ (in order), then for each γ in ``controls`` the scale-matched control, GRPO at
+    lr × m_γ (App. N): the configurations of the simulation and of the rare-mode demo."""
+    return [RunConfig(run_label(g), float(g), lr) for g in gammas] + [
+        RunConfig(run_label(0.0, control_of=g), 0.0, lr * float(mean_shrink(g)), float(g)) for g in controls
+    ]

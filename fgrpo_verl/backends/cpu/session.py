@@ -19,8 +19,8 @@ GPU, a second concurrent run would wait for the first's GPU bundle (and must not
     with RaySession() as ray_session:
         for gamma in gammas:
             run_env = {"VERL_FILE_LOGGER_PATH": ..., "WANDB_MODE": ...}  # what the run's workers must see
-            train_maze(..., extra_overrides=ray_session.run_overrides(run_env),
-                       env={**os.environ, **run_env, **ray_session.env})
+            subprocess.run([..., "fgrpo_verl", "train", ..., *ray_session.run_overrides(run_env)],
+                           env={**os.environ, **run_env, **ray_session.env})   # as tasks/maze/rl.train_maze does
 """
 
 from __future__ import annotations

@@ -36,16 +36,18 @@ def maze_row(maze: Maze, split: str, index: int) -> dict:
 
 
 @dataclass(frozen=True)
-class MazeData:
-    train: list[Maze]
-    val: list[Maze]
+class Splits:
+    """A task's train and held-out items (mazes here, prompts in the rare-mode task)."""
+
+    train: list
+    val: list
 
 
-def make_splits(size: int, n_train: int, n_val: int, seed: int) -> MazeData:
+def make_splits(size: int, n_train: int, n_val: int, seed: int) -> Splits:
     """Held-out mazes first, then train mazes from another seed stream with every held-out maze excluded."""
     val = generate_split(size, n_val, seed, "val")
     train = generate_split(size, n_train, seed, "train", exclude={m.key() for m in val})
-    return MazeData(train=train, val=val)
+    return Splits(train=train, val=val)
 
 
 def write_parquet(mazes: list[Maze], split: str, path: str | Path) -> Path:

@@ -20,25 +20,26 @@ class MazeEval:
     pass_at: dict[int, float]  # k -> mean unbiased pass@k over mazes
 
 
-def sample_correct_counts(model, tokenizer, mazes: list[Maze], n: int, temperature: float = 1.0, batch_size: int = 256, seed: int = 0) -> list[int]:
-    """For each maze, how many of ``n`` sampled responses score 1 under the exact-match reward."""
+def sample_correct_counts(model, tokenizer, prompts: list[str], truths: list, score, n: int, max_new_tokens: int,
+                          temperature: float = 1.0, batch_size: int = 256, seed: int = 0) -> list[int]:
+    """For each prompt, how many of ``n`` responses sampled with transformers' ``generate`` get
+    ``score(response, truth) == 1`` (the maze's exact match here, the rare-mode task's answer check there). All
+    prompts must have one length (true of either task), so no padding is needed."""
     import torch
 
     if n < 1 or batch_size < 1:
         raise ValueError(f"n and batch_size must be >= 1, got n={n!r}, batch_size={batch_size!r}")
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature!r}")
-    size = mazes[0].size
-    max_new = max_possible_path_length(size) + 1
     torch.manual_seed(seed)
-    # one row per (maze, sample); all prompts of one size have the same length, so no padding is needed
-    jobs = [i for i in range(len(mazes)) for _ in range(n)]
-    correct = [0] * len(mazes)
+    encoded = [tokenizer.encode(p, add_special_tokens=False) for p in prompts]
+    jobs = [i for i in range(len(prompts)) for _ in range(n)]  # one row per (prompt, sample)
+    correct = [0] * len(prompts)
     model.eval()
     with torch.no_grad():
         for start in range(0, len(jobs), batch_size):
             chunk = jobs[start : start + batch_size]
-            ids = torch.tensor([tokenizer.encode(prompt_text(mazes[i]), add_special_tokens=False) for i in chunk])
+            ids = torch.tensor([encoded[i] for i in chunk])
             out = model.generate(
                 input_ids=ids,
                 attention_mask=torch.ones_like(ids),
@@ -46,13 +47,12 @@ def sample_correct_counts(model, tokenizer, mazes: list[Maze], n: int, temperatu
                 temperature=temperature,
                 top_k=0,
                 top_p=1.0,
-                max_new_tokens=max_new,
+                max_new_tokens=max_new_tokens,
                 eos_token_id=tokenizer.eos_token_id,
                 pad_token_id=tokenizer.pad_token_id,
             )
             for row, i in zip(out[:, ids.shape[1] :], chunk):
-                text = tokenizer.decode(row.tolist(), skip_special_tokens=True)
-                correct[i] += int(compute_score(DATA_SOURCE, text, mazes[i].path) == 1.0)
+                correct[i] += int(score(tokenizer.decode(row.tolist(), skip_special_tokens=True), truths[i]) == 1.0)
     return correct
 
 
@@ -60,5 +60,9 @@ def evaluate(model, tokenizer, mazes: list[Maze], n: int, ks: list[int], tempera
     """Sample ``n`` responses per maze and return the counts and mean pass@k for each k in ``ks`` (k <= n)."""
     from fgrpo_verl.pass_at_k import mean_pass_at_k
 
-    correct = sample_correct_counts(model, tokenizer, mazes, n, temperature, batch_size, seed)
+    correct = sample_correct_counts(
+        model, tokenizer, [prompt_text(m) for m in mazes], [m.path for m in mazes],
+        lambda text, truth: compute_score(DATA_SOURCE, text, truth), n, max_possible_path_length(mazes[0].size) + 1,
+        temperature, batch_size, seed,
+    )
     return MazeEval(n=n, correct=correct, pass_at={k: mean_pass_at_k(n, correct, k) for k in ks})

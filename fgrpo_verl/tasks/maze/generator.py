@@ -144,7 +144,6 @@ def generate_split(
     disjoint even when the streams collide, which happens often for small sizes (a 7x7 grid has only
     192 spanning trees x 72 start/goal pairs = 13,824 distinct instances).
     """
-    check_size(size)
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"n (number of mazes) must be a positive int, got {n!r}")
     mazes: list[Maze] = []

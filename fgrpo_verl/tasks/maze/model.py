@@ -29,13 +29,15 @@ PRESETS: dict[str, dict] = {
 }
 
 
-def model_config(preset: str, tokenizer):
-    """``Qwen2Config`` of ``preset`` with the maze tokenizer's special ids."""
-    from transformers import Qwen2Config
+def build_model(preset: str, tokenizer, seed: int):
+    """A randomly initialised ``Qwen2ForCausalLM`` of ``preset`` with the tokenizer's special ids (init drawn from
+    ``torch.manual_seed(seed)``)."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
 
     if preset not in PRESETS:
         raise ValueError(f"model preset must be one of {sorted(PRESETS)}, got {preset!r}")
-    return Qwen2Config(
+    config = Qwen2Config(
         vocab_size=VOCAB_SIZE,
         tie_word_embeddings=True,
         rope_theta=10000.0,
@@ -46,14 +48,6 @@ def model_config(preset: str, tokenizer):
         torch_dtype="float32",
         **PRESETS[preset],
     )
-
-
-def build_model(preset: str, tokenizer, seed: int):
-    """A randomly initialised ``Qwen2ForCausalLM`` (init drawn from ``torch.manual_seed(seed)``)."""
-    import torch
-    from transformers import Qwen2ForCausalLM
-
-    config = model_config(preset, tokenizer)
     torch.manual_seed(seed)
     return Qwen2ForCausalLM(config)
 

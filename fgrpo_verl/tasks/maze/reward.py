@@ -33,13 +33,6 @@ from fgrpo_verl.tasks.maze.prompt import EOS, parse_grid
 RULES = ("exact", "reach")
 
 
-def _strip_termination(text: str) -> str:
-    # A reward manager that decodes with skip_special_tokens=False leaves literal "<|endoftext|>" (termination and
-    # padding) at the end; anything after the first one is padding.
-    head, _, _ = text.partition(EOS)
-    return head
-
-
 def reaches_goal(rows, actions: str) -> bool:
     """True iff ``actions`` walks from S to G over non-wall squares and stops on G."""
     start = goal = None
@@ -67,7 +60,9 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None, rule
         raise ValueError(f"reward rule must be one of {RULES}, got {rule!r}")
     if not isinstance(solution_str, str):
         return 0.0
-    actions = _strip_termination(solution_str)
+    # a reward manager that decodes with skip_special_tokens=False leaves literal "<|endoftext|>" (termination and
+    # padding) at the end; anything after the first one is padding
+    actions = solution_str.partition(EOS)[0]
     if rule == "exact":
         return 1.0 if actions == ground_truth else 0.0
     maze_text = (extra_info or {}).get("maze")

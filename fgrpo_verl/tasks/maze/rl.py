@@ -110,18 +110,21 @@ class RunResult:
 
 
 def train_maze(build: MazeBuild, model_dir: str, gamma: float, settings: RLSettings, run_dir: str | Path, name: str,
-               extra_overrides: list[str] = (), env: dict | None = None, backend: str = "cpu") -> RunResult:
-    """Run one RL job through verl in a child process; console output goes to ``run_dir/train.log`` and stdout."""
+               extra_overrides: list[str] = (), session=None, backend: str = "cpu") -> RunResult:
+    """Run one RL job through verl in a child process; console output goes to ``run_dir/train.log`` and stdout.
+    ``session``: a started ``fgrpo_verl.backends.cpu.session.RaySession`` for the run to join."""
     run_dir = Path(run_dir).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     metrics_file = run_dir / "metrics.jsonl"
-    child_env = dict(os.environ if env is None else env)
-    child_env["VERL_FILE_LOGGER_PATH"] = str(metrics_file)
-    child_env.setdefault("WANDB_DIR", str(run_dir))
-    cmd = [sys.executable, "-m", "fgrpo_verl", "train",
-           *maze_overrides(build, model_dir, gamma, settings, str(run_dir), name, backend=backend), *extra_overrides]
+    run_env = {"VERL_FILE_LOGGER_PATH": str(metrics_file), "WANDB_DIR": os.environ.get("WANDB_DIR", str(run_dir))}
+    # in a shared Ray cluster the run's TaskRunner is a worker of that cluster, which does not see the child's
+    # environment: the run's variables also go into its runtime_env
+    session_overrides = [] if session is None else session.run_overrides(run_env)
+    overrides = maze_overrides(build, model_dir, gamma, settings, str(run_dir), name, backend=backend)
+    cmd = [sys.executable, "-m", "fgrpo_verl", "train", *overrides, *session_overrides, *extra_overrides]
     (run_dir / "command.txt").write_text(" ".join(cmd) + "\n")
     with open(run_dir / "train.log", "w") as log:
+        child_env = {**os.environ, **run_env, **({} if session is None else session.env)}
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=child_env, text=True)
         for line in proc.stdout:
             log.write(line)

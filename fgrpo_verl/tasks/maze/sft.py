@@ -4,6 +4,7 @@ The paper: SFT from scratch, 1,500 steps, batch 32, AdamW, lr 5e-4; it sets up t
 non-zero pass rate before RL. This is a plain torch loop, not verl's SFT trainer: verl 0.9.1's SFT trainer runs
 through ``torchrun`` and an FSDP engine that registers only for CUDA/NPU devices, so on CPU it would need the
 whole CPU platform just to fit a few-hundred-thousand-parameter model for a minute; a 40-line loop is clearer.
+The rare-mode task's warm start (``fgrpo_verl.tasks.raremode.sft``) runs the same loop on its own batches.
 
 Loss: next-token cross-entropy on the response tokens only (the actions and the closing ``<|endoftext|>``); prompt
 positions get label -100. All prompts of one maze size have the same length, so a batch is
@@ -43,6 +44,33 @@ class SFTConfig:
             )
 
 
+def train_steps(model, next_batch, config: SFTConfig) -> list[float]:
+    """Train ``model`` in place for ``config.steps`` AdamW steps on ``next_batch()`` = (input_ids, labels), labels
+    -100 where no loss is taken; returns the per-step losses."""
+    import torch
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: min(1.0, (step + 1) / config.warmup_steps) if config.warmup_steps else 1.0
+    )
+    device = next(model.parameters()).device  # batches follow the model (cpu, or cuda on a GPU node)
+    model.train()
+    losses: list[float] = []
+    for step in range(config.steps):
+        input_ids, labels = next_batch()
+        out = model(input_ids=input_ids.to(device), labels=labels.to(device))
+        optimizer.zero_grad(set_to_none=True)
+        out.loss.backward()
+        optimizer.step()
+        schedule.step()
+        losses.append(out.loss.item())
+        if config.log_every and (step + 1) % config.log_every == 0:
+            recent = losses[-config.log_every :]
+            print(f"sft step {step + 1}/{config.steps}  loss {sum(recent) / len(recent):.4f}", flush=True)
+    model.eval()
+    return losses
+
+
 def encode_examples(mazes: list[Maze], tokenizer):
     """(input_ids, labels) tensors of shape (len(mazes), L): prompt + response, labels only on the response."""
     import torch
@@ -64,26 +92,10 @@ def sft(model, tokenizer, mazes: list[Maze], config: SFTConfig) -> list[float]:
 
     input_ids, labels = encode_examples(mazes, tokenizer)
     sampler = torch.Generator().manual_seed(config.seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: min(1.0, (step + 1) / config.warmup_steps) if config.warmup_steps else 1.0
-    )
-    device = next(model.parameters()).device  # batches follow the model (cpu, or cuda on a GPU node)
-    model.train()
-    losses: list[float] = []
-    for step in range(config.steps):
+
+    def next_batch():
         idx = torch.randint(len(mazes), (config.batch_size,), generator=sampler)
-        batch_labels = labels[idx]
-        # trim the shared right padding of this batch
-        used = int((batch_labels != -100).nonzero()[:, 1].max()) + 1
-        out = model(input_ids=input_ids[idx, :used].to(device), labels=batch_labels[:, :used].to(device))
-        optimizer.zero_grad(set_to_none=True)
-        out.loss.backward()
-        optimizer.step()
-        schedule.step()
-        losses.append(out.loss.item())
-        if config.log_every and (step + 1) % config.log_every == 0:
-            recent = losses[-config.log_every :]
-            print(f"sft step {step + 1}/{config.steps}  loss {sum(recent) / len(recent):.4f}", flush=True)
-    model.eval()
-    return losses
+        used = int((labels[idx] != -100).nonzero()[:, 1].max()) + 1  # trim the shared right padding of this batch
+        return input_ids[idx, :used], labels[idx, :used]
+
+    return train_steps(model, next_batch, config)

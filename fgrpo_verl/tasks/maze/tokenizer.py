@@ -29,51 +29,32 @@ pad is safe because verl builds masks from lengths, not pad ids.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 EOS_TOKEN = "<|endoftext|>"
 IM_END_TOKEN = "<|im_end|>"
-TASK_CHARS = ["#", ".", "S", "G", "\n", ">", "U", "D", "L", "R"]
+TASK_CHARS = ("#", ".", "S", "G", "\n", ">", "U", "D", "L", "R")
 VOCAB_SIZE = 32
-N_RESERVED = VOCAB_SIZE - 2 - len(TASK_CHARS)
 
 # The prompt is already the whole input: the template only concatenates message contents, and adds nothing
 # for the generation prompt (the answer marker ``>`` ends every prompt).
 CHAT_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
 
 
-def _byte_level(char: str) -> str:
-    """The byte-level alphabet form of ``char`` (what the BPE vocabulary stores; ``\\n`` -> ``Ċ``)."""
-    from tokenizers import pre_tokenizers
-
-    return pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False).pre_tokenize_str(char)[0][0]
-
-
-def vocab() -> dict[str, int]:
-    """token (byte-level form) -> id; see the table in the module docstring."""
-    tokens = [EOS_TOKEN, IM_END_TOKEN, *(_byte_level(c) for c in TASK_CHARS), *(f"<r{i}>" for i in range(N_RESERVED))]
-    return {tok: i for i, tok in enumerate(tokens)}
-
-
-def build_tokenizer(token_vocab: dict[str, int] | None = None):
+def build_tokenizer(chars: tuple[str, ...] = TASK_CHARS):
     """Return the maze tokenizer (a ``Qwen2Tokenizer`` without merges; eos = pad = unk = ``<|endoftext|>``).
 
-    ``token_vocab`` (another task's 32 entries, ids 0 and 1 as here) builds the same kind of tokenizer for another
-    alphabet (the rare-mode task's)."""
+    Ids (the table in the module docstring): the two special-purpose tokens, then one per character of ``chars``,
+    then reserved tokens up to 32; another alphabet (the rare-mode task's) gives the same kind of tokenizer."""
+    from tokenizers import pre_tokenizers
     from transformers.models.qwen2.tokenization_qwen2 import Qwen2Tokenizer
 
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)  # what BPE stores: \n -> Ċ
+    tokens = [EOS_TOKEN, IM_END_TOKEN, *(byte_level.pre_tokenize_str(c)[0][0] for c in chars)]
+    tokens += [f"<r{i}>" for i in range(VOCAB_SIZE - len(tokens))]
     tokenizer = Qwen2Tokenizer(
-        vocab=token_vocab or vocab(), merges=[], unk_token=EOS_TOKEN, eos_token=EOS_TOKEN, pad_token=EOS_TOKEN,
-        padding_side="left",
+        vocab={tok: i for i, tok in enumerate(tokens)}, merges=[], unk_token=EOS_TOKEN, eos_token=EOS_TOKEN,
+        pad_token=EOS_TOKEN, padding_side="left",
     )
     tokenizer.chat_template = CHAT_TEMPLATE
     if len(tokenizer) != VOCAB_SIZE:
         raise RuntimeError(f"tokenizer has {len(tokenizer)} tokens, expected {VOCAB_SIZE}")
-    return tokenizer
-
-
-def save_tokenizer(out_dir: str | Path):
-    """Build the tokenizer and ``save_pretrained`` it into ``out_dir`` (loadable with ``AutoTokenizer``)."""
-    tokenizer = build_tokenizer()
-    tokenizer.save_pretrained(str(out_dir))
     return tokenizer

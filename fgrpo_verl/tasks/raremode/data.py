@@ -6,10 +6,10 @@ the index and the anchor symbol.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from fgrpo_verl.data.parquet import write_rows
+from fgrpo_verl.tasks.maze.data import Splits
 from fgrpo_verl.tasks.raremode.generator import RarePrompt, generate_split
 
 DATA_SOURCE = "raremode"
@@ -25,16 +25,10 @@ def prompt_row(prompt: RarePrompt, split: str, index: int) -> dict:
     }
 
 
-@dataclass(frozen=True)
-class RareData:
-    train: list[RarePrompt]
-    val: list[RarePrompt]
-
-
-def make_splits(k: int, n_train: int, n_val: int, seed: int) -> RareData:
+def make_splits(k: int, n_train: int, n_val: int, seed: int) -> Splits:
     val = generate_split(k, n_val, seed, "val")
     train = generate_split(k, n_train, seed, "train", exclude=frozenset(p.symbols for p in val))
-    return RareData(train=train, val=val)
+    return Splits(train=train, val=val)
 
 
 def write_parquet(prompts: list[RarePrompt], split: str, path: str | Path) -> Path:

@@ -16,52 +16,16 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import time
 from dataclasses import asdict
 from pathlib import Path
 
 from fgrpo_verl.tasks.raremode.stats import paired_difference, t_interval
 
-QUICK = dict(seeds=3, gammas="0,1", control_gamma=None, rl_steps=16)
-FULL = dict(seeds=5, gammas="0,0.5,1", control_gamma=1.0, rl_steps=40)
-
-
-def add_arguments(g) -> None:
-    g.add_argument("--k", type=int, default=4, help="[raremode] symbols = correct answers per prompt")
-    g.add_argument("--warm", default="0.3,0.09,0.5",
-                   help="[raremode] warm-start answer mass: anchor, rare (all rare together), distractor")
-    g.add_argument("--seeds", type=int, default=None, help="[raremode] seeds per configuration (quick 3, --full 5)")
-    g.add_argument("--control-gamma", type=float, default=None,
-                   help="[raremode] add GRPO at lr x m_gamma for this gamma (quick: none, --full: 1)")
-    g.add_argument("--ds-grpo", action="store_true",
-                   help="[raremode] add DS-GRPO (Gai et al. 2025; the paper's Table 3 control) at GRPO's lr: one more "
-                        "run per seed, opt-in (neither the default nor --full runs it)")
-    g.add_argument("--pass-n", type=int, default=256, help="[raremode] samples per held-out prompt for pass@k")
-    g.add_argument("--q-levels", default=None,
-                   help="[raremode] comma-separated Q_pos levels in (0, 1) for the equal-Q_pos table, reported in "
-                        "increasing order (default: the highest level every run reaches and the midpoint from the SFT start)")
-    g.add_argument("--report-equal-q", metavar="RESULTS_JSON", default=None,
-                   help="[raremode] only print the equal-Q_pos table of an existing raremode_results.json (no training)")
-    g.add_argument("--full", action="store_true",
-                   help="[raremode] the long variant (<= 60 min): 5 seeds, gammas 0,0.5,1, the lr x m_1 control, 40 steps")
-
-
-def _metrics_row(final: dict) -> dict:
-    return {k: final[k] for k in ("q_pos", "m_ret", "delta_nll_rare", "anchor_mass", "rare_fraction")}
-
-
-def q_levels(text: str | None) -> list[float] | None:
-    """``--q-levels`` parsed and checked (``frontier.check_levels``); None = the default levels."""
-    from fgrpo_verl.evaluation.frontier import check_levels
-
-    if text is None:
-        return None
-    try:
-        values = [float(x) for x in text.split(",")]
-    except ValueError as err:
-        raise ValueError(f"--q-levels must be comma-separated numbers in (0, 1), got {text!r}") from err
-    return check_levels("--q-levels", values)
+# The quick default and --full (<= 60 min): what an option left out on the command line (None) becomes.
+QUICK = dict(n_train=2000, n_val=128, model_preset="tiny", sft_steps=300, sft_batch=64, sft_lr=3e-3, batch_size=16,
+             lr=1e-3, seeds=3, gammas=[0.0, 1.0], control_gamma=None, rl_steps=16)
+FULL = dict(seeds=5, gammas=[0.0, 0.5, 1.0], control_gamma=1.0, rl_steps=40)
 
 
 def report_equal_q(path: str, levels: list[float] | None) -> int:
@@ -77,9 +41,19 @@ def report_equal_q(path: str, levels: list[float] | None) -> int:
 
 
 def run(args, memory) -> int:
-    levels = q_levels(args.q_levels)  # checked before anything is imported or built
+    """The demo with ``args`` (``fgrpo_verl.cli.demo``, task defaults filled in); every argument is checked before
+    anything is imported or built."""
+    from fgrpo_verl.evaluation.frontier import check_levels
+
+    levels = None if args.q_levels is None else check_levels("--q-levels", args.q_levels)
     if args.report_equal_q is not None:
         return report_equal_q(args.report_equal_q, levels)
+    if args.seeds < 1:
+        raise ValueError(f"--seeds must be >= 1, got {args.seeds}")
+    if 0.0 not in args.gammas:
+        raise ValueError(f"--gammas must include 0 (GRPO, the reference of the paired comparison), got {args.gammas}")
+    if len(args.warm) != 3:
+        raise ValueError(f"--warm must be three comma-separated numbers (anchor,rare,distractor), got {args.warm}")
 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -88,58 +62,43 @@ def run(args, memory) -> int:
     # a progress bar per model load or save: dozens (every scored checkpoint), none of them news
     transformers_logging.disable_progress_bar()
 
+    from fgrpo_verl.backends.cpu.session import RaySession
+    from fgrpo_verl.backends.cpu.tuning import fast_overrides
+    from fgrpo_verl.job.checkpoints import checkpoint_dir
     from fgrpo_verl.pass_at_k import ks_up_to
     from fgrpo_verl.tasks.maze.model import save_model_dir
-    from fgrpo_verl.tasks.maze.rl import RLSettings
+    from fgrpo_verl.tasks.maze.rl import RLSettings, read_metrics
     from fgrpo_verl.tasks.raremode.build import build
-    from fgrpo_verl.tasks.raremode.evaluate import sampled_pass_at_k
-    from fgrpo_verl.tasks.raremode.experiment import configs
+    from fgrpo_verl.tasks.raremode.evaluate import load_policy, sampled_pass_at_k, step_metrics
+    from fgrpo_verl.tasks.raremode.experiment import configs, run_one
     from fgrpo_verl.tasks.raremode.generator import WarmStart
     from fgrpo_verl.tasks.raremode.measure import candidate_probs, exact_metrics, rare_mask
     from fgrpo_verl.tasks.raremode.sft import SFTConfig, sft
 
-    preset = FULL if args.full else QUICK
-    seeds = args.seeds if args.seeds is not None else preset["seeds"]
-    gammas_text = args.gammas if args.gammas is not None else preset["gammas"]
-    control = args.control_gamma if args.control_gamma is not None else preset["control_gamma"]
-    steps = args.rl_steps if args.rl_steps is not None else preset["rl_steps"]
-    if isinstance(seeds, bool) or seeds < 1:
-        raise ValueError(f"--seeds must be >= 1, got {seeds}")
-    try:
-        gammas = [float(g) for g in gammas_text.split(",")]
-        warm_values = [float(x) for x in args.warm.split(",")]
-        if len(warm_values) != 3:
-            raise ValueError(f"{len(warm_values)} values")
-        warm = WarmStart(*warm_values)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"--gammas must be comma-separated floats and --warm three (anchor,rare,distractor); got "
-                         f"--gammas {gammas_text!r} --warm {args.warm!r}: {err}") from err
-    if 0.0 not in gammas:
-        raise ValueError(f"--gammas must include 0 (GRPO, the reference of the paired comparison), got {gammas_text!r}")
-    lr = args.lr if args.lr is not None else 1e-3
-    cfgs = configs(gammas, lr, control, ds_grpo=args.ds_grpo)
-    settings = RLSettings(steps=steps, batch_size=args.batch_size or 16, n=args.n, lr=lr, val_n=1, seed=0,
-                          micro_batch=(args.batch_size or 16) * args.n)
+    warm = WarmStart(*args.warm)
+    cfgs = configs(args.gammas, args.lr, args.control_gamma, ds_grpo=args.ds_grpo)
+    settings = RLSettings(steps=args.rl_steps, batch_size=args.batch_size, n=args.n, lr=args.lr, val_n=1, seed=0,
+                          micro_batch=args.batch_size * args.n)
     ks = ks_up_to(args.pass_n)
     out = Path(args.out_dir).resolve()
     torch.set_num_threads(args.threads)
     t0 = time.time()
 
-    n_train, n_val = args.n_train or 2000, args.n_val or 128
-    print(f"[demo] 1/4 rare-mode task: k={args.k} symbols per prompt, {n_train} train / {n_val} held-out prompts, "
-          f"'{args.model_preset or 'tiny'}' Qwen2, in {out}", flush=True)
-    b, splits = build(out / "raremode", k=args.k, n_train=n_train, n_val=n_val,
-                      model_preset=args.model_preset or "tiny", seed=args.seed)
+    print(f"[demo] 1/4 rare-mode task: k={args.k} symbols per prompt, {args.n_train} train / {args.n_val} held-out "
+          f"prompts, '{args.model_preset}' Qwen2, in {out}", flush=True)
+    b, splits = build(out / "raremode", k=args.k, n_train=args.n_train, n_val=args.n_val,
+                      model_preset=args.model_preset, seed=args.seed)
     tok = AutoTokenizer.from_pretrained(b.model_dir)
     torch.manual_seed(args.seed)
     model = AutoModelForCausalLM.from_pretrained(b.model_dir)
-    sft_cfg = SFTConfig(steps=args.sft_steps or 300, batch_size=args.sft_batch or 64, lr=args.sft_lr or 3e-3, seed=args.seed)
+    sft_cfg = SFTConfig(steps=args.sft_steps, batch_size=args.sft_batch, lr=args.sft_lr, seed=args.seed, log_every=0)
     losses = sft(model, tok, splits.train, warm, sft_cfg)
     sft_dir = str(save_model_dir(model, tok, out / "raremode" / "sft_model"))
     base = candidate_probs(model, tok, splits.val)
     rare = rare_mask(base)
     base_metrics = exact_metrics(base, base, rare)
-    base_pass = sampled_pass_at_k(model, tok, splits.val, args.pass_n, ks, seed=args.seed)
+    passes = sampled_pass_at_k(model, tok, splits.val, args.pass_n, ks, seed=args.seed)
+    start = {**base_metrics.as_dict(), **{f"pass@{k}": v for k, v in passes.items()}}
     del model
     print(f"[demo] 2/4 SFT warm start ({sft_cfg.steps} steps, loss {losses[0]:.2f} -> {sum(losses[-20:]) / 20:.2f}): "
           f"held-out Q_pos {base_metrics.q_pos:.3f}, anchor {base_metrics.anchor_mass:.3f}, rare set "
@@ -147,122 +106,93 @@ def run(args, memory) -> int:
           f"(rho = {base_metrics.rare_fraction:.3f} of the correct mass)", flush=True)
     t_sft = time.time() - t0
 
-    print(f"[demo] 3/4 verl ({args.backend} backend): {[c.name for c in cfgs]} x {seeds} seeds, {steps} steps x "
-          f"{settings.batch_size} prompts x N={settings.n}, lr {lr:g}", flush=True)
+    print(f"[demo] 3/4 verl ({args.backend} backend): {[c.name for c in cfgs]} x {args.seeds} seeds, {args.rl_steps} "
+          f"steps x {settings.batch_size} prompts x N={settings.n}, lr {args.lr:g}", flush=True)
     results: dict[str, dict[int, dict]] = {c.name: {} for c in cfgs}
     failed = []
-    with _cpu_session(args.backend) as (session_overrides, env):
-        _run_all(args, b, sft_dir, cfgs, seeds, settings, out, tok, splits, base, rare, ks, results, failed,
-                 session_overrides, env)
-    t_rl = time.time() - t0 - t_sft
-    return _report(args, out, done_results=results, failed=failed, base_metrics=base_metrics, base_pass=base_pass,
-                   ks=ks, settings=settings, lr=lr, n_val=n_val, n_train=n_train, seeds=seeds, cfgs=cfgs, warm=warm,
-                   sft_cfg=sft_cfg, t0=t0, t_sft=t_sft, t_rl=t_rl, memory=memory, levels=levels)
+    # On the cpu backend one Ray cluster serves all runs, with the backend's speed overrides (same computation,
+    # fgrpo_verl.backends.cpu.tuning). The runs go one at a time: verl's TransferQueue names its controller actor in
+    # a fixed Ray namespace (``transfer_queue``), so two runs in one cluster at once share it and corrupt each
+    # other's batches (docs/raremode.md).
+    with contextlib.ExitStack() as stack:
+        session = stack.enter_context(RaySession()) if args.backend == "cpu" else None
+        session_overrides = [] if session is None else fast_overrides()
+        for seed in range(args.seeds):  # seed-major: an interrupted demo still has complete pairs
+            for cfg in cfgs:
+                t_run = time.time()
+                run_dir = out / "runs" / f"{cfg.name}_s{seed}"
+                r = run_one(b, sft_dir, cfg, seed, settings, run_dir, [*session_overrides, *args.overrides],
+                            backend=args.backend, session=session)
+                if r.returncode != 0:
+                    failed.append(r.name)
+                    print(f"[demo] run {r.name} failed (exit {r.returncode}); log: {run_dir}/train.log", flush=True)
+                    continue
+                curve = step_metrics(run_dir / "checkpoints", tok, splits.val, base, rare)
+                last = max(curve)
+                final_dir = checkpoint_dir(run_dir / "checkpoints", last) / "actor" / "huggingface"
+                passes = sampled_pass_at_k(load_policy(final_dir), tok, splits.val, args.pass_n, ks, seed=seed)
+                results[cfg.name][seed] = {
+                    "curve": {t: m.as_dict() for t, m in curve.items()},
+                    "final": {**curve[last].as_dict(), **{f"pass@{k}": v for k, v in passes.items()}},
+                    "train_reward": {t: m.get("critic/score/mean") for t, m in read_metrics(r.metrics_file).items()},
+                    "seconds": time.time() - t_run,
+                }
+                f = curve[last]
+                print(f"[demo]   {r.name}: Q_pos {f.q_pos:.3f}  M_ret {f.m_ret:.3f}  dNLL_rare "
+                      f"{f.delta_nll_rare:+.3f}  pass@1 {passes[1]:.3f}  pass@{ks[-1]} {passes[ks[-1]]:.3f}  "
+                      f"({time.time() - t_run:.0f} s)", flush=True)
+    times = dict(start=t0, sft=t_sft, rl=time.time() - t0 - t_sft)
+    return _report(args, out, results, failed, start, ks, settings, cfgs, warm, sft_cfg, times, memory, levels)
 
 
-@contextlib.contextmanager
-def _cpu_session(backend: str):
-    """On the cpu backend: one Ray cluster for all runs and the backend's speed overrides (same computation,
-    ``fgrpo_verl.backends.cpu.tuning``); elsewhere nothing. The runs go one at a time: verl's TransferQueue names
-    its controller actor in a fixed Ray namespace (``transfer_queue``), so two runs in one cluster at once share
-    it and corrupt each other's batches (docs/raremode.md)."""
-    if backend != "cpu":
-        yield [], None
-        return
-    from fgrpo_verl.backends.cpu.session import RaySession
-    from fgrpo_verl.backends.cpu.tuning import fast_overrides
-
-    with RaySession() as session:
-        yield [*fast_overrides(), *session.run_overrides()], {**os.environ, **session.env}
-
-
-def _run_all(args, b, sft_dir, cfgs, seeds, settings, out, tok, splits, base, rare, ks, results, failed,
-             session_overrides, env):
-    from fgrpo_verl.tasks.maze.rl import read_metrics
-    from fgrpo_verl.tasks.raremode.evaluate import load_policy, sampled_pass_at_k, step_metrics
-    from fgrpo_verl.tasks.raremode.experiment import run_one
-
-    for seed in range(seeds):
-        for cfg in cfgs:
-            t_run = time.time()
-            run_dir = out / "runs" / f"{cfg.name}_s{seed}"
-            r = run_one(b, sft_dir, cfg, seed, settings, run_dir, [*session_overrides, *args.overrides],
-                        backend=args.backend, env=env)
-            if r.returncode != 0:
-                failed.append(r.name)
-                print(f"[demo] run {r.name} failed (exit {r.returncode}); log: {run_dir}/train.log", flush=True)
-                continue
-            curve = step_metrics(run_dir / "checkpoints", tok, splits.val, base, rare)
-            last = max(curve)
-            passes = sampled_pass_at_k(load_policy(run_dir / "checkpoints" / f"global_step_{last}" / "actor" / "huggingface"),
-                                       tok, splits.val, args.pass_n, ks, seed=seed)
-            rewards = read_metrics(r.metrics_file)
-            results[cfg.name][seed] = {
-                "curve": {t: m.as_dict() for t, m in curve.items()},
-                "final": {**curve[last].as_dict(), **{f"pass@{k}": v for k, v in passes.items()}},
-                "train_reward": {t: m.get("critic/score/mean") for t, m in rewards.items()},
-                "seconds": time.time() - t_run,
-            }
-            f = curve[last]
-            print(f"[demo]   {r.name}: Q_pos {f.q_pos:.3f}  M_ret {f.m_ret:.3f}  dNLL_rare {f.delta_nll_rare:+.3f}  "
-                  f"pass@1 {passes[1]:.3f}  pass@{ks[-1]} {passes[ks[-1]]:.3f}  ({time.time() - t_run:.0f} s)", flush=True)
-
-
-def _report(args, out, done_results, failed, base_metrics, base_pass, ks, settings, lr, n_val, n_train, seeds, cfgs,
-            warm, sft_cfg, t0, t_sft, t_rl, memory, levels=None) -> int:
+def _report(args, out, results, failed, start, ks, settings, cfgs, warm, sft_cfg, times, memory, levels) -> int:
+    """Step 4: the table, the plot and raremode_results.json; ``start`` = the SFT start's metrics and pass@k."""
     from fgrpo_verl.tasks.raremode.frontier_report import equal_q_report
     from fgrpo_verl.tasks.raremode.plots import plot_curves
 
-    results = done_results
     print("[demo] 4/4 results", flush=True)
     done = {n: v for n, v in results.items() if v}
     plot = plot_curves({n: {s: {int(t): m for t, m in r["curve"].items()} for s, r in v.items()} for n, v in done.items()},
-                       out / "raremode_curves.png",
-                       f"rare-mode task through verl (CPU): N={settings.n}, {settings.batch_size} prompts/step, lr {lr:g}")
+                       out / "raremode_curves.png", f"rare-mode task through verl (CPU): N={settings.n}, "
+                       f"{settings.batch_size} prompts/step, lr {args.lr:g}")
     columns = ["q_pos", "m_ret", "delta_nll_rare", "pass@1", f"pass@{ks[-1]}"]
     header = f"{'configuration':<20}{'seeds':>6}" + "".join(f"{c:>18}" for c in columns)
     lines = ["", header, "-" * len(header)]
-    lines.append(f"{'SFT start':<20}{'':>6}" + "".join(
-        f"{v:>18.3f}" for v in (base_metrics.q_pos, base_metrics.m_ret, 0.0, base_pass[1], base_pass[ks[-1]])))
+    lines.append(f"{'SFT start':<20}{'':>6}" + "".join(f"{start[c]:>18.3f}" for c in columns))
     summary = {}
     for name, by_seed in done.items():
         stats = {c: t_interval([by_seed[s]["final"][c] for s in sorted(by_seed)]) for c in columns}
         summary[name] = {c: asdict(v) for c, v in stats.items()}
         lines.append(f"{name:<20}{len(by_seed):>6}" + "".join(f"{str(stats[c]):>18}" for c in columns))
     if "grpo" in done:
-        lines.append("")
-        lines.append("paired difference to GRPO (same seeds), mean ± 95% CI; * = CI excludes 0")
+        lines += ["", "paired difference to GRPO (same seeds), mean ± 95% CI; * = CI excludes 0"]
         for name, by_seed in done.items():
-            if name == "grpo":
-                continue
             common = sorted(set(by_seed) & set(done["grpo"]))
-            if not common:
+            if name == "grpo" or not common:
                 continue
             cells = []
             for c in columns:
                 d = paired_difference([by_seed[s]["final"][c] for s in common], [done["grpo"][s]["final"][c] for s in common])
                 summary[name][f"diff_vs_grpo_{c}"] = asdict(d)
-                cells.append(f"{str(d) + ('*' if d.excludes_zero else ''):>18}")
+                cells.append(f"{d.marked():>18}")
             lines.append(f"{name + ' - grpo':<20}{len(common):>6}" + "".join(cells))
-    equal_q_lines, equal_q = equal_q_report(done, base_metrics.q_pos, levels)
-    lines += equal_q_lines
-    wall = time.time() - t0
-    lines.append("")
-    lines.append(f"held-out: {n_val} prompts; Q_pos, M_ret (eq. 26 on the rare set), ΔNLL_rare exact (teacher-forced); "
-                 f"pass@k sampled, {args.pass_n} samples/prompt at T=1, unbiased estimator")
-    lines.append(f"wall time {wall / 60:.1f} min (build+SFT {t_sft:.0f} s, verl runs + scoring {t_rl:.0f} s); "
-                 f"peak RAM (PSS over all processes) {memory.peak / 2**30:.2f} GiB")
+    equal_q_lines, equal_q = equal_q_report(done, start["q_pos"], levels)
+    wall = time.time() - times["start"]
+    lines += [*equal_q_lines, "",
+              f"held-out: {args.n_val} prompts; Q_pos, M_ret (eq. 26 on the rare set), ΔNLL_rare exact "
+              f"(teacher-forced); pass@k sampled, {args.pass_n} samples/prompt at T=1, unbiased estimator",
+              f"wall time {wall / 60:.1f} min (build+SFT {times['sft']:.0f} s, verl runs + scoring {times['rl']:.0f} "
+              f"s); peak RAM (PSS over all processes) {memory.peak / 2**30:.2f} GiB"]
     if failed:
         lines.append(f"FAILED runs: {failed}")
     lines.append(f"plot: {plot}")
     lines.append(f"all numbers: {out / 'raremode_results.json'}; verl logs: {out / 'runs'}/<run>/train.log")
     print("\n".join(lines), flush=True)
     (out / "raremode_results.json").write_text(json.dumps({
-        "settings": {"k": args.k, "warm": asdict(warm), "seeds": seeds, "configs": [asdict(c) for c in cfgs],
-                     "rl": asdict(settings), "sft": asdict(sft_cfg), "n_train": n_train, "n_val": n_val,
+        "settings": {"k": args.k, "warm": asdict(warm), "seeds": args.seeds, "configs": [asdict(c) for c in cfgs],
+                     "rl": asdict(settings), "sft": asdict(sft_cfg), "n_train": args.n_train, "n_val": args.n_val,
                      "pass_n": args.pass_n},
-        "sft_start": {**base_metrics.as_dict(), **{f"pass@{k}": v for k, v in base_pass.items()}},
-        "summary": summary, "equal_q_pos": equal_q, "runs": results, "failed": failed,
+        "sft_start": start, "summary": summary, "equal_q_pos": equal_q, "runs": results, "failed": failed,
         "wall_seconds": wall, "peak_pss_bytes": memory.peak,
     }, indent=1))
     return 1 if failed else 0

@@ -4,111 +4,45 @@ Per-step exact metrics come from the checkpoints verl writes every step (``train
 ``actor_rollout_ref.actor.checkpoint.save_contents=[hf_model]``: a plain HF model dir per step, a few hundred kB
 for the tiny policy); they are read back after the run, so nothing inside verl's trainer changes.
 
-Sampled pass@k: ``n`` responses per held-out prompt at T = 1 (``prototype.sample_responses``, the same two-token
-sampling the rollouts do), scored with the task's reward, and the unbiased estimator
-``fgrpo_verl.evaluation.mean_pass_at_k``.
+Sampled pass@k: ``n`` responses per held-out prompt at T = 1 (the maze's sampler, ``generate`` with at most
+``MAX_RESPONSE_LENGTH`` = 2 new tokens as in the rollouts), scored with the task's reward, and the unbiased
+estimator ``fgrpo_verl.pass_at_k.mean_pass_at_k``.
 """
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
+from fgrpo_verl.job.checkpoints import checkpoint_dir, saved_steps
+from fgrpo_verl.tasks.maze.evaluate import sample_correct_counts
+from fgrpo_verl.tasks.raremode.build import MAX_RESPONSE_LENGTH
 from fgrpo_verl.tasks.raremode.data import DATA_SOURCE
 from fgrpo_verl.tasks.raremode.generator import RarePrompt
 from fgrpo_verl.tasks.raremode.measure import Candidates, ExactMetrics, candidate_probs, exact_metrics
 from fgrpo_verl.tasks.raremode.reward import compute_score
 
-_STEP_DIR = re.compile(r"global_step_(\d+)$")
-
-
-def checkpoint_dirs(checkpoints: str | Path) -> dict[int, Path]:
-    """{step: HF model dir} of every ``global_step_<t>/actor/huggingface`` under ``checkpoints``."""
-    out = {}
-    for d in Path(checkpoints).glob("global_step_*"):
-        m = _STEP_DIR.search(d.name)
-        hf = d / "actor" / "huggingface"
-        if m and (hf / "config.json").is_file():
-            out[int(m.group(1))] = hf
-    return dict(sorted(out.items()))
-
 
 def load_policy(model_dir):
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir))
-    model.eval()
-    return model
-
-
-def load_weights(model, model_dir):
-    """The policy saved in ``model_dir``, read into ``model`` (the same architecture: another step of the same
-    run) when one is given; otherwise a new model (:func:`load_policy`).
-
-    ``from_pretrained`` re-reads the config, builds and initialises a new model and then loads its weights; for
-    the demo's tiny policy that is most of the ~0.2-0.4 s it takes, and the exact per-step metrics load one
-    checkpoint per step. Only the weights file is read here. A weight missing from the file is refused, except the
-    output embedding when the model ties it to the input embedding (``save_pretrained`` stores tied weights once).
-    """
-    from safetensors.torch import load_file
-
-    files = sorted(Path(model_dir).glob("*.safetensors"))
-    if model is None or not files:
-        return load_policy(model_dir)
-    state = {}
-    for f in files:
-        state.update(load_file(str(f)))
-    try:
-        missing, unexpected = model.load_state_dict(state, strict=False)
-    except RuntimeError as err:  # a shape that differs
-        raise ValueError(f"{model_dir}: weights do not fit the model of the previous step ({err})") from err
-    tied = model.get_output_embeddings() is not None and (
-        model.get_output_embeddings().weight is model.get_input_embeddings().weight)
-    allowed = {"lm_head.weight"} if tied else set()
-    if unexpected or set(missing) - allowed:
-        raise ValueError(f"{model_dir}: weights do not fit the model of the previous step (missing "
-                         f"{sorted(set(missing) - allowed)}, unexpected {sorted(unexpected)})")
-    model.eval()
-    return model
+    return AutoModelForCausalLM.from_pretrained(str(model_dir)).eval()
 
 
 def step_metrics(checkpoints, tokenizer, prompts: list[RarePrompt], base: Candidates, rare) -> dict[int, ExactMetrics]:
-    """Exact metrics of every saved step (step 0, the warm start, is the caller's ``base``). One model is built
-    and each step's weights are read into it (:func:`load_weights`)."""
-    dirs = checkpoint_dirs(checkpoints)
-    if not dirs:
-        raise FileNotFoundError(f"no global_step_*/actor/huggingface checkpoints under {checkpoints}")
+    """Exact metrics of every saved step (step 0, the warm start, is the caller's ``base``)."""
+    steps = saved_steps(checkpoints)  # the checkpoints verl finished (its resume point) and logged
+    if not steps:
+        raise FileNotFoundError(f"no complete global_step_*/actor checkpoints under {checkpoints}")
     out = {0: exact_metrics(base, base, rare)}
-    model = None
-    for step, d in dirs.items():
-        model = load_weights(model, d)
+    for step in steps:
+        model = load_policy(checkpoint_dir(checkpoints, step) / "actor" / "huggingface")
         out[step] = exact_metrics(base, candidate_probs(model, tokenizer, prompts), rare)
     return out
-
-
-def sampled_correct_counts(model, tokenizer, prompts: list[RarePrompt], n: int, seed: int = 0, chunk: int = 4096) -> list[int]:
-    import torch
-
-    from fgrpo_verl.tasks.raremode.prototype import sample_responses
-
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n (samples per prompt) must be an int >= 1, got {n!r}")
-    gen = torch.Generator().manual_seed(seed)
-    per_chunk = max(1, chunk // n)
-    counts = []
-    for start in range(0, len(prompts), per_chunk):
-        part = prompts[start : start + per_chunk]
-        ids = [tokenizer.encode(p.text, add_special_tokens=False) for p in part]
-        _, resp, _ = sample_responses(model, ids, n, tokenizer.eos_token_id, gen)
-        texts = tokenizer.batch_decode(resp.tolist(), skip_special_tokens=True)
-        for i, p in enumerate(part):
-            truth = "".join(p.correct)
-            counts.append(sum(compute_score(DATA_SOURCE, t, truth) == 1.0 for t in texts[i * n : (i + 1) * n]))
-    return counts
 
 
 def sampled_pass_at_k(model, tokenizer, prompts: list[RarePrompt], n: int, ks: list[int], seed: int = 0) -> dict[int, float]:
     from fgrpo_verl.pass_at_k import mean_pass_at_k
 
-    counts = sampled_correct_counts(model, tokenizer, prompts, n, seed)
+    counts = sample_correct_counts(
+        model, tokenizer, [p.text for p in prompts], ["".join(p.correct) for p in prompts],
+        lambda text, truth: compute_score(DATA_SOURCE, text, truth), n, MAX_RESPONSE_LENGTH, batch_size=4096, seed=seed,
+    )
     return {k: mean_pass_at_k(n, counts, k) for k in ks}

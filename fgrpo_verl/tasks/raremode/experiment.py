@@ -14,11 +14,11 @@ rollouts, F-GRPO estimator, no KL), then the rare-mode reward, per-step HF check
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from fgrpo_verl.tasks.maze.rl import RLSettings, RunResult, train_maze
 from fgrpo_verl.tasks.raremode.build import RareBuild
+from fgrpo_verl.theory.shrink import RunConfig, configurations
 
 REWARD_PATH = "pkg://fgrpo_verl.tasks.raremode.reward"
 # DS-GRPO on this task. maze_overrides names the fgrpo estimator on the command line, which beats a config group's
@@ -29,41 +29,20 @@ DS_GRPO = ("control=ds_grpo", "algorithm.adv_estimator=ds_grpo",
            "actor_rollout_ref.actor.policy_loss.gamma_p=0.1", "actor_rollout_ref.actor.policy_loss.gamma_n=0.1")
 
 
-@dataclass(frozen=True)
-class Config:
-    name: str
-    gamma: float
-    lr: float
-    overrides: tuple[str, ...] = ()
-
-
-def configs(gammas: list[float], lr: float, control_gamma: float | None, ds_grpo: bool = False) -> list[Config]:
+def configs(gammas: list[float], lr: float, control_gamma: float | None, ds_grpo: bool = False) -> list[RunConfig]:
     """GRPO / F-GRPO for each gamma, plus GRPO at lr x m_{control_gamma} when ``control_gamma`` is given, plus
     DS-GRPO at ``lr`` when ``ds_grpo``."""
-    from fgrpo_verl.theory.shrink import mean_shrink, run_label
-
-    out = [Config(run_label(g), float(g), lr) for g in gammas]
-    if control_gamma is not None:
-        m = float(mean_shrink(control_gamma))
-        out.append(Config(run_label(0.0, control_of=control_gamma), 0.0, lr * m))
+    out = configurations(gammas, lr, () if control_gamma is None else (control_gamma,))
     if ds_grpo:
-        out.append(Config("ds_grpo", 0.0, lr, DS_GRPO))
+        out.append(RunConfig("ds_grpo", 0.0, lr, overrides=DS_GRPO))
     names = [c.name for c in out]
     if len(set(names)) != len(names):
         raise ValueError(f"configurations must be distinct, got {names}")
     return out
 
 
-def run_overrides(config: Config, seed: int, run_dir: Path | None = None) -> list[str]:
-    # train_maze puts the file logger's path and WANDB_DIR into the child's environment; a run that joins a shared
-    # Ray cluster (RaySession) runs its TaskRunner in workers of that cluster, which do not see it, so they also go
-    # into the job's runtime_env
-    env = [] if run_dir is None else [
-        f"+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH={Path(run_dir).resolve() / 'metrics.jsonl'}",
-        f"+ray_kwargs.ray_init.runtime_env.env_vars.WANDB_DIR={Path(run_dir).resolve()}",
-    ]
+def run_overrides(config: RunConfig, seed: int) -> list[str]:
     return [
-        *env,
         f"reward.custom_reward_function.path={REWARD_PATH}",
         "trainer.project_name=fgrpo-verl-raremode",
         f"actor_rollout_ref.actor.optim.lr={config.lr}",
@@ -78,10 +57,8 @@ def run_overrides(config: Config, seed: int, run_dir: Path | None = None) -> lis
     ]
 
 
-def run_one(build: RareBuild, sft_dir: str, config: Config, seed: int, settings: RLSettings, run_dir: Path,
-            extra_overrides: list[str] = (), backend: str = "cpu", env: dict | None = None) -> RunResult:
+def run_one(build: RareBuild, sft_dir: str, config: RunConfig, seed: int, settings: RLSettings, run_dir: Path,
+            extra_overrides: list[str] = (), backend: str = "cpu", session=None) -> RunResult:
     name = f"{config.name}_s{seed}"
-    return train_maze(
-        build, sft_dir, config.gamma, settings, run_dir, name,
-        extra_overrides=[*run_overrides(config, seed, run_dir), *extra_overrides], backend=backend, env=env,
-    )
+    return train_maze(build, sft_dir, config.gamma, settings, run_dir, name,
+                      extra_overrides=[*run_overrides(config, seed), *extra_overrides], session=session, backend=backend)

@@ -39,28 +39,13 @@ def _curve(run: dict):
     return [t for t, _ in points], q, {k: [m[k] for _, m in points] for k in METRICS}
 
 
-def _curves(runs: dict) -> dict:
-    """{config: {seed (int): ``_curve``}}: every run parsed once for all levels."""
-    return {name: {int(seed): _curve(run) for seed, run in by_seed.items()} for name, by_seed in runs.items()}
-
-
-def crossings(curves: dict, level: float) -> dict:
-    """{config: {seed: Crossing or None}} over ``_curves``' output (None also for a run without a finite curve)."""
-    return {name: {seed: None if c is None else at_level(*c, level) for seed, c in by_seed.items()}
-            for name, by_seed in curves.items()}
-
-
-def _cell(interval, star: bool = False) -> str:
-    return str(interval) + ("*" if star and interval.excludes_zero else "")
-
-
 def equal_q_report(runs: dict, start_q: float, levels: list[float] | None = None) -> tuple[list[str], dict]:
     """Table lines and the JSON block for ``runs`` ({config: {seed: {"curve": {step: metrics}}}}, completed runs
     only) at ``levels`` (None: the default levels, module docstring)."""
-    runs = {name: by_seed for name, by_seed in runs.items() if by_seed}
-    if not runs:
+    curves = {name: {int(seed): _curve(run) for seed, run in by_seed.items()}
+              for name, by_seed in runs.items() if by_seed}
+    if not curves:
         return ["at equal Q_pos: no completed run"], {"levels": [], "by_level": []}
-    curves = _curves(runs)
     source = "given"
     if levels is None:
         source = "default"
@@ -69,12 +54,12 @@ def equal_q_report(runs: dict, start_q: float, levels: list[float] | None = None
             return ["at equal Q_pos: no completed run has a finite Q_pos curve"], {"levels": [], "by_level": []}
         levels = default_levels(start_q, peaks)
     levels, at_start = above_start(levels, start_q)
+    about = {"levels_source": source, "levels_at_or_below_start": at_start, "start_q_pos": start_q}
     if not levels:
         why = (f"level(s) {', '.join(f'{x:.3f}' for x in at_start)} at or below" if at_start
                else "no run's Q_pos rises above")
         return ([f"at equal Q_pos: {why} the SFT start {start_q:.3f}: every run is there at step 0, nothing to compare"],
-                {"levels": [], "levels_source": source, "levels_at_or_below_start": at_start, "start_q_pos": start_q,
-                 "by_level": []})
+                {"levels": [], **about, "by_level": []})
     header = (f"{'configuration':<20}{'reached':>9}{'step':>16}{'M_ret':>16}{'ΔNLL_rare':>16}"
               f"{'M_ret - grpo':>17}{'ΔNLL - grpo':>17}")
     lines = ["", f"at equal Q_pos (levels {', '.join(f'{x:.3f}' for x in levels)}, {source}; SFT start "
@@ -90,7 +75,9 @@ def equal_q_report(runs: dict, start_q: float, levels: list[float] | None = None
             lines.append(f"{name}: seed(s) {seeds} have a non-finite Q_pos in their curve: not read, counted as not reached")
     blocks = []
     for level in levels:
-        hits = crossings(curves, level)
+        # {config: {seed: Crossing, or None where the run never reaches the level or has no finite curve}}
+        hits = {name: {s: None if c is None else at_level(*c, level) for s, c in by_seed.items()}
+                for name, by_seed in curves.items()}
         lines += ["", f"Q_pos {level:.3f}", header, "-" * len(header)]
         block = {"q_pos": level, "configs": {}}
         for name, by_seed in hits.items():
@@ -115,12 +102,11 @@ def equal_q_report(runs: dict, start_q: float, levels: list[float] | None = None
                 for k in METRICS:
                     d = paired_difference([reached[s].values[k] for s in common], [ref[s].values[k] for s in common])
                     entry[f"diff_vs_grpo_{k}"] = {**asdict(d), "seeds": common}
-                    diffs.append(_cell(d, star=True))
+                    diffs.append(d.marked())
             lines.append(f"{name:<20}{count:>9}{str(stats['step']):>16}{str(stats['m_ret']):>16}"
                          f"{str(stats['delta_nll_rare']):>16}" + "".join(f"{c:>17}" for c in diffs))
         blocks.append(block)
-    return lines, {"levels": list(levels), "levels_source": source, "levels_at_or_below_start": at_start,
-                   "start_q_pos": start_q, "by_level": blocks}
+    return lines, {"levels": list(levels), **about, "by_level": blocks}
 
 
 def report_from_results(results: dict, levels: list[float] | None = None) -> tuple[list[str], dict]:

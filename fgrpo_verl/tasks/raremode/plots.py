@@ -13,10 +13,7 @@ METRICS = (("q_pos", "Q_pos (held-out correct mass)"), ("m_ret", "M_ret of the i
 
 def plot_curves(curves: dict[str, dict[int, dict[int, dict]]], path: Path, title: str) -> Path:
     """``curves[config][seed][step]`` = metrics dict; one panel per metric."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from fgrpo_verl.theory.plots import pyplot, save
 
     # per configuration: the steps every seed has, and per metric the seed mean and 95% interval at each
     seed_stats = {}
@@ -24,7 +21,7 @@ def plot_curves(curves: dict[str, dict[int, dict[int, dict]]], path: Path, title
         steps = sorted(set.intersection(*(set(s) for s in by_seed.values())))
         seed_stats[name] = steps, {key: [t_interval([by_seed[seed][t][key] for seed in by_seed]) for t in steps]
                                    for key, _ in METRICS}
-    fig, axes = plt.subplots(1, len(METRICS) + 1, figsize=(5 * (len(METRICS) + 1), 4))
+    fig, axes = pyplot().subplots(1, len(METRICS) + 1, figsize=(5 * (len(METRICS) + 1), 4))
     for ax, (key, label) in zip(axes, METRICS):
         for name, by_seed in curves.items():
             steps, by_key = seed_stats[name]
@@ -46,8 +43,4 @@ def plot_curves(curves: dict[str, dict[int, dict[int, dict]]], path: Path, title
     frontier.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save(fig, path, dpi=120)

@@ -28,6 +28,10 @@ class Interval:
     def excludes_zero(self) -> bool:
         return not math.isnan(self.half_width) and abs(self.mean) > self.half_width
 
+    def marked(self) -> str:
+        """The interval as text, with ``*`` when it excludes 0 (how the tables mark a paired difference)."""
+        return str(self) + ("*" if self.excludes_zero else "")
+
 
 def t_quantile(p: float, df: int) -> float:
     """Quantile of Student's t with ``df`` degrees of freedom, p in (0.5, 1): bisection on the CDF, whose

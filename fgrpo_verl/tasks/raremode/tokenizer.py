@@ -18,20 +18,12 @@ id    token              role
 
 from __future__ import annotations
 
-from fgrpo_verl.tasks.maze.tokenizer import EOS_TOKEN, IM_END_TOKEN, VOCAB_SIZE, _byte_level
 from fgrpo_verl.tasks.maze.tokenizer import build_tokenizer as build_qwen2_tokenizer
 
 ANSWER_MARKER = ">"
 SYMBOLS = tuple("abcdefghijklmnopqrst")
-N_RESERVED = VOCAB_SIZE - 4 - len(SYMBOLS)
-
-
-def vocab() -> dict[str, int]:
-    tokens = [EOS_TOKEN, IM_END_TOKEN, _byte_level(ANSWER_MARKER), _byte_level("\n"), *SYMBOLS,
-              *(f"<r{i}>" for i in range(N_RESERVED))]
-    return {tok: i for i, tok in enumerate(tokens)}
 
 
 def build_tokenizer():
     """The rare-mode tokenizer (eos = pad = unk = ``<|endoftext|>``, left padding, concatenating chat template)."""
-    return build_qwen2_tokenizer(vocab())
+    return build_qwen2_tokenizer((ANSWER_MARKER, "\n", *SYMBOLS))
