@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import contextlib
-import csv
 import json
 import os
 from pathlib import Path
@@ -25,12 +24,12 @@ from pathlib import Path
 from fgrpo_verl.evaluation.formats import GenerationRecord, GenerationWriter, LineIndex, drop_torn_tail, iter_generation_lines, load_benchmark
 from fgrpo_verl.pass_at_k import ks_up_to
 from fgrpo_verl.evaluation.report import (
-    check_same_problems, collect_scores, markdown_table, plot_curves, table_rows, write_tables,
+    check_same_problems, collect_scores, markdown_table, plot_curves, table_rows, write_csv, write_tables,
 )
 from fgrpo_verl.evaluation.scorers import resolve_scorer
 from fgrpo_verl.evaluation.scoring import Scorer, count_correct
 from fgrpo_verl.evaluation.seeds import request_seed
-from fgrpo_verl.evaluation.significance import combine_draws, subsample_draws, summarise
+from fgrpo_verl.evaluation.significance import paired_tests
 
 GENERATIONS = "generations.jsonl"
 MANIFEST = "eval_manifest.json"
@@ -215,37 +214,27 @@ def generate(models: dict[str, str], benchmarks: dict[str, list[dict]], settings
 
 
 def significance_report(scores, pairs: list[tuple[str, str]], benchmarks: list[str], averages: dict, args,
-                        out_dir: Path):
+                        out_dir: Path) -> dict[tuple[str, str, int], str]:
     """Paired subsampling test per (baseline, focal) pair, benchmark and average column; write CSV + markdown.
 
     Returns marks for the main table: a "*" after the focal cell where the difference is significant."""
     marks: dict[tuple[str, str, int], str] = {}
     rows = []
-    ks = ks_up_to(args.significance_m, args.k_max)
-    for baseline, focal in pairs:
-        draws = {}
-        for bench in benchmarks:
-            a, b = scores[(baseline, bench)], scores[(focal, bench)]
-            seed = request_seed(args.seed, f"significance {baseline}:{focal}", bench, "", 0)
-            try:
-                draws[bench] = subsample_draws(a.n, a.c, b.n, b.c, ks=ks, m=args.significance_m,
-                                               iterations=args.significance_iterations, seed=seed)
-            except ValueError as err:  # name the flag the user can change
-                raise ValueError(f"--significance-m {args.significance_m} ({baseline}:{focal} on {bench}): {err}; "
-                                 "lower --significance-m (the paper: m = 256 of n = 1024)") from err
-        for name, members in averages.items():
-            draws[name] = combine_draws([draws[m] for m in members])  # same iteration t across members
-        for column, d in draws.items():
-            for r in summarise(d, alpha=args.alpha, method=args.significance_method):
-                rows.append(dict(baseline=baseline, focal=focal, benchmark=column, m=args.significance_m,
-                                 iterations=args.significance_iterations, **r.as_dict()))
-                if r.significant:
-                    marks[(focal, column, r.k)] = "*"
-    path = out_dir / "significance.csv"
-    with path.open("w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    for pair in pairs:
+        per_run = [{bench: scores[(run, bench)] for bench in benchmarks} for run in pair]
+        try:
+            tested = paired_tests(*per_run, averages, pair, "significance", ks_up_to(args.significance_m, args.k_max),
+                                  args.significance_m, args.significance_iterations, args.seed, args.alpha,
+                                  args.significance_method)
+        except ValueError as err:  # name the flag the user can change
+            raise ValueError(f"--significance-m {args.significance_m} {err}; lower --significance-m (the paper: "
+                             "m = 256 of n = 1024)") from err
+        for column, r in tested:
+            rows.append(dict(baseline=pair[0], focal=pair[1], benchmark=column, m=args.significance_m,
+                             iterations=args.significance_iterations, **r.as_dict()))
+            if r.significant:
+                marks[(pair[1], column, r.k)] = "*"
+    write_csv(out_dir / "significance.csv", rows)
     lines = [f"Paired m-out-of-n subsampling (m={args.significance_m}, {args.significance_iterations} iterations, "
              f"two-sided alpha={args.alpha}, interval: {args.significance_method}); difference = focal - baseline, "
              "pass@k in points (%). Average columns use the mean of their benchmarks' draws of the same iteration.", "",
@@ -257,7 +246,7 @@ def significance_report(scores, pairs: list[tuple[str, str]], benchmarks: list[s
             f"{100 * r['focal_pass_at_k']:.2f} | {100 * r['difference']:+.2f} | {100 * r['ci_low']:+.2f} | "
             f"{100 * r['ci_high']:+.2f} | {r['p_value']:.4f} | {'yes' if r['significant'] else 'no'} |")
     (out_dir / "significance.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return marks, rows
+    return marks
 
 
 def _prompt_settings(args, bench_names, log) -> dict:
@@ -355,7 +344,7 @@ def run_eval(args, log=print) -> int:
             if not sep or base not in runs or focal not in runs or base == focal:
                 raise ValueError(f"--significance expects BASELINE:FOCAL with two different runs among {runs}, got {spec!r}")
             pairs.append((base, focal))
-        marks, _ = significance_report(scores, pairs, columns, averages, args, out_dir)
+        marks = significance_report(scores, pairs, columns, averages, args, out_dir)
 
     paths = write_tables(out_dir, rows, runs, all_columns, ks, marks)
     if not args.no_plots:

@@ -184,6 +184,15 @@ def markdown_table(rows, runs, columns, ks, marks=None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def write_csv(path: Path, rows: list[dict]) -> None:
+    """``rows`` as CSV with their keys as header (an empty file when there are none)."""
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        if rows:
+            writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+
+
 def write_tables(out_dir: Path, rows, runs, columns, ks, marks=None) -> dict[str, Path]:
     """Write ``pass_at_k.md`` (paper layout), ``pass_at_k_table.csv`` (same grid, one column per benchmark/run,
     values in %) and ``pass_at_k_long.csv`` (tidy rows, values in [0, 1])."""
@@ -201,12 +210,9 @@ def write_tables(out_dir: Path, rows, runs, columns, ks, marks=None) -> dict[str
             writer.writerow([k] + ["" if math.isnan(v) else f"{100 * v:.4f}" for v in vals])
 
     long = out_dir / "pass_at_k_long.csv"
-    with long.open("w", newline="", encoding="utf-8") as fh:
-        fields = ["run", "benchmark", "k", "pass_at_k", "num_problems", "min_n", "max_n", "score_errors"]
-        writer = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
-        writer.writeheader()
-        for r in rows:
-            writer.writerow({**r, "pass_at_k": "" if math.isnan(r["pass_at_k"]) else repr(r["pass_at_k"])})
+    fields = ["run", "benchmark", "k", "pass_at_k", "num_problems", "min_n", "max_n", "score_errors"]
+    plain = [{f: r[f] for f in fields} for r in rows]
+    write_csv(long, [{**r, "pass_at_k": "" if math.isnan(r["pass_at_k"]) else repr(r["pass_at_k"])} for r in plain])
     return {"markdown": md, "wide_csv": wide, "long_csv": long}
 
 

@@ -182,23 +182,24 @@ def summarise(draws: SubsampleDraws, alpha: float = 0.05, method: str = "paper")
     return rows
 
 
-def paired_subsampling_test(
-    n_baseline, c_baseline, n_focal, c_focal, ks=None, m: int = 256, iterations: int = 50_000,
-    alpha: float = 0.05, seed: int = 0, method: str = "paper",
-) -> list[SignificanceRow]:
-    """Paired m-out-of-n subsampling test of pass@k(focal) - pass@k(baseline), per k.
+def paired_tests(baseline: dict, focal: dict, averages: dict[str, list[str]], pair: tuple[str, str], stream: str,
+                 ks, m: int, iterations: int, seed: int, alpha: float = 0.05,
+                 method: str = "paper") -> list[tuple[str, SignificanceRow]]:
+    """``(column, row)`` per k of the paired test of focal - baseline (``{benchmark: scores with n, c}`` of the two
+    runs ``pair`` names) on every benchmark both have, then on every average column whose members all were tested.
+    A benchmark's draws have their own seed from (``seed``, ``stream``, the pair, the benchmark), so the columns
+    tested beside it do not change its numbers; a ValueError names the pair and the benchmark."""
+    from fgrpo_verl.evaluation.seeds import request_seed
 
-    Args:
-        n_baseline, c_baseline: per-problem sample and correct counts of the baseline run (aligned by problem).
-        n_focal, c_focal: the same for the focal run, same problem order.
-        ks: budgets to test (each 1 <= k <= m); default 1, 2, 4, ..., m.
-        m: subsample size per problem, 1 <= m < every n (paper: 256 of 1024).
-        iterations: number of subsampling iterations T (paper: 50,000).
-        alpha: two-sided level.
-        seed: seed of the numpy Generator (results are reproducible for a given seed and chunking).
-        method: "paper" (raw percentiles, App. Q), "rescaled" or "rescaled-fpc" (module docstring).
-    """
-    if method not in METHODS:
-        raise ValueError(f"significance method must be one of {METHODS}, got {method!r}")
-    draws = subsample_draws(n_baseline, c_baseline, n_focal, c_focal, ks=ks, m=m, iterations=iterations, seed=seed)
-    return summarise(draws, alpha=alpha, method=method)
+    draws = {}
+    for bench in [b for b in baseline if b in focal]:
+        a, b = baseline[bench], focal[bench]
+        try:
+            draws[bench] = subsample_draws(a.n, a.c, b.n, b.c, ks=ks, m=m, iterations=iterations,
+                                           seed=request_seed(seed, f"{stream} {pair[0]}:{pair[1]}", bench, "", 0))
+        except ValueError as err:
+            raise ValueError(f"({pair[0]}:{pair[1]} on {bench}): {err}") from err
+    for name, members in averages.items():
+        if all(b in draws for b in members):
+            draws[name] = combine_draws([draws[b] for b in members])  # same iteration t across members
+    return [(column, row) for column, d in draws.items() for row in summarise(d, alpha=alpha, method=method)]
