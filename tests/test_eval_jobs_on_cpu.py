@@ -443,7 +443,7 @@ def test_launch_refuses_evaluation_that_cannot_run_before_submitting_anything(tm
 def test_validation_rows_carry_the_training_prompt_and_the_benchmarks_name(tmp_path):
     """validation=aime25 reads AIME25.parquet: verl rows with the training prompt; logged as val-core/AIME25/..."""
     from fgrpo_verl.data.deepscaler import SYSTEM_PROMPT
-    from fgrpo_verl.data.parquet import write_rows
+    from fgrpo_verl.data.records import write_rows
     from fgrpo_verl.evaluation.formats import load_benchmark
     from fgrpo_verl.evaluation.prepare import verl_rows
 

@@ -19,11 +19,10 @@ samples remain", and the system prompt "Please reason step by step, and put your
 from __future__ import annotations
 
 import json
-from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from fgrpo_verl.data.parquet import write_rows
+from fgrpo_verl.data.records import read_records, write_rows
 
 SYSTEM_PROMPT = "Please reason step by step, and put your final answer within \\boxed{}."
 DATA_SOURCE = "deepscaler"
@@ -42,30 +41,6 @@ class PrepareStats:
     written: int
 
 
-def read_records(path: str | Path) -> list[dict]:
-    """Records of a ``.parquet``, ``.jsonl`` or ``.json`` file (a JSON list, or one object per line)."""
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"--input {path}: no such file")
-    suffix = path.suffix.lower()
-    if suffix == ".parquet":
-        import pandas as pd
-
-        return pd.read_parquet(path).to_dict(orient="records")
-    if suffix in (".jsonl", ".json"):
-        text = path.read_text(encoding="utf-8")
-        stripped = text.lstrip()
-        if suffix == ".json" and stripped.startswith("["):
-            records = json.loads(text)
-        else:
-            # "\n" only: str.splitlines() also splits at U+2028/U+2029/U+0085, which JSON allows raw in strings
-            records = [json.loads(line) for line in text.split("\n") if line.strip()]
-        if not all(isinstance(r, dict) for r in records):
-            raise ValueError(f"--input {path}: expected JSON objects with 'problem' and 'answer'")
-        return records
-    raise ValueError(f"--input {path}: unsupported file type {suffix!r}; use .parquet, .jsonl or .json")
-
-
 def _problem_and_answer(record: dict, where: str) -> tuple[str, str]:
     missing = [k for k in ("problem", "answer") if k not in record]
     if missing:
@@ -80,7 +55,7 @@ def _problem_and_answer(record: dict, where: str) -> tuple[str, str]:
 
 def drop_conflicting_duplicates(pairs: list[tuple[str, str]]) -> tuple[list[tuple[str, str]], dict[str, int]]:
     """Keep each problem once; drop every problem whose copies disagree on the answer. First-seen order."""
-    answers: OrderedDict[str, list[str]] = OrderedDict()
+    answers: dict[str, list[str]] = {}
     for problem, answer in pairs:
         answers.setdefault(problem, []).append(answer)
     kept, merged, conflicting, conflicting_records = [], 0, 0, 0
@@ -160,7 +135,7 @@ def prepare_files(
     for split, files in (("train", inputs), ("val", val_inputs)):
         if not files:
             continue
-        records = [r for f in files for r in read_records(f)]
+        records = [r for f in files for r in read_records(f, f"--input {f}")]
         rows, stats = prepare(records, tokenizer, split, max_prompt_tokens)
         write_rows(rows, out / f"{split}.parquet")
         results[split] = stats

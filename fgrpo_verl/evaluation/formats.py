@@ -40,54 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-BENCHMARK_SUFFIXES = (".jsonl", ".json", ".parquet")
-
-
-def _read_records(path: Path) -> list[dict]:
-    suffix = path.suffix.lower()
-    if suffix not in BENCHMARK_SUFFIXES:
-        raise ValueError(f"file {str(path)!r} has suffix {suffix!r}; valid: {', '.join(BENCHMARK_SUFFIXES)}")
-    if not path.is_file():
-        raise ValueError(f"file {str(path)!r} does not exist")
-    if suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        # pyarrow keeps nulls as None and nested columns as lists/dicts (pandas would turn nulls into NaN)
-        return pq.read_table(path).to_pylist()
-    text = path.read_text(encoding="utf-8")
-    if suffix == ".json":
-        data = json.loads(text)
-        if not isinstance(data, list):
-            raise ValueError(f"{path}: a .json benchmark must hold a list of objects, got {type(data).__name__}")
-        records = data
-    else:
-        records = []
-        # only "\n" ends a record: str.splitlines() would also split at U+2028/U+2029/U+0085, which JSON allows raw
-        # inside strings (json.dumps(ensure_ascii=False) writes them so), cutting such a problem in two
-        for lineno, line in enumerate(text.split("\n"), 1):
-            if not line.strip():
-                continue
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{lineno}: not valid JSON ({err.msg})") from err
-    for i, rec in enumerate(records):
-        if not isinstance(rec, dict):
-            raise ValueError(f"{path}: record {i} must be a JSON object, got {type(rec).__name__}")
-    return records
-
-
-def _to_plain(value):
-    """numpy values from parquet -> plain Python (lists, str, numbers) so records serialise to JSON."""
-    if isinstance(value, np.ndarray):
-        return [_to_plain(v) for v in value.tolist()]
-    if isinstance(value, (list, tuple)):
-        return [_to_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _to_plain(v) for k, v in value.items()}
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
+from fgrpo_verl.data.records import read_records
 
 
 def _check_prompt(where: str, prompt) -> None:
@@ -103,7 +56,7 @@ def _check_prompt(where: str, prompt) -> None:
 def load_benchmark(path: str | Path, name: str) -> list[dict]:
     """Read and validate a benchmark file; returns records with ``id`` (str), ``answer`` and ``data_source`` set."""
     path = Path(path)
-    records = [_to_plain(r) for r in _read_records(path)]
+    records = read_records(path, f"benchmark {name!r} ({path})")
     if not records:
         raise ValueError(f"benchmark {name!r} ({path}) has no records")
     seen: set[str] = set()
@@ -113,7 +66,7 @@ def load_benchmark(path: str | Path, name: str) -> list[dict]:
         reward_model = rec.get("reward_model")
         if rec.get("answer") is None and isinstance(reward_model, dict) and reward_model.get("ground_truth") is not None:
             rec = {**rec, "answer": reward_model["ground_truth"]}  # a verl RL-dataset row
-        if "answer" not in rec or rec["answer"] is None:
+        if rec.get("answer") is None:
             raise ValueError(f"{where}: missing required key 'answer' (or verl's reward_model.ground_truth)")
         if "prompt" in rec and rec["prompt"] is not None:
             _check_prompt(where, rec["prompt"])
@@ -126,12 +79,8 @@ def load_benchmark(path: str | Path, name: str) -> list[dict]:
         if pid in seen:
             raise ValueError(f"{where}: duplicate id {pid!r}")
         seen.add(pid)
-        rec = dict(rec)
-        rec["id"] = pid
-        rec.setdefault("data_source", name)
-        if rec["data_source"] is None:
-            rec["data_source"] = name
-        out.append(rec)
+        source = rec.get("data_source")
+        out.append({**rec, "id": pid, "data_source": name if source is None else source})
     return out
 
 
@@ -170,11 +119,8 @@ class GenerationRecord:
 
     def score_line(self) -> dict:
         """The second line of a two-line problem: its correctness only."""
-        out = {"run": self.run, "benchmark": self.benchmark, "problem_id": self.problem_id,
-               "correct": [int(x) for x in self.correct]}
-        if self.score_errors:
-            out["score_errors"] = {str(i): msg for i, msg in sorted(self.score_errors.items())}
-        return out
+        line = self.to_json(with_completions=False)
+        return {k: v for k, v in line.items() if k not in ("answer", "data_source", "prompt")}
 
 
 def _parse_correct(where: str, value) -> np.ndarray:

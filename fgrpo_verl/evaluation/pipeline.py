@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 from pathlib import Path
 
-from fgrpo_verl.evaluation.formats import GenerationRecord, GenerationWriter, LineIndex, drop_torn_tail, iter_generation_lines, load_benchmark
+from fgrpo_verl.evaluation.formats import (
+    GenerationRecord, GenerationWriter, LineIndex, drop_torn_tail, iter_generation_lines, load_benchmark,
+)
+from fgrpo_verl.job import checkpoints as ck
 from fgrpo_verl.pass_at_k import ks_up_to
 from fgrpo_verl.evaluation.report import (
     check_same_problems, collect_scores, markdown_table, plot_curves, table_rows, write_csv, write_tables,
@@ -109,34 +111,24 @@ def prepare_out(out_dir: Path, args, models: dict, bench_files: dict, log) -> No
             raise ValueError(f"{out_dir} already holds an evaluation ({GENERATIONS} / {MANIFEST}); pass --resume to "
                              "continue it, or choose a new --out (nothing was overwritten)")
     elif man_path.is_file():
-        before = json.loads(man_path.read_text(encoding="utf-8"))
+        before = ck.read_json(man_path)
         diffs = [f"{key}: {before['settings'].get(key)!r} then, {value!r} now"
                  for key, value in current["settings"].items() if before["settings"].get(key) != value]
-        for kind in ("models", "benchmarks"):
-            diffs += [f"--{kind[:-1] if kind == 'models' else 'bench'} {name}: {before[kind][name]} then, {path} now"
-                      for name, path in current[kind].items() if name in before[kind] and before[kind][name] != path]
-        old_sha = before.get("benchmark_sha256", {})
-        diffs += [f"--bench {name}: the file's contents changed (sha256 {old_sha[name][:12]}... then, {sha[:12]}... now)"
-                  for name, sha in current["benchmark_sha256"].items() if name in old_sha and old_sha[name] != sha]
+        for kind, flag in (("models", "--model"), ("benchmarks", "--bench"), ("benchmark_sha256", "--bench")):
+            what = "the file's contents changed (sha256 {0:.12}... then, {1:.12}... now)" if kind == "benchmark_sha256" \
+                else "{0} then, {1} now"
+            diffs += [f"{flag} {name}: " + what.format(before[kind][name], value)
+                      for name, value in current[kind].items() if before[kind].get(name, value) != value]
+            current[kind] = {**before[kind], **current[kind]}
         if diffs:
             raise ValueError("--resume: the settings differ from the run being resumed, so samples would mix:\n  "
                              + "\n  ".join(diffs))
-        current["models"] = {**before["models"], **current["models"]}
-        current["benchmarks"] = {**before["benchmarks"], **current["benchmarks"]}
-        current["benchmark_sha256"] = {**old_sha, **current["benchmark_sha256"]}
     elif existing:
         raise ValueError(f"--resume: {gen_path} exists but {MANIFEST} does not; it was not written by `eval --model`")
     dropped = drop_torn_tail(gen_path)
     if dropped:
         log(f"[eval] --resume: dropped a torn last line ({dropped} bytes) from {gen_path}; that problem is redone")
-    tmp = man_path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(current, indent=2), encoding="utf-8")
-    os.replace(tmp, man_path)
-
-
-def _chunks(items: list, size: int):
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
+    ck.write_json(man_path, current)
 
 
 def _score_unscored(gen_path: Path, index: LineIndex, scorer: Scorer, writer: GenerationWriter, log) -> None:
@@ -183,7 +175,8 @@ def generate(models: dict[str, str], benchmarks: dict[str, list[dict]], settings
                 if not todo:
                     continue
                 log(f"[eval] {run} on {bench}: {len(todo)} of {len(problems)} problems x n={args.n} ({args.backend})")
-                for chunk in _chunks(todo, args.problems_per_call):
+                for start in range(0, len(todo), args.problems_per_call):
+                    chunk = todo[start : start + args.problems_per_call]
                     if sampler is None:
                         sampler = make_sampler(args.backend, resolve_model_path(model_path), args)
                     encoded = [encode_prompt(p, sampler.tokenizer, settings[bench], args.prompt_style) for p in chunk]

@@ -233,7 +233,7 @@ def prepare_benchmarks(out: str | Path, names: Iterable[str] | None = None,
                 fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
         say(f"{name}: {len(records)} problems -> {path}")
         if verl_parquet and spec.scorer == "math":
-            from fgrpo_verl.data.parquet import write_rows
+            from fgrpo_verl.data.records import write_rows
 
             write_rows(verl_rows(name, records), out / f"{name}.parquet")
             say(f"{name}: verl validation rows -> {out / f'{name}.parquet'}")
