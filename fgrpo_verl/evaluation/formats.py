@@ -35,6 +35,8 @@ cannot silently double the samples.
 from __future__ import annotations
 
 import json
+import mmap
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -246,25 +248,13 @@ def read_generations(path: str | Path) -> list[GenerationRecord]:
 def drop_torn_tail(path: Path) -> int:
     """Cut a last line without its newline (a write killed half-way) off ``path``; returns the bytes dropped.
 
-    Every line is written whole and then flushed, so only the final one can be torn."""
-    if not path.is_file():
-        return 0
-    size = path.stat().st_size
-    if size == 0:
+    Every line is written whole and then flushed, so only the final one can be torn. The file is mapped, not read:
+    the search for the last newline runs from the end and touches only the pages it passes."""
+    if not path.is_file() or path.stat().st_size == 0:
         return 0
     with path.open("rb+") as fh:
-        fh.seek(size - 1)
-        if fh.read(1) == b"\n":
-            return 0
-        keep, pos = 0, size
-        while pos > 0:  # search back for the last newline, 1 MiB at a time
-            start = max(0, pos - (1 << 20))
-            fh.seek(start)
-            cut = fh.read(pos - start).rfind(b"\n")
-            if cut >= 0:
-                keep = start + cut + 1
-                break
-            pos = start
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as view:
+            size, keep = len(view), view.rfind(b"\n") + 1
         fh.truncate(keep)
     return size - keep
 
@@ -281,8 +271,6 @@ class GenerationWriter:
         self._fh.flush()
 
     def sync(self) -> None:
-        import os
-
         self._fh.flush()
         os.fsync(self._fh.fileno())
 

@@ -16,8 +16,6 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-BACKENDS = ("vllm", "transformers")
-
 
 @dataclass(frozen=True)
 class Request:
@@ -53,18 +51,24 @@ def resolve_model_path(path: str | Path) -> Path:
     raise ValueError(f"{str(path)!r} holds no HF model (config.json + *.safetensors / pytorch_model*.bin)")
 
 
+def load_model(path, device: str = "cpu", dtype: str = "float32"):
+    """(model in eval mode on ``device``, tokenizer) of an HF model directory or verl checkpoint (resolve_model_path)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = str(resolve_model_path(path))
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).to(device).eval()
+    return model, AutoTokenizer.from_pretrained(path)
+
+
 class TransformersSampler:
     """Plain HF ``generate`` sampling; meant for tiny models on CPU (tests, the maze demo)."""
 
     def __init__(self, model_path, device: str = "cpu", dtype: str = "float32", batch_size: int = 64):
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.torch = torch
-        self.tokenizer = AutoTokenizer.from_pretrained(str(model_path))
-        self.model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=getattr(torch, dtype)).to(device).eval()
+        self.model, self.tokenizer = load_model(model_path, device, dtype)
         # generate() fills every option not passed explicitly from the checkpoint's generation_config.json
         # (repetition_penalty, min_p, no_repeat_ngram_size, ...), which would reshape the paper's plain T / top-p
         # sampling; keep only its special-token ids (the stop tokens), as vLLM does with explicit SamplingParams.
@@ -149,11 +153,9 @@ class VLLMSampler:
 
 
 def make_sampler(backend: str, model_path, args):
-    """Build the sampler for ``--backend`` from the CLI arguments."""
+    """Build the sampler for ``--backend`` (``vllm`` or ``transformers``, checked by the options) from the options."""
     if backend == "transformers":
         return TransformersSampler(model_path, device=args.device, dtype=args.dtype, batch_size=args.batch_size)
-    if backend == "vllm":
-        return VLLMSampler(model_path, tensor_parallel_size=args.tensor_parallel_size,
-                           gpu_memory_utilization=args.gpu_memory_utilization, max_model_len=args.max_model_len,
-                           seed=args.seed, extra_engine_args=args.vllm_engine_args)
-    raise ValueError(f"--backend must be one of {BACKENDS}, got {backend!r}")
+    return VLLMSampler(model_path, tensor_parallel_size=args.tensor_parallel_size,
+                       gpu_memory_utilization=args.gpu_memory_utilization, max_model_len=args.max_model_len,
+                       seed=args.seed, extra_engine_args=args.vllm_engine_args)

@@ -54,7 +54,6 @@ PRESETS: dict[str, dict[str, PromptSetting]] = {
     "llama-3.2-3b-instruct": {"math": _MATH, "gpqa": _MATH, "ifeval": PromptSetting(None), "synlogic": PromptSetting(None)},
     "none": {group: PromptSetting(None) for group in GROUPS},
 }
-DEFAULT_PRESET = "qwen2.5-7b"
 
 
 def benchmark_group(name: str, overrides: dict[str, str] | None = None) -> tuple[str, bool]:

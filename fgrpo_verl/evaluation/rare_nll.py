@@ -107,18 +107,6 @@ class RareTrajectory:
     base_nll: float
 
 
-def load_model(path, device: str = "cpu", dtype: str = "float32"):
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from fgrpo_verl.evaluation.generate import resolve_model_path
-
-    path = resolve_model_path(path)
-    tokenizer = AutoTokenizer.from_pretrained(str(path))
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=getattr(torch, dtype)).to(device).eval()
-    return model, tokenizer
-
-
 def correct_trajectories(records) -> list[tuple[object, int]]:
     """(record, sample index) of every correct completion; records need 'prompt', 'completions', 'correct'."""
     out = []

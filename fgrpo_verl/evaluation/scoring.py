@@ -48,8 +48,6 @@ class Scorer:
     used when a line carries no ``answer``."""
 
     def __init__(self, scorer_spec_for, threshold: float, references: dict[str, dict[str, dict]], workers: int = 1):
-        if workers < 1:
-            raise ValueError(f"workers must be >= 1, got {workers}")
         _scorer.cache_clear()  # a module:function may have been replaced since the last run
         self.spec_for, self.threshold, self.references, self.workers = scorer_spec_for, threshold, references, workers
         self._pool = None
