@@ -49,7 +49,7 @@ def test_defaults_follow_the_paper():
     ({"gpus_per_node": 6, "engine": {"tensor_parallel_size": 4}}, "not a multiple"),
     ({"engine": {"tp": 2}}, r"evaluation\.engine\.tp: unknown key; valid keys: \['tensor_parallel_size'"),
     ({"tables": ["table9"]}, r"evaluation\.tables\[0\]: expected one of \['table1', .*got 'table9'"),
-    ({"cost": {"mean_response_fraction": 2}}, "mean_response_fraction"),
+    ({"cost": {"mean_response_fraction": 2}}, r"evaluation\.cost\.mean_response_fraction must be <= 1.0, got 2$"),
     ({"seed": -1}, r"evaluation\.seed must be >= 0, got -1"),
     ({"resources": {"gpus": 8}}, "unknown resources key"),
     # the schema's types: nothing is converted ("32" is not a count), and the error names the key's full path

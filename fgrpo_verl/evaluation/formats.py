@@ -259,26 +259,10 @@ def drop_torn_tail(path: Path) -> int:
     return size - keep
 
 
-class GenerationWriter:
-    """Append-only JSONL writer: every line is written whole, then flushed (a kill loses at most the line in flight)."""
-
-    def __init__(self, path: Path):
-        self.path = Path(path)
-        self._fh = self.path.open("a", encoding="utf-8")
-
-    def write(self, obj: dict) -> None:
-        self._fh.write(json.dumps(obj, ensure_ascii=False) + "\n")
-        self._fh.flush()
-
-    def sync(self) -> None:
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
-
-    def close(self) -> None:
-        self._fh.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
+def append_lines(fh, lines: list[dict]) -> None:
+    """Append ``lines`` to the open generation file ``fh``, each written whole and flushed, then the batch synced to
+    disk: a kill loses at most the line in flight (which ``drop_torn_tail`` cuts off on ``--resume``)."""
+    for obj in lines:
+        fh.write(json.dumps(obj, ensure_ascii=False) + "\n")
+        fh.flush()
+    os.fsync(fh.fileno())

@@ -21,7 +21,7 @@ import json
 from pathlib import Path
 
 from fgrpo_verl.evaluation.formats import (
-    GenerationRecord, GenerationWriter, LineIndex, drop_torn_tail, iter_generation_lines, load_benchmark,
+    GenerationRecord, LineIndex, append_lines, drop_torn_tail, iter_generation_lines, load_benchmark,
 )
 from fgrpo_verl.job import checkpoints as ck
 from fgrpo_verl.pass_at_k import ks_up_to
@@ -131,7 +131,7 @@ def prepare_out(out_dir: Path, args, models: dict, bench_files: dict, log) -> No
     ck.write_json(man_path, current)
 
 
-def _score_unscored(gen_path: Path, index: LineIndex, scorer: Scorer, writer: GenerationWriter, log) -> None:
+def _score_unscored(gen_path: Path, index: LineIndex, scorer: Scorer, fh, log) -> None:
     """Resume: problems whose completions reached the disk but whose correctness line did not."""
     todo = set(index.texts) - set(index.scored)
     if not todo:
@@ -142,17 +142,13 @@ def _score_unscored(gen_path: Path, index: LineIndex, scorer: Scorer, writer: Ge
         if rec.key in todo and rec.completions is not None:
             pending.append(rec)
         if len(pending) >= 64:
-            _score_and_write(pending, scorer, writer)
-    _score_and_write(pending, scorer, writer)
+            _score_and_write(pending, scorer, fh)
+    _score_and_write(pending, scorer, fh)
 
 
-def _score_and_write(records: list[GenerationRecord], scorer: Scorer, writer: GenerationWriter) -> None:
-    if not records:
-        return
+def _score_and_write(records: list[GenerationRecord], scorer: Scorer, fh) -> None:
     scorer.score(records)
-    for rec in records:
-        writer.write(rec.score_line())
-    writer.sync()
+    append_lines(fh, [rec.score_line() for rec in records])
     records.clear()
 
 
@@ -165,8 +161,8 @@ def generate(models: dict[str, str], benchmarks: dict[str, list[dict]], settings
 
     gen_path = out_dir / GENERATIONS
     index = LineIndex.of([gen_path]) if gen_path.is_file() and gen_path.stat().st_size else LineIndex()
-    with GenerationWriter(gen_path) as writer:
-        _score_unscored(gen_path, index, scorer, writer, log)
+    with gen_path.open("a", encoding="utf-8") as fh:
+        _score_unscored(gen_path, index, scorer, fh, log)
         for run, model_path in models.items():
             sampler = None  # loaded only when this run has work left
             for bench, problems in benchmarks.items():
@@ -193,16 +189,12 @@ def generate(models: dict[str, str], benchmarks: dict[str, list[dict]], settings
                     records = [GenerationRecord(run=run, benchmark=bench, problem_id=p["id"], completions=t,
                                                 answer=p["answer"], data_source=p["data_source"], prompt=text)
                                for p, (_, text), t in zip(chunk, encoded, texts)]
-                    if args.save_completions:
-                        for rec in records:  # on disk before any scorer runs
-                            writer.write(rec.to_json(with_completions=True))
-                        writer.sync()
-                        _score_and_write(records, scorer, writer)
+                    if args.save_completions:  # on disk before any scorer runs
+                        append_lines(fh, [rec.to_json(with_completions=True) for rec in records])
+                        _score_and_write(records, scorer, fh)
                     else:
                         scorer.score(records)
-                        for rec in records:
-                            writer.write(rec.to_json(with_completions=False))
-                        writer.sync()
+                        append_lines(fh, [rec.to_json(with_completions=False) for rec in records])
             del sampler
 
 
@@ -284,12 +276,9 @@ def run_eval(args, log=print) -> int:
 
     benchmarks = {name: load_benchmark(path, name) for name, path in bench_files.items()}
     references = {name: {r["id"]: r for r in recs} for name, recs in benchmarks.items()}
-
-    def scorer_spec_for(bench: str) -> str:
-        return bench_scorers.get(bench, args.scorer)
-
     out_dir.mkdir(parents=True, exist_ok=True)
-    with Scorer(scorer_spec_for, args.threshold, references, workers=args.score_workers) as scorer:
+    with Scorer(lambda bench: bench_scorers.get(bench, args.scorer), args.threshold, references,
+                workers=args.score_workers) as scorer:
         if models:
             unknown = sorted(set(bench_scorers) - set(bench_files))
             if unknown:

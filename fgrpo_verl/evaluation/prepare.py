@@ -10,6 +10,7 @@ IFEval -> ``ifeval``, SynLogic -> its task verifiers (``--bench-scorer SynLogic=
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import sys
@@ -206,9 +207,7 @@ def prepare_benchmarks(out: str | Path, names: Iterable[str] | None = None,
     ``verl_parquet``, ``OUT/<NAME>.parquet`` of each math benchmark in verl's RL format); returns each benchmark's
     ``fgrpo-verl eval`` flags. ``sources`` replace the hub copies named above. Progress goes to ``log``
     (stderr by default), so that a caller's stdout carries only the flags."""
-    def say(line: str) -> None:
-        (log or (lambda text: print(text, file=sys.stderr)))(line)
-
+    say = log or functools.partial(print, file=sys.stderr)
     names = list(names or BENCHMARKS)
     unknown = [n for n in names if n not in BENCHMARKS]
     if unknown:

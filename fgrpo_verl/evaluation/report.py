@@ -31,12 +31,9 @@ class BenchmarkScores:
     c: np.ndarray
     errors: int = 0  # samples whose scorer raised (counted as incorrect)
 
-    def pass_at(self, k: int) -> float:
-        """Mean unbiased pass@k over problems, NaN when k exceeds some problem's n."""
-        return float(pass_at_k_curve(self.n, self.c, [k])[0])
-
     def curve(self, ks) -> np.ndarray:
-        """``pass_at`` for every k in ``ks`` in one table pass."""
+        """Mean unbiased pass@k over problems for every k in ``ks`` in one table pass, NaN where k exceeds some
+        problem's n."""
         return pass_at_k_curve(self.n, self.c, ks)
 
 
