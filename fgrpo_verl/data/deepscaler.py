@@ -58,20 +58,13 @@ def drop_conflicting_duplicates(pairs: list[tuple[str, str]]) -> tuple[list[tupl
     answers: dict[str, list[str]] = {}
     for problem, answer in pairs:
         answers.setdefault(problem, []).append(answer)
-    kept, merged, conflicting, conflicting_records = [], 0, 0, 0
-    for problem, found in answers.items():
-        if len(set(found)) > 1:
-            conflicting += 1
-            conflicting_records += len(found)
-            continue
-        merged += len(found) - 1
-        kept.append((problem, found[0]))
-    counts = {
-        "duplicate_copies_merged": merged,
-        "conflicting_problems_dropped": conflicting,
-        "conflicting_records_dropped": conflicting_records,
+    kept = {problem: found for problem, found in answers.items() if len(set(found)) == 1}
+    conflicting = [found for problem, found in answers.items() if problem not in kept]
+    return [(problem, found[0]) for problem, found in kept.items()], {
+        "duplicate_copies_merged": sum(len(found) - 1 for found in kept.values()),
+        "conflicting_problems_dropped": len(conflicting),
+        "conflicting_records_dropped": sum(map(len, conflicting)),
     }
-    return kept, counts
 
 
 def prompt_messages(problem: str) -> list[dict]:

@@ -26,7 +26,7 @@ from fgrpo_verl.evaluation.formats import (
 from fgrpo_verl.job import checkpoints as ck
 from fgrpo_verl.pass_at_k import ks_up_to
 from fgrpo_verl.evaluation.report import (
-    check_same_problems, collect_scores, markdown_table, plot_curves, table_rows, write_csv, write_tables,
+    check_same_problems, markdown_table, plot_curves, table_rows, write_csv, write_tables,
 )
 from fgrpo_verl.evaluation.scorers import resolve_scorer
 from fgrpo_verl.evaluation.scoring import Scorer, count_correct
@@ -294,11 +294,10 @@ def run_eval(args, log=print) -> int:
             paths = [out_dir / GENERATIONS]
         else:
             paths = [Path(p) for p in args.from_generations]
-        counts = count_correct(paths, scorer, rescore=args.rescore)
+        scores = count_correct(paths, scorer, rescore=args.rescore)
 
-    scores = collect_scores(counts)
-    runs = list(dict.fromkeys(run for run, _ in counts))
-    columns = list(dict.fromkeys(bench for _, bench in counts))
+    runs = list(dict.fromkeys(run for run, _ in scores))
+    columns = list(dict.fromkeys(bench for _, bench in scores))
     unknown = sorted(set(bench_scorers) - set(columns))
     if unknown:
         raise ValueError(f"--bench-scorer names benchmarks that are not in the generations: {unknown}; there: {columns}")

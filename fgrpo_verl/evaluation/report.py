@@ -11,44 +11,11 @@ from __future__ import annotations
 import csv
 import math
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from fgrpo_verl.evaluation.plan import BenchmarkFile
-from fgrpo_verl.pass_at_k import pass_at_k_curve
-
-
-@dataclass
-class BenchmarkScores:
-    """Per-problem sample and correct counts of one run on one benchmark (problems sorted by id)."""
-
-    run: str
-    benchmark: str
-    problem_ids: list[str]
-    n: np.ndarray
-    c: np.ndarray
-    errors: int = 0  # samples whose scorer raised (counted as incorrect)
-
-    def curve(self, ks) -> np.ndarray:
-        """Mean unbiased pass@k over problems for every k in ``ks`` in one table pass, NaN where k exceeds some
-        problem's n."""
-        return pass_at_k_curve(self.n, self.c, ks)
-
-
-def collect_scores(counts) -> dict[tuple[str, str], BenchmarkScores]:
-    """``{(run, benchmark): {problem_id: ProblemCount}}`` (scoring.count_correct) -> ``{(run, benchmark): BenchmarkScores}``."""
-    out = {}
-    for (run, bench), by_id in counts.items():
-        ids = sorted(by_id)
-        out[(run, bench)] = BenchmarkScores(
-            run=run, benchmark=bench, problem_ids=ids,
-            n=np.array([by_id[i].n for i in ids], dtype=np.int64),
-            c=np.array([by_id[i].c for i in ids], dtype=np.int64),
-            errors=sum(by_id[i].errors for i in ids),
-        )
-    return out
 
 
 def scored_counts(result: dict, benches: dict[str, BenchmarkFile], threshold: float) -> tuple[dict, list[str]]:
@@ -108,7 +75,7 @@ def scored_counts(result: dict, benches: dict[str, BenchmarkFile], threshold: fl
                                               f"{next(iter(rec.score_errors.values()))}")
 
     with OwnScorer(lambda b: benches[b].scorer, threshold, references) as scorer:
-        scores = collect_scores(count_correct(paths, scorer))
+        scores = count_correct(paths, scorer)
     counts = {bench: s for (_run, bench), s in scores.items() if bench not in skipped}
     return counts, [f"{bench}: {why}" for bench, why in skipped.items()]
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from fgrpo_verl.evaluation.formats import GenerationRecord, LineIndex, iter_generation_lines
 from fgrpo_verl.evaluation.scorers import is_correct, resolve_scorer
+from fgrpo_verl.pass_at_k import pass_at_k_curve
 
 # Problems scored per batch when reading files (bounds the completions held in memory).
 SCORE_CHUNK = 64
@@ -98,14 +99,24 @@ class Scorer:
 
 
 @dataclass
-class ProblemCount:
-    n: int
-    c: int
-    errors: int
+class BenchmarkScores:
+    """Per-problem sample and correct counts of one run on one benchmark (problems sorted by id)."""
+
+    run: str
+    benchmark: str
+    problem_ids: list[str]
+    n: np.ndarray
+    c: np.ndarray
+    errors: int = 0  # samples whose scorer raised (counted as incorrect)
+
+    def curve(self, ks) -> np.ndarray:
+        """Mean unbiased pass@k over problems for every k in ``ks`` in one table pass, NaN where k exceeds some
+        problem's n."""
+        return pass_at_k_curve(self.n, self.c, ks)
 
 
-def count_correct(paths, scorer: Scorer, rescore: bool = False) -> dict[tuple[str, str], dict[str, ProblemCount]]:
-    """``{(run, benchmark): {problem_id: ProblemCount}}`` from generation files, streaming.
+def count_correct(paths, scorer: Scorer, rescore: bool = False) -> dict[tuple[str, str], BenchmarkScores]:
+    """``{(run, benchmark): BenchmarkScores}`` from generation files, streaming.
 
     A problem's correctness comes from its ``correct`` line; a problem with completions but no ``correct`` anywhere
     (or every problem, with ``rescore``) is scored here, ``SCORE_CHUNK`` problems at a time."""
@@ -114,11 +125,11 @@ def count_correct(paths, scorer: Scorer, rescore: bool = False) -> dict[tuple[st
         missing = sorted(set(index.scored) - set(index.texts))
         if missing:
             raise ValueError(f"--rescore needs 'completions' but {len(missing)} problems only have 'correct', e.g. {missing[0]}")
-    counts: dict[tuple[str, str], dict[str, ProblemCount]] = {}
+    counts: dict[tuple[str, str], dict[str, tuple[int, int, int]]] = {}  # problem id -> (n, c, scorer errors)
 
     def add(rec: GenerationRecord) -> None:
-        counts.setdefault((rec.run, rec.benchmark), {})[rec.problem_id] = ProblemCount(
-            n=int(rec.correct.size), c=int(rec.correct.sum()), errors=len(rec.score_errors or {}))
+        counts.setdefault((rec.run, rec.benchmark), {})[rec.problem_id] = (
+            rec.correct.size, int(rec.correct.sum()), len(rec.score_errors or {}))
 
     pending: list[GenerationRecord] = []
 
@@ -138,4 +149,9 @@ def count_correct(paths, scorer: Scorer, rescore: bool = False) -> dict[tuple[st
             elif rec.correct is not None and not rescore:
                 add(rec)
     flush()
-    return counts
+    out = {}
+    for (run, bench), by_id in counts.items():
+        ids = sorted(by_id)
+        n, c, errors = np.array([by_id[i] for i in ids], dtype=np.int64).T
+        out[(run, bench)] = BenchmarkScores(run, bench, ids, n, c, int(errors.sum()))
+    return out
