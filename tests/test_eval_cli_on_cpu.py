@@ -168,7 +168,7 @@ def test_significance_is_seeded_and_validates():
     assert a == b and [r.ci_low for r in a] != [r.ci_low for r in other]
     with pytest.raises(ValueError, match="m must be < the number of generations"):
         subsample_draws(n, c, n, c, m=64, iterations=10)
-    with pytest.raises(ValueError, match=r"every k must be an int in \[1, m=16\]"):
+    with pytest.raises(ValueError, match=r"k must be <= n \(the estimator is unbiased only for k <= n\), got k=32 > n=16"):
         subsample_draws(n, c, n, c, ks=[32], m=16, iterations=10)
     with pytest.raises(ValueError, match="same problems"):
         subsample_draws(n, c, n[:5], c[:5], m=16, iterations=10)

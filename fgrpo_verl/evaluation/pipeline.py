@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 from fgrpo_verl.evaluation.formats import (
@@ -216,7 +217,7 @@ def significance_report(scores, pairs: list[tuple[str, str]], benchmarks: list[s
                              "m = 256 of n = 1024)") from err
         for column, r in tested:
             rows.append(dict(baseline=pair[0], focal=pair[1], benchmark=column, m=args.significance_m,
-                             iterations=args.significance_iterations, **r.as_dict()))
+                             iterations=args.significance_iterations, **asdict(r)))
             if r.significant:
                 marks[(pair[1], column, r.k)] = "*"
     write_csv(out_dir / "significance.csv", rows)
