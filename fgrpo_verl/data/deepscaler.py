@@ -82,14 +82,11 @@ def prompt_token_count(tokenizer, problem: str) -> int:
     return len(tokenizer(f"{SYSTEM_PROMPT}\n{problem}", add_special_tokens=True)["input_ids"])
 
 
-def verl_row(problem: str, answer: str, split: str, index: int) -> dict:
-    return {
-        "data_source": DATA_SOURCE,
-        "prompt": prompt_messages(problem),
-        "ability": ABILITY,
-        "reward_model": {"style": "rule", "ground_truth": answer},
-        "extra_info": {"split": split, "index": index, "problem": problem, "answer": answer},
-    }
+def verl_row(problem: str, answer: str, split: str, index: int, data_source: str = DATA_SOURCE, **extra) -> dict:
+    """A verl RL-dataset row with the training prompt; ``extra`` goes into its ``extra_info``."""
+    return {"data_source": data_source, "prompt": prompt_messages(problem), "ability": ABILITY,
+            "reward_model": {"style": "rule", "ground_truth": answer},
+            "extra_info": {"split": split, "index": index, "problem": problem, "answer": answer, **extra}}
 
 
 def prepare(records: list[dict], tokenizer, split: str = "train", max_prompt_tokens: int = MAX_PROMPT_TOKENS):

@@ -107,27 +107,25 @@ class VLLMSampler:
     ``fgrpo_verl.backends.vllm_cpu_engine`` (the user's ``--vllm-engine-args`` win over them). Imported lazily so
     the transformers path never touches vLLM."""
 
-    def __init__(self, model_path, tensor_parallel_size: int = 1, gpu_memory_utilization: float = 0.9,
-                 max_model_len: int | None = None, seed: int = 0, extra_engine_args: str | None = None):
+    def __init__(self, model_path, options):
+        """``options``: the evaluation's (engine options, ``seed``)."""
         from transformers import AutoTokenizer
         from vllm import LLM  # noqa: import here: the transformers backend never needs vLLM
         from vllm.platforms import current_platform
 
-        extra = {}
-        if extra_engine_args:
-            extra = json.loads(extra_engine_args)
-            if not isinstance(extra, dict):
-                raise ValueError(f"--vllm-engine-args must be a JSON object, got {extra_engine_args!r}")
-        kwargs = dict(model=str(model_path), tensor_parallel_size=tensor_parallel_size, seed=seed)
+        extra = json.loads(options.vllm_engine_args) if options.vllm_engine_args else {}
+        if not isinstance(extra, dict):
+            raise ValueError(f"--vllm-engine-args must be a JSON object, got {options.vllm_engine_args!r}")
+        kwargs = dict(model=str(model_path), tensor_parallel_size=options.tensor_parallel_size, seed=options.seed)
         if current_platform.is_cpu():
             from fgrpo_verl.backends import vllm_cpu_engine
 
             vllm_cpu_engine.export_engine_env()
             extra = vllm_cpu_engine.engine_args(extra)  # on CPU the KV cache is sized in bytes, not as a share
         else:
-            kwargs["gpu_memory_utilization"] = gpu_memory_utilization
-        if max_model_len is not None:
-            kwargs["max_model_len"] = max_model_len
+            kwargs["gpu_memory_utilization"] = options.gpu_memory_utilization
+        if options.max_model_len is not None:
+            kwargs["max_model_len"] = options.max_model_len
         kwargs.update(extra)
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_path))
         self.llm = LLM(**kwargs)
@@ -156,6 +154,4 @@ def make_sampler(backend: str, model_path, args):
     """Build the sampler for ``--backend`` (``vllm`` or ``transformers``, checked by the options) from the options."""
     if backend == "transformers":
         return TransformersSampler(model_path, device=args.device, dtype=args.dtype, batch_size=args.batch_size)
-    return VLLMSampler(model_path, tensor_parallel_size=args.tensor_parallel_size,
-                       gpu_memory_utilization=args.gpu_memory_utilization, max_model_len=args.max_model_len,
-                       seed=args.seed, extra_engine_args=args.vllm_engine_args)
+    return VLLMSampler(model_path, args)

@@ -136,9 +136,8 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {spec.name: spec for spec in [
 
 
 def convert_rows(name: str, rows: Iterable[dict]) -> list[dict]:
-    """Convert hub rows of benchmark ``name`` to local records; ids made unique, every record validated."""
-    if name not in BENCHMARKS:
-        raise ValueError(f"unknown benchmark {name!r}; known: {', '.join(BENCHMARKS)}")
+    """Convert hub rows of benchmark ``name`` (one of :data:`BENCHMARKS`, as prepare_benchmarks checks) to local
+    records; ids made unique, every record validated."""
     convert = BENCHMARKS[name].convert
     out, seen = [], set()
     for index, row in enumerate(rows):
@@ -169,15 +168,14 @@ def verl_rows(name: str, records: list[dict]) -> list[dict]:
     (``validation=aime25``): the training prompt (the boxed-answer system prompt + the problem, as
     ``prepare-deepscaler`` writes it; the run's ``data.apply_chat_template_kwargs`` add Qwen3's thinking switch),
     ``data_source`` = the benchmark name (verl logs ``val-core/<name>/...``), the answer as ground truth."""
-    from fgrpo_verl.data.deepscaler import ABILITY, prompt_messages
+    from fgrpo_verl.data.deepscaler import verl_row
 
     spec = BENCHMARKS.get(name)
     if spec is not None and spec.scorer != "math":
         raise ValueError(f"{name}: only math benchmarks (scored by math-verify, the training reward) can validate "
                          f"during training; {name} is scored by {spec.scorer}")
-    return [{"data_source": name, "prompt": prompt_messages(rec["problem"]), "ability": ABILITY,
-             "reward_model": {"style": "rule", "ground_truth": str(rec["answer"])},
-             "extra_info": {"split": "val", "index": i, "id": rec["id"]}} for i, rec in enumerate(records)]
+    return [verl_row(rec["problem"], str(rec["answer"]), "val", i, data_source=name, id=rec["id"])
+            for i, rec in enumerate(records)]
 
 
 SOURCE_FORMAT = "NAME=REPO[:CONFIG]:SPLIT"
@@ -201,8 +199,7 @@ def eval_flags(name: str, path: Path) -> str:
 
 
 def prepare_benchmarks(out: str | Path, names: Iterable[str] | None = None,
-                       sources: dict[str, HubSource] | None = None, verl_parquet: bool = False,
-                       load_dataset: Callable | None = None, log=None) -> list[str]:
+                       sources: dict[str, HubSource] | None = None, verl_parquet: bool = False, log=None) -> list[str]:
     """Download each benchmark (all nine unless ``names``) with ``datasets``, write ``OUT/<NAME>.jsonl`` (and, with
     ``verl_parquet``, ``OUT/<NAME>.parquet`` of each math benchmark in verl's RL format); returns each benchmark's
     ``fgrpo-verl eval`` flags. ``sources`` replace the hub copies named above. Progress goes to ``log``
@@ -213,8 +210,8 @@ def prepare_benchmarks(out: str | Path, names: Iterable[str] | None = None,
     if unknown:
         raise ValueError(f"unknown benchmark(s) {unknown}; known: {', '.join(BENCHMARKS)}")
     sources = dict(sources or {})
-    if load_dataset is None:
-        from datasets import load_dataset  # the hub's client; imported only when something is downloaded
+    from datasets import load_dataset  # the hub's client; imported only when something is downloaded
+
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     flags = []
@@ -227,9 +224,7 @@ def prepare_benchmarks(out: str | Path, names: Iterable[str] | None = None,
             rows = load_dataset(src.repo, src.config, split=src.split)
         records = convert_rows(name, rows)
         path = out / f"{name}.jsonl"
-        with path.open("w", encoding="utf-8") as fh:
-            for rec in records:
-                fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+        path.write_text("".join(json.dumps(rec, ensure_ascii=False) + "\n" for rec in records), encoding="utf-8")
         say(f"{name}: {len(records)} problems -> {path}")
         if verl_parquet and spec.scorer == "math":
             from fgrpo_verl.data.records import write_rows
