@@ -34,22 +34,19 @@ def scored_counts(result: dict, benches: dict[str, BenchmarkFile], threshold: fl
         raise ValueError(f"generation files {missing or '(none recorded)'} not found")
     references: dict[str, dict] = {}
     skipped: dict[str, str] = {}
-    resolved: set[str] = set()
 
     def unavailable(bench: str, needs_reference: bool) -> str | None:
         """Why ``bench``'s unscored lines cannot be scored here, or None."""
         if bench not in benches:
             return "not a benchmark of the recipe's evaluation, so its scorer is unknown"
         spec = benches[bench].scorer
-        if bench not in resolved:
-            unset = re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)", spec)
-            if unset:
-                return f"its scorer {spec} is not set here: export {unset[0]}=module:function"
-            try:
-                resolve_scorer(spec)
-            except ValueError as exc:
-                return str(exc)
-            resolved.add(bench)
+        unset = re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)", spec)
+        if unset:
+            return f"its scorer {spec} is not set here: export {unset[0]}=module:function"
+        try:
+            resolve_scorer(spec)  # imported once: the import system keeps the module
+        except ValueError as exc:
+            return str(exc)
         if needs_reference and bench not in references:
             file = Path(benches[bench].file)
             if not file.is_file():
@@ -163,12 +160,9 @@ def write_tables(out_dir: Path, rows, runs, columns, ks, marks=None) -> dict[str
 
     value = {(r["run"], r["benchmark"], r["k"]): r["pass_at_k"] for r in rows}
     wide = out_dir / "pass_at_k_table.csv"
-    with wide.open("w", newline="", encoding="utf-8") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(["k"] + [f"{col}/{run}" for col in columns for run in runs])
-        for k in ks:
-            vals = [value.get((run, col, k), math.nan) for col in columns for run in runs]
-            writer.writerow([k] + ["" if math.isnan(v) else f"{100 * v:.4f}" for v in vals])
+    cell = {(run, col, k): "" if math.isnan(v) else f"{100 * v:.4f}" for (run, col, k), v in value.items()}
+    write_csv(wide, [{"k": k, **{f"{col}/{run}": cell.get((run, col, k), "") for col in columns for run in runs}}
+                     for k in ks])
 
     long = out_dir / "pass_at_k_long.csv"
     fields = ["run", "benchmark", "k", "pass_at_k", "num_problems", "min_n", "max_n", "score_errors"]
