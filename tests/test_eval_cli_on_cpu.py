@@ -168,7 +168,7 @@ def test_significance_is_seeded_and_validates():
     assert a == b and [r.ci_low for r in a] != [r.ci_low for r in other]
     with pytest.raises(ValueError, match="m must be < the number of generations"):
         subsample_draws(n, c, n, c, m=64, iterations=10)
-    with pytest.raises(ValueError, match=r"k must be <= n \(the estimator is unbiased only for k <= n\), got k=32 > n=16"):
+    with pytest.raises(ValueError, match=r"k must be <= n \(the estimator is unbiased only for k <= n\), got k=32"):
         subsample_draws(n, c, n, c, ks=[32], m=16, iterations=10)
     with pytest.raises(ValueError, match="same problems"):
         subsample_draws(n, c, n[:5], c[:5], m=16, iterations=10)
@@ -253,7 +253,8 @@ def test_null_type_one_error_bands():
     Bands (docs/evaluation.md has the 1,000-replicate numbers at paper scale): rescaled-fpc within [2.5%, 8%] per
     benchmark and [2%, 9%] for the average; rescaled (sqrt(m/n)) is anti-conservative at m/n = 1/4, [5%, 13%];
     the paper's raw percentiles almost never reject (<= 1.5%)."""
-    rates = _null_rejection_rates(replicates=300, benchmarks=2, problems=40, n=256, m=64, iterations=400, ks=(1,), seed=1)
+    rates = _null_rejection_rates(replicates=300, benchmarks=2, problems=40, n=256, m=64, iterations=400, ks=(1,),
+                                  seed=1)
     assert 0.025 <= rates["rescaled-fpc"]["k=1"] <= 0.08
     assert 0.02 <= rates["rescaled-fpc"]["avg k=1"] <= 0.09
     assert 0.05 <= rates["rescaled"]["k=1"] <= 0.13

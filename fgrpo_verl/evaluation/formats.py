@@ -106,18 +106,13 @@ class GenerationRecord:
         return (self.run, self.benchmark, self.problem_id)
 
     def to_json(self, with_completions: bool = True) -> dict:
-        out = {"run": self.run, "benchmark": self.benchmark, "problem_id": self.problem_id}
-        if self.correct is not None:
-            out["correct"] = [int(x) for x in self.correct]
-        if with_completions and self.completions is not None:
-            out["completions"] = list(self.completions)
-        for key in ("answer", "data_source", "prompt"):
-            value = getattr(self, key)
-            if value is not None:
-                out[key] = value
-        if self.score_errors:
-            out["score_errors"] = {str(i): msg for i, msg in sorted(self.score_errors.items())}
-        return out
+        """The line (format in the module docstring), without the keys it has no value for."""
+        out = {"run": self.run, "benchmark": self.benchmark, "problem_id": self.problem_id,
+               "correct": None if self.correct is None else [int(x) for x in self.correct],
+               "completions": self.completions if with_completions else None, "answer": self.answer,
+               "data_source": self.data_source, "prompt": self.prompt,
+               "score_errors": {str(i): e for i, e in sorted(self.score_errors.items())} if self.score_errors else None}
+        return {key: value for key, value in out.items() if value is not None}
 
     def score_line(self) -> dict:
         """The second line of a two-line problem: its correctness only."""
@@ -184,10 +179,9 @@ def parse_generation_line(line: str, where: str) -> GenerationRecord:
 
 
 def iter_generation_lines(path: str | Path):
-    """(where, record) per non-empty line, streaming (one line in memory at a time)."""
+    """(where, record) per non-empty line, streaming (one line in memory at a time); every caller has checked that
+    ``path`` exists (the options' ``require_files``, a result's recorded files)."""
     path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"generation file {str(path)!r} does not exist")
     with path.open(encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, 1):
             if line.strip():
@@ -208,12 +202,11 @@ class LineIndex:
         size = rec.correct.size if rec.correct is not None else len(rec.completions)
         if self.sizes.setdefault(rec.key, size) != size:
             raise ValueError(f"{where}: {rec.key} has {size} samples but an earlier line has {self.sizes[rec.key]}")
-        for kind, present in (("texts", rec.completions is not None), ("scored", rec.correct is not None)):
-            seen = getattr(self, kind)
+        for seen, present in ((self.texts, rec.completions is not None), (self.scored, rec.correct is not None)):
+            if present and rec.key in seen:
+                raise ValueError(f"{where}: duplicate (run, benchmark, problem_id) = {rec.key} (first at "
+                                 f"{seen[rec.key]}); put all samples of a problem on one line")
             if present:
-                if rec.key in seen:
-                    raise ValueError(f"{where}: duplicate (run, benchmark, problem_id) = {rec.key} (first at "
-                                     f"{seen[rec.key]}); put all samples of a problem on one line")
                 seen[rec.key] = where
 
     @classmethod

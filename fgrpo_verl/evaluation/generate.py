@@ -52,7 +52,7 @@ def resolve_model_path(path: str | Path) -> Path:
 
 
 def load_model(path, device: str = "cpu", dtype: str = "float32"):
-    """(model in eval mode on ``device``, tokenizer) of an HF model directory or verl checkpoint (resolve_model_path)."""
+    """(model in eval mode on ``device``, tokenizer) of an HF model dir or verl checkpoint (resolve_model_path)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

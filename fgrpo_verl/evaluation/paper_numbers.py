@@ -89,7 +89,8 @@ def delta_nll_rare() -> dict[str, float]:
 
 
 def _tables_12_14() -> dict[tuple[str, str, str, float], str]:
-    """``{(source table, model, base algorithm, selected gamma): heading}``: a heading ``Table 12: MODEL, BASE, γ=G``."""
+    """``{(source table, model, base algorithm, selected gamma): heading}``, a heading ``Table 12: MODEL, BASE, γ=G``
+    (Tables 12-14)."""
     out = {}
     for heading in tables():
         table, _, rest = heading.partition(": ")

@@ -115,9 +115,10 @@ def prepare_out(out_dir: Path, args, models: dict, bench_files: dict, log) -> No
         before = ck.read_json(man_path)
         diffs = [f"{key}: {before['settings'].get(key)!r} then, {value!r} now"
                  for key, value in current["settings"].items() if before["settings"].get(key) != value]
-        for kind, flag in (("models", "--model"), ("benchmarks", "--bench"), ("benchmark_sha256", "--bench")):
-            what = "the file's contents changed (sha256 {0:.12}... then, {1:.12}... now)" if kind == "benchmark_sha256" \
-                else "{0} then, {1} now"
+        changed = "{0} then, {1} now"
+        for kind, flag, what in (("models", "--model", changed), ("benchmarks", "--bench", changed),
+                                 ("benchmark_sha256", "--bench", "the file's contents changed (sha256 {0:.12}... then, "
+                                                                 "{1:.12}... now)")):
             diffs += [f"{flag} {name}: " + what.format(before[kind][name], value)
                       for name, value in current[kind].items() if before[kind].get(name, value) != value]
             current[kind] = {**before[kind], **current[kind]}
@@ -162,13 +163,13 @@ def generate(models: dict[str, str], benchmarks: dict[str, list[dict]], settings
 
     gen_path = out_dir / GENERATIONS
     index = LineIndex.of([gen_path]) if gen_path.is_file() and gen_path.stat().st_size else LineIndex()
+    done = index.scored.keys() | index.texts.keys()
     with gen_path.open("a", encoding="utf-8") as fh:
         _score_unscored(gen_path, index, scorer, fh, log)
         for run, model_path in models.items():
             sampler = None  # loaded only when this run has work left
             for bench, problems in benchmarks.items():
-                todo = [p for p in problems if (run, bench, p["id"]) not in index.scored
-                        and (run, bench, p["id"]) not in index.texts]
+                todo = [p for p in problems if (run, bench, p["id"]) not in done]
                 if not todo:
                     continue
                 log(f"[eval] {run} on {bench}: {len(todo)} of {len(problems)} problems x n={args.n} ({args.backend})")

@@ -158,10 +158,8 @@ def delta_nll(rare: list[RareTrajectory], model, tokenizer, device: str = "cpu",
 
 
 def write_rare_set(path: Path, rare: list[RareTrajectory], stats: dict) -> None:
-    with Path(path).open("w", encoding="utf-8") as fh:
-        fh.write(json.dumps({"_stats": stats}) + "\n")
-        for r in rare:
-            fh.write(json.dumps(asdict(r), ensure_ascii=False) + "\n")
+    lines = [{"_stats": stats}, *map(asdict, rare)]
+    Path(path).write_text("".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines), encoding="utf-8")
 
 
 def read_rare_set(path: Path) -> tuple[list[RareTrajectory], dict]:
