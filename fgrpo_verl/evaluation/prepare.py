@@ -103,12 +103,10 @@ def synlogic_record(row: dict, index: int) -> dict:
     answer = reward.get("ground_truth") if isinstance(reward, dict) else _first(row, ANSWER_KEYS, "answer", index)
     if answer is None:
         raise ValueError(f"row {index}: no ground truth (reward_model.ground_truth or answer)")
-    out = {"id": str(row.get("id", index)), "problem": str(problem), "answer": answer}
-    if row.get("data_source") is not None:
-        out["data_source"] = str(row["data_source"])
-    if row.get("extra_info") is not None:
-        out["extra_info"] = row["extra_info"]
-    return out
+    source = row.get("data_source")
+    out = {"id": str(row.get("id", index)), "problem": str(problem), "answer": answer,
+           "data_source": None if source is None else str(source), "extra_info": row.get("extra_info")}
+    return {key: value for key, value in out.items() if value is not None}
 
 
 @dataclass(frozen=True)
@@ -156,11 +154,9 @@ def convert_rows(name: str, rows: Iterable[dict]) -> list[dict]:
 def parse_source(text: str) -> HubSource:
     """``REPO:SPLIT`` or ``REPO:CONFIG:SPLIT`` -> HubSource."""
     parts = text.split(":")
-    if len(parts) == 2:
-        return HubSource(parts[0], parts[1])
-    if len(parts) == 3:
-        return HubSource(parts[0], parts[2], config=parts[1] or None)
-    raise ValueError(f"source must be REPO:SPLIT or REPO:CONFIG:SPLIT, got {text!r}")
+    if len(parts) not in (2, 3):
+        raise ValueError(f"source must be REPO:SPLIT or REPO:CONFIG:SPLIT, got {text!r}")
+    return HubSource(parts[0], parts[-1], config=(parts[1] or None) if len(parts) == 3 else None)
 
 
 def verl_rows(name: str, records: list[dict]) -> list[dict]:

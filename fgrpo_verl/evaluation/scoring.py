@@ -8,6 +8,7 @@ waiting for their scorer, so its memory does not grow with the samples' texts.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from dataclasses import dataclass
 
@@ -42,7 +43,7 @@ def _score_texts(job: tuple[str, float, dict, list[str]]) -> tuple[list[int], di
     return correct, errors
 
 
-class Scorer:
+class Scorer(contextlib.AbstractContextManager):
     """Scores ``GenerationRecord``s in place; ``workers > 1`` forks a process pool once and reuses it.
 
     ``scorer_spec_for(benchmark)`` names the scorer; ``references[benchmark][problem_id]`` is the benchmark record
@@ -90,9 +91,6 @@ class Scorer:
         if self._pool is not None:
             self._pool.shutdown()
             self._pool = None
-
-    def __enter__(self):
-        return self
 
     def __exit__(self, *exc):
         self.close()
