@@ -89,9 +89,7 @@ def select_rare(nll: np.ndarray, fraction: float = DEFAULT_FRACTION) -> np.ndarr
     """Indices of the ceil(fraction * len) highest-NLL trajectories (ties broken by input order), highest first."""
     if not (isinstance(fraction, float) and 0.0 < fraction <= 1.0):
         raise ValueError(f"fraction must be a float in (0, 1], got {fraction!r}")
-    nll = np.asarray(nll, dtype=np.float64)
-    if nll.ndim != 1 or nll.size == 0:
-        raise ValueError(f"nll must be a non-empty 1-D array, got shape {nll.shape}")
+    nll = np.asarray(nll, dtype=np.float64)  # one NLL per trajectory, at least one (build_rare_set)
     count = max(1, math.ceil(fraction * nll.size - 1e-9))
     return np.argsort(-nll, kind="stable")[:count]
 
@@ -163,10 +161,9 @@ def write_rare_set(path: Path, rare: list[RareTrajectory], stats: dict) -> None:
 
 
 def read_rare_set(path: Path) -> tuple[list[RareTrajectory], dict]:
-    # split at "\n" only: completions are written raw (ensure_ascii=False) and may hold U+2028 etc., which
-    # str.splitlines() would treat as line ends
-    text = Path(path).read_text(encoding="utf-8")
-    lines = [json.loads(line) for line in text.split("\n") if line.strip()]
+    from fgrpo_verl.data.records import read_records
+
+    lines = read_records(path, f"--rare-set {path}")  # JSONL whose completions may hold U+2028 and the like
     if not lines or "_stats" not in lines[0]:
         raise ValueError(f"{path}: not a rare set written by `fgrpo-verl rare-nll` (first line must hold _stats)")
     fields = set(RareTrajectory.__dataclass_fields__)
