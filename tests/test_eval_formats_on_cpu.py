@@ -90,8 +90,6 @@ def test_encode_prompt_variants():
     tok.chat_template = None
     with pytest.raises(ValueError, match="--prompt-style raw"):
         encode_prompt(rec, tok, PromptSetting("Sys"), "chat")
-    with pytest.raises(ValueError, match="prompt style"):
-        encode_prompt(rec, tok, PromptSetting("Sys"), "fancy")
 
 
 def test_resolve_model_path(tmp_path):

@@ -23,9 +23,8 @@ SCORE_CHUNK = 64
 _MESSAGE_CHARS = 300
 
 
-@functools.lru_cache(maxsize=None)
-def _scorer(spec: str):
-    return resolve_scorer(spec)
+# one resolution per process (a worker's too); Scorer() clears it, a module:function may have been replaced since
+_scorer = functools.lru_cache(maxsize=None)(resolve_scorer)
 
 
 def _score_texts(job: tuple[str, float, dict, list[str]]) -> tuple[list[int], dict[int, str]]:
@@ -50,7 +49,7 @@ class Scorer(contextlib.AbstractContextManager):
     used when a line carries no ``answer``."""
 
     def __init__(self, scorer_spec_for, threshold: float, references: dict[str, dict[str, dict]], workers: int = 1):
-        _scorer.cache_clear()  # a module:function may have been replaced since the last run
+        _scorer.cache_clear()
         self.spec_for, self.threshold, self.references, self.workers = scorer_spec_for, threshold, references, workers
         self._pool = None
 
