@@ -117,8 +117,6 @@ def prepare_files(
     ``--val-input`` for one."""
     from transformers import AutoTokenizer
 
-    if not inputs:
-        raise ValueError("--input: give at least one local DeepScaleR file")
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
     out = Path(out_dir)
     results = {}

@@ -1,10 +1,8 @@
 """The paper's numbers (F-GRPO, arXiv 2602.06717 v2) with their source table, for ``fgrpo-verl report`` to print
 beside ours.
 
-The tables are data, transcribed verbatim in ``paper_tables.md`` (shipped in the package; its opening comment says
-where they come from): every cell is pass@1/pass@256 in % (Tables 1, 2, 3), pass@1/pass@256 of the Math/OOD averages
-(Table 6), baseline/focal pass@k in % for k = 1 ... 256 (Tables 12-14, n = 1024), or one pass@k in % of the maze
-(Table 4: k = 1, 128, 256 per group size N and gamma). tests/test_paper_numbers_on_cpu.py checks the transcription
+The tables are data, transcribed verbatim in ``paper_tables.md`` (shipped in the package; its comments say where
+they come from and what each table's cells hold). tests/test_paper_numbers_on_cpu.py checks the transcription
 against itself: every Math/OOD average recomputes from its benchmark cells within rounding, every Table 1 cell equals
 the k = 1 / k = 256 rows of Tables 12-14, Table 6's selected-gamma rows equal Table 1, and Table 4's pass@k does not
 fall as k grows (Table 4 shares no cell with another table, so that and its grid being recipes/maze.yaml's are all it

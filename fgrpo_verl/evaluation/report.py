@@ -130,10 +130,8 @@ def markdown_table(rows, runs, columns, ks, marks=None) -> str:
     lines = [f"*pass@k (%), cells: {'/'.join(runs)}*", "", "| k | " + " | ".join(columns) + " |",
              "|---" * (len(columns) + 1) + "|"]
     for k in ks:
-        cells = []
-        for col in columns:
-            parts = [_fmt(value.get((run, col, k), math.nan)) + marks.get((run, col, k), "") for run in runs]
-            cells.append("/".join(parts))
+        cells = ["/".join(_fmt(value.get((run, col, k), math.nan)) + marks.get((run, col, k), "") for run in runs)
+                 for col in columns]
         lines.append(f"| {k} | " + " | ".join(cells) + " |")
     errors = {(r["run"], r["benchmark"]): r["score_errors"] for r in rows if r.get("score_errors") and not r.get("average")}
     if errors:
@@ -192,11 +190,8 @@ def plot_curves(out_dir: Path, rows, runs, columns, ks, reference=None) -> list[
                     ax.plot(sorted(ref), [ref[k] for k in sorted(ref)], color=line.get_color(), linestyle="--",
                             label=f"{run} (paper)")
         ax.set_xscale("log", base=2)
-        ax.set_xticks(ks)
-        ax.set_xticklabels([str(k) for k in ks], fontsize=7)
-        ax.set_xlabel("k")
-        ax.set_ylabel("pass@k (%)")
-        ax.set_title(col)
+        ax.set_xticks(ks, [str(k) for k in ks], fontsize=7)
+        ax.set(xlabel="k", ylabel="pass@k (%)", title=col)
         ax.grid(alpha=0.3)
 
     paths = []
