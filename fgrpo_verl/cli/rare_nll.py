@@ -31,13 +31,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     from pathlib import Path
 
-    from fgrpo_verl.evaluation.formats import read_generations
-    from fgrpo_verl.evaluation.pipeline import parse_pairs
-    from fgrpo_verl.evaluation.report import write_csv
-    from fgrpo_verl.evaluation.generate import load_model
-    from fgrpo_verl.evaluation.rare_nll import build_rare_set, delta_nll, read_rare_set, write_rare_set
-
     from fgrpo_verl.config.errors import require_files
+    from fgrpo_verl.evaluation.formats import read_generations
+    from fgrpo_verl.evaluation.generate import load_model
+    from fgrpo_verl.evaluation.pipeline import parse_pairs
+    from fgrpo_verl.evaluation.rare_nll import build_rare_set, delta_nll, read_rare_set, write_rare_set
+    from fgrpo_verl.evaluation.report import write_csv
 
     # errors: fgrpo_verl/cli/errors.py (a ValueError is the input's: exit 2)
     require_files("--rare-set", [args.rare_set] if args.rare_set else [])

@@ -46,12 +46,9 @@ from fgrpo_verl.data.records import read_records
 
 
 def _check_prompt(where: str, prompt) -> None:
-    if isinstance(prompt, str):
-        return
-    ok = isinstance(prompt, list) and prompt and all(
-        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in prompt
-    )
-    if not ok:
+    messages = isinstance(prompt, list) and prompt and all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in prompt)
+    if not (isinstance(prompt, str) or messages):
         raise ValueError(f"{where}: 'prompt' must be a string or a non-empty list of {{role, content}} messages, got {prompt!r:.120}")
 
 

@@ -41,13 +41,8 @@ MODELS = {
 def known_model(path: str) -> ModelEval | None:
     """The paper model ``path`` names (HF id, or a directory named like the id's last component); None otherwise."""
     text = str(path).rstrip("/")
-    if text in MODELS:
-        return MODELS[text]
     last = text.rsplit("/", 1)[-1].lower()
-    for model in MODELS.values():
-        if model.hf_id.rsplit("/", 1)[-1].lower() == last:
-            return model
-    return None
+    return MODELS.get(text) or next((m for m in MODELS.values() if m.hf_id.rsplit("/", 1)[-1].lower() == last), None)
 
 
 @dataclass(frozen=True)

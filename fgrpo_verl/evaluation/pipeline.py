@@ -24,8 +24,6 @@ from pathlib import Path
 from fgrpo_verl.evaluation.formats import (
     GenerationRecord, LineIndex, append_lines, drop_torn_tail, iter_generation_lines, load_benchmark,
 )
-from fgrpo_verl.job import checkpoints as ck
-from fgrpo_verl.pass_at_k import ks_up_to
 from fgrpo_verl.evaluation.report import (
     check_same_problems, markdown_table, plot_curves, table_rows, write_csv, write_tables,
 )
@@ -33,6 +31,8 @@ from fgrpo_verl.evaluation.scorers import resolve_scorer
 from fgrpo_verl.evaluation.scoring import Scorer, count_correct
 from fgrpo_verl.evaluation.seeds import request_seed
 from fgrpo_verl.evaluation.significance import paired_tests
+from fgrpo_verl.job import checkpoints as ck
+from fgrpo_verl.pass_at_k import ks_up_to
 
 GENERATIONS = "generations.jsonl"
 MANIFEST = "eval_manifest.json"

@@ -110,10 +110,9 @@ def correct_trajectories(records) -> list[tuple[object, int]]:
     out = []
     for rec in records:
         if rec.correct is None or rec.completions is None or not isinstance(rec.prompt, str):
-            raise ValueError(
-                f"rollout line {rec.key} needs 'prompt' (the exact text), 'completions' and 'correct'; "
-                "write them with `fgrpo-verl eval --model base=PATH --bench train=FILE` (generations.jsonl)"
-            )
+            raise ValueError(f"rollout line {rec.key} needs 'prompt' (the exact text), 'completions' and 'correct'; "
+                             "write them with `fgrpo-verl eval --model base=PATH --bench train=FILE` "
+                             "(generations.jsonl)")
         out.extend((rec, i) for i, ok in enumerate(rec.correct) if ok)
     if not out:
         raise ValueError("the rollouts hold no correct completion; the rare set would be empty")

@@ -58,17 +58,13 @@ class Scorer(contextlib.AbstractContextManager):
             return {"answer": rec.answer, "data_source": rec.data_source or rec.benchmark, **rec.extra}
         bench = self.references.get(rec.benchmark)
         if bench is None or rec.problem_id not in bench:
-            raise ValueError(
-                f"{rec.key}: the line has completions but no 'answer'; pass the benchmark file with "
-                f"--bench {rec.benchmark}=FILE holding id {rec.problem_id!r}"
-            )
+            raise ValueError(f"{rec.key}: the line has completions but no 'answer'; pass the benchmark file with "
+                             f"--bench {rec.benchmark}=FILE holding id {rec.problem_id!r}")
         return bench[rec.problem_id]
 
     def score(self, records: list[GenerationRecord]) -> None:
         jobs = []
-        for rec in records:
-            if rec.completions is None:
-                raise ValueError(f"{rec.key}: scoring needs 'completions' but the line only has 'correct'")
+        for rec in records:  # each with its completions (the callers pick those)
             spec = self.spec_for(rec.benchmark)
             _scorer(spec)  # a bad spec fails here, before any worker starts
             jobs.append((spec, self.threshold, self._reference(rec), rec.completions))
