@@ -53,7 +53,9 @@ setup(
     python_requires=">=3.10,<3.13",
     packages=_code_packages() + CONFIG_PACKAGES + list(DATA_PACKAGES),
     package_dir={"fgrpo_verl.hydra_configs": "hydra_configs", **{pkg: d for pkg, (d, _) in DATA_PACKAGES.items()}},
-    package_data={**{pkg: ["*.yaml"] for pkg in CONFIG_PACKAGES}, **{pkg: g for pkg, (_, g) in DATA_PACKAGES.items()}},
+    # the paper's tables, read by fgrpo_verl/evaluation/paper_numbers.py
+    package_data={**{pkg: ["*.yaml"] for pkg in CONFIG_PACKAGES}, **{pkg: g for pkg, (_, g) in DATA_PACKAGES.items()},
+                  "fgrpo_verl.evaluation": ["paper_tables.md"]},
     include_package_data=False,
     install_requires=[
         "verl[verl-core]>=0.8.0,<0.10",

@@ -14,7 +14,7 @@ import time
 import numpy as np
 
 from fgrpo_verl.pass_at_k import ks_up_to, pass_at_k
-from fgrpo_verl.evaluation.significance import paired_subsampling_test
+from fgrpo_verl.evaluation.significance import subsample_draws, summarise
 
 
 def main() -> None:
@@ -40,7 +40,7 @@ def main() -> None:
         table = [pass_at_k(n, c_base, k).mean() for k in ks]
         times.append(time.perf_counter() - t0)
     t0 = time.perf_counter()
-    rows = paired_subsampling_test(n, c_base, n, c_focal, m=args.m, iterations=args.iterations, seed=0)
+    rows = summarise(subsample_draws(n, c_base, n, c_focal, m=args.m, iterations=args.iterations, seed=0))
     t_sig = time.perf_counter() - t0
     result = {
         "problems": args.problems, "n": args.n, "ks": ks,

@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 
 from fgrpo_verl.cli import main as cli_main
-from fgrpo_verl.data.deepscaler import SYSTEM_PROMPT, prepare, prompt_token_count, read_records
+from fgrpo_verl.data.deepscaler import SYSTEM_PROMPT, prepare, prompt_token_count
+from fgrpo_verl.data.records import read_records
 
 TEMPLATE = (
     "{% for m in messages %}<|{{ m['role'] }}|> {{ m['content'] }} {% endfor %}"

@@ -121,10 +121,10 @@ def test_training_gpu_hours_grow_with_the_work_of_a_step():
 def test_a_recipe_may_set_the_training_throughput_and_bad_values_are_named():
     from fgrpo_verl.evaluation.cost import CostAssumptions
 
-    assert CostAssumptions.from_dict({"training_flops_per_gpu_second": 2e14}, "evaluation.cost") \
+    assert CostAssumptions.parse({"training_flops_per_gpu_second": 2e14}, "evaluation.cost") \
         .training_flops_per_gpu_second == 2e14
-    with pytest.raises(ValueError, match=r"evaluation.cost.training_flops_per_gpu_second must be a number > 0"):
-        CostAssumptions.from_dict({"training_flops_per_gpu_second": 0}, "evaluation.cost")
+    with pytest.raises(ValueError, match=r"^evaluation.cost.training_flops_per_gpu_second must be > 0.0, got 0$"):
+        CostAssumptions.parse({"training_flops_per_gpu_second": 0}, "evaluation.cost")
 
 
 def test_readiness_is_empty_when_every_input_is_here_and_names_each_missing_one(tmp_path):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from fgrpo_verl.cli import main
-from fgrpo_verl.evaluation.significance import paired_subsampling_test
+from fgrpo_verl.evaluation.significance import subsample_draws, summarise
 
 # Hand-checked values (n = 4):
 #   c=1: pass@1 = 1/4, pass@2 = 1 - C(3,2)/C(4,2) = 1 - 3/6 = 1/2, pass@4 = 1
@@ -144,7 +144,7 @@ def test_significance_detects_a_real_difference():
     base_rate = rng.uniform(0.05, 0.6, size=60)
     nb, cb = _runs(rng, 60, 1024, base_rate)
     nf, cf = _runs(rng, 60, 1024, np.minimum(base_rate + 0.08, 1.0))
-    rows = paired_subsampling_test(nb, cb, nf, cf, ks=[1, 4], m=256, iterations=2000, seed=1)
+    rows = summarise(subsample_draws(nb, cb, nf, cf, ks=[1, 4], m=256, iterations=2000, seed=1))
     for r in rows:
         assert r.significant and r.ci_low > 0 and r.difference > 0 and r.p_value < 0.05
         assert r.ci_low < r.difference < r.ci_high
@@ -153,7 +153,7 @@ def test_significance_detects_a_real_difference():
 def test_significance_does_not_flag_identical_runs():
     rng = np.random.default_rng(2)
     n, c = _runs(rng, 40, 1024, rng.uniform(0.01, 0.9, size=40))
-    rows = paired_subsampling_test(n, c, n, c, ks=[1, 2, 16, 256], m=256, iterations=2000, seed=3)
+    rows = summarise(subsample_draws(n, c, n, c, ks=[1, 2, 16, 256], m=256, iterations=2000, seed=3))
     for r in rows:
         assert r.difference == 0.0 and not r.significant and r.ci_low <= 0 <= r.ci_high
 
@@ -162,16 +162,16 @@ def test_significance_is_seeded_and_validates():
     rng = np.random.default_rng(4)
     n, c = _runs(rng, 10, 64, 0.3)
     cf = rng.binomial(64, 0.35, size=10)
-    a = paired_subsampling_test(n, c, n, cf, ks=[1, 8], m=16, iterations=500, seed=5)
-    b = paired_subsampling_test(n, c, n, cf, ks=[1, 8], m=16, iterations=500, seed=5)
-    other = paired_subsampling_test(n, c, n, cf, ks=[1, 8], m=16, iterations=500, seed=6)
+    a = summarise(subsample_draws(n, c, n, cf, ks=[1, 8], m=16, iterations=500, seed=5))
+    b = summarise(subsample_draws(n, c, n, cf, ks=[1, 8], m=16, iterations=500, seed=5))
+    other = summarise(subsample_draws(n, c, n, cf, ks=[1, 8], m=16, iterations=500, seed=6))
     assert a == b and [r.ci_low for r in a] != [r.ci_low for r in other]
     with pytest.raises(ValueError, match="m must be < the number of generations"):
-        paired_subsampling_test(n, c, n, c, m=64, iterations=10)
-    with pytest.raises(ValueError, match=r"every k must be an int in \[1, m=16\]"):
-        paired_subsampling_test(n, c, n, c, ks=[32], m=16, iterations=10)
+        subsample_draws(n, c, n, c, m=64, iterations=10)
+    with pytest.raises(ValueError, match=r"k must be <= n \(the estimator is unbiased only for k <= n\), got k=32"):
+        subsample_draws(n, c, n, c, ks=[32], m=16, iterations=10)
     with pytest.raises(ValueError, match="same problems"):
-        paired_subsampling_test(n, c, n[:5], c[:5], m=16, iterations=10)
+        subsample_draws(n, c, n[:5], c[:5], m=16, iterations=10)
 
 
 def test_cli_significance_writes_report_and_marks_cells(tmp_path):
@@ -232,8 +232,19 @@ def test_parallel_scoring_matches_serial(tmp_path):
 
 
 # ---- honest tables and calibrated significance -----------------------------------------------------------------
-from fgrpo_verl.evaluation.calibration import null_rejection_rates  # noqa: E402
-from fgrpo_verl.evaluation.significance import combine_draws, interval, subsample_draws, summarise  # noqa: E402
+from fgrpo_verl.evaluation.significance import combine_draws, interval  # noqa: E402
+
+
+def _null_rejection_rates(**kwargs):
+    """benchmarks/significance_calibration.py's null simulation (a measurement script, not in the package)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "significance_calibration.py"
+    spec = importlib.util.spec_from_file_location("significance_calibration", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.null_rejection_rates(**kwargs)
 
 
 def test_null_type_one_error_bands():
@@ -242,7 +253,8 @@ def test_null_type_one_error_bands():
     Bands (docs/evaluation.md has the 1,000-replicate numbers at paper scale): rescaled-fpc within [2.5%, 8%] per
     benchmark and [2%, 9%] for the average; rescaled (sqrt(m/n)) is anti-conservative at m/n = 1/4, [5%, 13%];
     the paper's raw percentiles almost never reject (<= 1.5%)."""
-    rates = null_rejection_rates(replicates=300, benchmarks=2, problems=40, n=256, m=64, iterations=400, ks=(1,), seed=1)
+    rates = _null_rejection_rates(replicates=300, benchmarks=2, problems=40, n=256, m=64, iterations=400, ks=(1,),
+                                  seed=1)
     assert 0.025 <= rates["rescaled-fpc"]["k=1"] <= 0.08
     assert 0.02 <= rates["rescaled-fpc"]["avg k=1"] <= 0.09
     assert 0.05 <= rates["rescaled"]["k=1"] <= 0.13

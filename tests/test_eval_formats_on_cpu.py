@@ -42,9 +42,9 @@ def test_bad_benchmark_files_are_rejected(tmp_path, rows, match):
 
 
 def test_bad_suffix_and_missing_file(tmp_path):
-    with pytest.raises(ValueError, match="suffix '.csv'"):
+    with pytest.raises(ValueError, match="unsupported file type '.csv'; use .parquet, .jsonl or .json"):
         load_benchmark(tmp_path / "b.csv", "B")
-    with pytest.raises(ValueError, match="does not exist"):
+    with pytest.raises(ValueError, match="no such file"):
         load_benchmark(tmp_path / "none.jsonl", "B")
 
 
@@ -90,8 +90,6 @@ def test_encode_prompt_variants():
     tok.chat_template = None
     with pytest.raises(ValueError, match="--prompt-style raw"):
         encode_prompt(rec, tok, PromptSetting("Sys"), "chat")
-    with pytest.raises(ValueError, match="prompt style"):
-        encode_prompt(rec, tok, PromptSetting("Sys"), "fancy")
 
 
 def test_resolve_model_path(tmp_path):

@@ -49,7 +49,7 @@ def test_defaults_follow_the_paper():
     ({"gpus_per_node": 6, "engine": {"tensor_parallel_size": 4}}, "not a multiple"),
     ({"engine": {"tp": 2}}, r"evaluation\.engine\.tp: unknown key; valid keys: \['tensor_parallel_size'"),
     ({"tables": ["table9"]}, r"evaluation\.tables\[0\]: expected one of \['table1', .*got 'table9'"),
-    ({"cost": {"mean_response_fraction": 2}}, "mean_response_fraction"),
+    ({"cost": {"mean_response_fraction": 2}}, r"evaluation\.cost\.mean_response_fraction must be <= 1.0, got 2$"),
     ({"seed": -1}, r"evaluation\.seed must be >= 0, got -1"),
     ({"resources": {"gpus": 8}}, "unknown resources key"),
     # the schema's types: nothing is converted ("32" is not a count), and the error names the key's full path
@@ -443,7 +443,7 @@ def test_launch_refuses_evaluation_that_cannot_run_before_submitting_anything(tm
 def test_validation_rows_carry_the_training_prompt_and_the_benchmarks_name(tmp_path):
     """validation=aime25 reads AIME25.parquet: verl rows with the training prompt; logged as val-core/AIME25/..."""
     from fgrpo_verl.data.deepscaler import SYSTEM_PROMPT
-    from fgrpo_verl.data.parquet import write_rows
+    from fgrpo_verl.data.records import write_rows
     from fgrpo_verl.evaluation.formats import load_benchmark
     from fgrpo_verl.evaluation.prepare import verl_rows
 

@@ -13,10 +13,10 @@ from transformers import AutoTokenizer
 from evaluation_tiny_lm import build_tiny_lm, fake_vllm_imported
 from fgrpo_verl.cli import main
 from fgrpo_verl.evaluation.formats import read_generations
-from fgrpo_verl.evaluation.generate import Request, TransformersSampler
+from fgrpo_verl.evaluation.generate import Request, TransformersSampler, load_model
 from fgrpo_verl.evaluation.prompts import encode_prompt, prompt_setting
 from fgrpo_verl.evaluation.seeds import request_seed
-from fgrpo_verl.evaluation.rare_nll import length_normalised_nll, load_model, select_rare, tokenize_pairs
+from fgrpo_verl.evaluation.rare_nll import length_normalised_nll, select_rare, tokenize_pairs
 
 
 @pytest.fixture(scope="module")

@@ -69,6 +69,7 @@ def test_installed_wheel_registers_and_composes(wheel_install, tmp_path):
         "cfg = compose(['algorithm.fgrpo.gamma=1.0']); validate(cfg)\n"
         "print(fgrpo_verl.__file__); print(p.config_dir()); print(get_adv_estimator_fn('fgrpo').__module__)\n"
         "print(cfg.algorithm.fgrpo.gamma)\n"
+        "from fgrpo_verl.evaluation import paper_numbers as pn; print(len(pn.cells()), len(pn.curves()))\n"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("VERL_USE_EXTERNAL")}
     env["PYTHONPATH"] = str(target)
@@ -76,11 +77,12 @@ def test_installed_wheel_registers_and_composes(wheel_install, tmp_path):
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
-    module_file, cfg_dir, est_module, gamma = out.stdout.strip().splitlines()[-4:]
+    module_file, cfg_dir, est_module, gamma, paper = out.stdout.strip().splitlines()[-5:]
     assert Path(module_file).is_relative_to(target)
     assert Path(cfg_dir) == target / "fgrpo_verl" / "hydra_configs"
     assert est_module == "fgrpo_verl.integration.estimator"
     assert gamma == "1.0"
+    assert paper == "391 162"  # the paper's tables ship as package data (evaluation/paper_tables.md)
 
 
 def test_installed_entry_point_runs_prepare_benchmarks(wheel_install, tmp_path):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from fgrpo_verl.evaluation.formats import load_benchmark
-from fgrpo_verl.evaluation.prepare import BENCHMARKS, convert_rows, normalise_answer, parse_source
+from fgrpo_verl.evaluation.prepare import BENCHMARKS, convert_rows, normalise_answer, parse_source, prepare_benchmarks
 from fgrpo_verl.evaluation.scorers import is_correct, resolve_scorer
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "prepare_benchmarks.py"
@@ -89,11 +89,12 @@ def test_bad_answers_are_rejected(value):
         normalise_answer(value)
 
 
-def test_missing_columns_and_unknown_names_are_reported():
+def test_missing_columns_and_unknown_names_are_reported(tmp_path):
     with pytest.raises(ValueError, match=r"row 0: no answer column"):
         convert_rows("MATH500", [{"problem": "x"}])
-    with pytest.raises(ValueError, match="unknown benchmark 'GSM8K'"):
-        convert_rows("GSM8K", [])
+    with pytest.raises(ValueError, match=r"unknown benchmark\(s\) \['GSM8K'\]; known: MATH500, "):
+        prepare_benchmarks(tmp_path / "out", ["GSM8K"])  # before anything is downloaded or written
+    assert not (tmp_path / "out").exists()
     with pytest.raises(ValueError, match="duplicate id"):
         convert_rows("AIME24", FIXTURES["AIME24"] * 2)
     assert parse_source("a/b:cfg:test").config == "cfg"

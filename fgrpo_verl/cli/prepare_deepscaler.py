@@ -19,9 +19,8 @@ def run(args: argparse.Namespace) -> int:
     import json
     from dataclasses import asdict
 
-    from fgrpo_verl.data.deepscaler import prepare_files
-
     from fgrpo_verl.config.errors import require_files
+    from fgrpo_verl.data.deepscaler import prepare_files
 
     # errors: fgrpo_verl/cli/errors.py (a ValueError is the input's: exit 2)
     require_files("--input", args.input)

@@ -29,16 +29,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    import csv
     from pathlib import Path
 
-    from fgrpo_verl.evaluation.formats import read_generations
-    from fgrpo_verl.evaluation.pipeline import parse_pairs
-    from fgrpo_verl.evaluation.rare_nll import (
-        build_rare_set, delta_nll, load_model, read_rare_set, write_rare_set,
-    )
-
     from fgrpo_verl.config.errors import require_files
+    from fgrpo_verl.evaluation.formats import read_generations
+    from fgrpo_verl.evaluation.generate import load_model
+    from fgrpo_verl.evaluation.pipeline import parse_pairs
+    from fgrpo_verl.evaluation.rare_nll import build_rare_set, delta_nll, read_rare_set, write_rare_set
+    from fgrpo_verl.evaluation.report import write_csv
 
     # errors: fgrpo_verl/cli/errors.py (a ValueError is the input's: exit 2)
     require_files("--rare-set", [args.rare_set] if args.rare_set else [])
@@ -71,10 +69,7 @@ def run(args) -> int:
         model, tok = load_model(path, args.device, args.dtype)
         rows.append(dict(model=name, **delta_nll(rare, model, tok, args.device, args.max_tokens_per_batch)))
         del model
-    with (out / "rare_nll.csv").open("w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(out / "rare_nll.csv", rows)
     lines = [f"ΔNLL_rare on {stats['rare_trajectories']} rare correct rollouts (top {100 * stats['fraction']:g}% by base NLL)",
              "", "| model | ΔNLL_rare | median Δ | share increased | NLL | base NLL |", "|---|---|---|---|---|---|"]
     for r in rows:

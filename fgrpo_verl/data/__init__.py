@@ -1,1 +1,1 @@
-"""Training-data preparation for the paper's LLM runs (DeepScaleR)."""
+"""Record files (the benchmarks' and DeepScaleR's readers, verl parquet rows) and DeepScaleR's preparation."""

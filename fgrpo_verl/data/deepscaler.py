@@ -19,11 +19,10 @@ samples remain", and the system prompt "Please reason step by step, and put your
 from __future__ import annotations
 
 import json
-from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from fgrpo_verl.data.parquet import write_rows
+from fgrpo_verl.data.records import read_records, write_rows
 
 SYSTEM_PROMPT = "Please reason step by step, and put your final answer within \\boxed{}."
 DATA_SOURCE = "deepscaler"
@@ -42,30 +41,6 @@ class PrepareStats:
     written: int
 
 
-def read_records(path: str | Path) -> list[dict]:
-    """Records of a ``.parquet``, ``.jsonl`` or ``.json`` file (a JSON list, or one object per line)."""
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"--input {path}: no such file")
-    suffix = path.suffix.lower()
-    if suffix == ".parquet":
-        import pandas as pd
-
-        return pd.read_parquet(path).to_dict(orient="records")
-    if suffix in (".jsonl", ".json"):
-        text = path.read_text(encoding="utf-8")
-        stripped = text.lstrip()
-        if suffix == ".json" and stripped.startswith("["):
-            records = json.loads(text)
-        else:
-            # "\n" only: str.splitlines() also splits at U+2028/U+2029/U+0085, which JSON allows raw in strings
-            records = [json.loads(line) for line in text.split("\n") if line.strip()]
-        if not all(isinstance(r, dict) for r in records):
-            raise ValueError(f"--input {path}: expected JSON objects with 'problem' and 'answer'")
-        return records
-    raise ValueError(f"--input {path}: unsupported file type {suffix!r}; use .parquet, .jsonl or .json")
-
-
 def _problem_and_answer(record: dict, where: str) -> tuple[str, str]:
     missing = [k for k in ("problem", "answer") if k not in record]
     if missing:
@@ -80,23 +55,16 @@ def _problem_and_answer(record: dict, where: str) -> tuple[str, str]:
 
 def drop_conflicting_duplicates(pairs: list[tuple[str, str]]) -> tuple[list[tuple[str, str]], dict[str, int]]:
     """Keep each problem once; drop every problem whose copies disagree on the answer. First-seen order."""
-    answers: OrderedDict[str, list[str]] = OrderedDict()
+    answers: dict[str, list[str]] = {}
     for problem, answer in pairs:
         answers.setdefault(problem, []).append(answer)
-    kept, merged, conflicting, conflicting_records = [], 0, 0, 0
-    for problem, found in answers.items():
-        if len(set(found)) > 1:
-            conflicting += 1
-            conflicting_records += len(found)
-            continue
-        merged += len(found) - 1
-        kept.append((problem, found[0]))
-    counts = {
-        "duplicate_copies_merged": merged,
-        "conflicting_problems_dropped": conflicting,
-        "conflicting_records_dropped": conflicting_records,
+    kept = {problem: found for problem, found in answers.items() if len(set(found)) == 1}
+    conflicting = [found for problem, found in answers.items() if problem not in kept]
+    return [(problem, found[0]) for problem, found in kept.items()], {
+        "duplicate_copies_merged": sum(len(found) - 1 for found in kept.values()),
+        "conflicting_problems_dropped": len(conflicting),
+        "conflicting_records_dropped": sum(map(len, conflicting)),
     }
-    return kept, counts
 
 
 def prompt_messages(problem: str) -> list[dict]:
@@ -114,14 +82,11 @@ def prompt_token_count(tokenizer, problem: str) -> int:
     return len(tokenizer(f"{SYSTEM_PROMPT}\n{problem}", add_special_tokens=True)["input_ids"])
 
 
-def verl_row(problem: str, answer: str, split: str, index: int) -> dict:
-    return {
-        "data_source": DATA_SOURCE,
-        "prompt": prompt_messages(problem),
-        "ability": ABILITY,
-        "reward_model": {"style": "rule", "ground_truth": answer},
-        "extra_info": {"split": split, "index": index, "problem": problem, "answer": answer},
-    }
+def verl_row(problem: str, answer: str, split: str, index: int, data_source: str = DATA_SOURCE, **extra) -> dict:
+    """A verl RL-dataset row with the training prompt; ``extra`` goes into its ``extra_info``."""
+    return {"data_source": data_source, "prompt": prompt_messages(problem), "ability": ABILITY,
+            "reward_model": {"style": "rule", "ground_truth": answer},
+            "extra_info": {"split": split, "index": index, "problem": problem, "answer": answer, **extra}}
 
 
 def prepare(records: list[dict], tokenizer, split: str = "train", max_prompt_tokens: int = MAX_PROMPT_TOKENS):
@@ -152,15 +117,13 @@ def prepare_files(
     ``--val-input`` for one."""
     from transformers import AutoTokenizer
 
-    if not inputs:
-        raise ValueError("--input: give at least one local DeepScaleR file")
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
     out = Path(out_dir)
     results = {}
     for split, files in (("train", inputs), ("val", val_inputs)):
         if not files:
             continue
-        records = [r for f in files for r in read_records(f)]
+        records = [r for f in files for r in read_records(f, f"--input {f}")]
         rows, stats = prepare(records, tokenizer, split, max_prompt_tokens)
         write_rows(rows, out / f"{split}.parquet")
         results[split] = stats

@@ -23,6 +23,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pydantic import ConfigDict, Field
+
+from fgrpo_verl.evaluation.shapes import Shape
+
 REFERENCE_PARAMS = 7.62e9  # Qwen2.5-7B
 # Published problem counts of the paper's benchmarks (the public copies fgrpo-verl prepare-benchmarks fetches). Used
 # only when a benchmark file is not on this machine; SynLogic's subset size is not known here, so it is left out of
@@ -31,25 +35,14 @@ KNOWN_PROBLEMS = {"MATH500": 500, "AIME24": 30, "AIME25": 30, "AMC23": 40, "Mine
                   "GPQA": 198, "IFEval": 541}
 
 
-@dataclass(frozen=True)
-class CostAssumptions:
-    tokens_per_gpu_second_7b: float = 5000.0
-    mean_response_fraction: float = 0.25
-    # training's sustained FLOP/s per GPU (fgrpo_verl/launch/summary.py): ~40 % of an H100's dense bf16 peak
-    training_flops_per_gpu_second: float = 4e14
+class CostAssumptions(Shape):
+    """What an estimate assumes (a recipe's ``evaluation.cost``; errors name the key: shapes.py)."""
 
-    @classmethod
-    def from_dict(cls, data: dict | None, where: str) -> CostAssumptions:
-        data = dict(data or {})
-        unknown = sorted(set(data) - set(cls.__dataclass_fields__))
-        if unknown:
-            raise ValueError(f"{where}: unknown key(s) {unknown}; valid: {sorted(cls.__dataclass_fields__)}")
-        for key, value in data.items():
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise ValueError(f"{where}.{key} must be a number > 0, got {value!r}")
-        if data.get("mean_response_fraction", 0.25) > 1:
-            raise ValueError(f"{where}.mean_response_fraction must be in (0, 1], got {data['mean_response_fraction']}")
-        return cls(**{k: float(v) for k, v in data.items()})
+    model_config = ConfigDict(frozen=True)
+    tokens_per_gpu_second_7b: float = Field(5000.0, gt=0)
+    mean_response_fraction: float = Field(0.25, gt=0, le=1)
+    # training's sustained FLOP/s per GPU (fgrpo_verl/launch/summary.py): ~40 % of an H100's dense bf16 peak
+    training_flops_per_gpu_second: float = Field(4e14, gt=0)
 
     def describe(self) -> str:
         return (f"assumed: mean response = {self.mean_response_fraction:g} x max_new_tokens, decode throughput "

@@ -35,75 +35,27 @@ cannot silently double the samples.
 from __future__ import annotations
 
 import json
+import mmap
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-BENCHMARK_SUFFIXES = (".jsonl", ".json", ".parquet")
-
-
-def _read_records(path: Path) -> list[dict]:
-    suffix = path.suffix.lower()
-    if suffix not in BENCHMARK_SUFFIXES:
-        raise ValueError(f"file {str(path)!r} has suffix {suffix!r}; valid: {', '.join(BENCHMARK_SUFFIXES)}")
-    if not path.is_file():
-        raise ValueError(f"file {str(path)!r} does not exist")
-    if suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        # pyarrow keeps nulls as None and nested columns as lists/dicts (pandas would turn nulls into NaN)
-        return pq.read_table(path).to_pylist()
-    text = path.read_text(encoding="utf-8")
-    if suffix == ".json":
-        data = json.loads(text)
-        if not isinstance(data, list):
-            raise ValueError(f"{path}: a .json benchmark must hold a list of objects, got {type(data).__name__}")
-        records = data
-    else:
-        records = []
-        # only "\n" ends a record: str.splitlines() would also split at U+2028/U+2029/U+0085, which JSON allows raw
-        # inside strings (json.dumps(ensure_ascii=False) writes them so), cutting such a problem in two
-        for lineno, line in enumerate(text.split("\n"), 1):
-            if not line.strip():
-                continue
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{lineno}: not valid JSON ({err.msg})") from err
-    for i, rec in enumerate(records):
-        if not isinstance(rec, dict):
-            raise ValueError(f"{path}: record {i} must be a JSON object, got {type(rec).__name__}")
-    return records
-
-
-def _to_plain(value):
-    """numpy values from parquet -> plain Python (lists, str, numbers) so records serialise to JSON."""
-    if isinstance(value, np.ndarray):
-        return [_to_plain(v) for v in value.tolist()]
-    if isinstance(value, (list, tuple)):
-        return [_to_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _to_plain(v) for k, v in value.items()}
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
+from fgrpo_verl.data.records import read_records
 
 
 def _check_prompt(where: str, prompt) -> None:
-    if isinstance(prompt, str):
-        return
-    ok = isinstance(prompt, list) and prompt and all(
-        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in prompt
-    )
-    if not ok:
+    messages = isinstance(prompt, list) and prompt and all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in prompt)
+    if not (isinstance(prompt, str) or messages):
         raise ValueError(f"{where}: 'prompt' must be a string or a non-empty list of {{role, content}} messages, got {prompt!r:.120}")
 
 
 def load_benchmark(path: str | Path, name: str) -> list[dict]:
     """Read and validate a benchmark file; returns records with ``id`` (str), ``answer`` and ``data_source`` set."""
     path = Path(path)
-    records = [_to_plain(r) for r in _read_records(path)]
+    records = read_records(path, f"benchmark {name!r} ({path})")
     if not records:
         raise ValueError(f"benchmark {name!r} ({path}) has no records")
     seen: set[str] = set()
@@ -113,7 +65,7 @@ def load_benchmark(path: str | Path, name: str) -> list[dict]:
         reward_model = rec.get("reward_model")
         if rec.get("answer") is None and isinstance(reward_model, dict) and reward_model.get("ground_truth") is not None:
             rec = {**rec, "answer": reward_model["ground_truth"]}  # a verl RL-dataset row
-        if "answer" not in rec or rec["answer"] is None:
+        if rec.get("answer") is None:
             raise ValueError(f"{where}: missing required key 'answer' (or verl's reward_model.ground_truth)")
         if "prompt" in rec and rec["prompt"] is not None:
             _check_prompt(where, rec["prompt"])
@@ -126,12 +78,8 @@ def load_benchmark(path: str | Path, name: str) -> list[dict]:
         if pid in seen:
             raise ValueError(f"{where}: duplicate id {pid!r}")
         seen.add(pid)
-        rec = dict(rec)
-        rec["id"] = pid
-        rec.setdefault("data_source", name)
-        if rec["data_source"] is None:
-            rec["data_source"] = name
-        out.append(rec)
+        source = rec.get("data_source")
+        out.append({**rec, "id": pid, "data_source": name if source is None else source})
     return out
 
 
@@ -155,26 +103,18 @@ class GenerationRecord:
         return (self.run, self.benchmark, self.problem_id)
 
     def to_json(self, with_completions: bool = True) -> dict:
-        out = {"run": self.run, "benchmark": self.benchmark, "problem_id": self.problem_id}
-        if self.correct is not None:
-            out["correct"] = [int(x) for x in self.correct]
-        if with_completions and self.completions is not None:
-            out["completions"] = list(self.completions)
-        for key in ("answer", "data_source", "prompt"):
-            value = getattr(self, key)
-            if value is not None:
-                out[key] = value
-        if self.score_errors:
-            out["score_errors"] = {str(i): msg for i, msg in sorted(self.score_errors.items())}
-        return out
+        """The line (format in the module docstring), without the keys it has no value for."""
+        out = {"run": self.run, "benchmark": self.benchmark, "problem_id": self.problem_id,
+               "correct": None if self.correct is None else [int(x) for x in self.correct],
+               "completions": self.completions if with_completions else None, "answer": self.answer,
+               "data_source": self.data_source, "prompt": self.prompt,
+               "score_errors": {str(i): e for i, e in sorted(self.score_errors.items())} if self.score_errors else None}
+        return {key: value for key, value in out.items() if value is not None}
 
     def score_line(self) -> dict:
         """The second line of a two-line problem: its correctness only."""
-        out = {"run": self.run, "benchmark": self.benchmark, "problem_id": self.problem_id,
-               "correct": [int(x) for x in self.correct]}
-        if self.score_errors:
-            out["score_errors"] = {str(i): msg for i, msg in sorted(self.score_errors.items())}
-        return out
+        line = self.to_json(with_completions=False)
+        return {k: v for k, v in line.items() if k not in ("answer", "data_source", "prompt")}
 
 
 def _parse_correct(where: str, value) -> np.ndarray:
@@ -236,10 +176,9 @@ def parse_generation_line(line: str, where: str) -> GenerationRecord:
 
 
 def iter_generation_lines(path: str | Path):
-    """(where, record) per non-empty line, streaming (one line in memory at a time)."""
+    """(where, record) per non-empty line, streaming (one line in memory at a time); every caller has checked that
+    ``path`` exists (the options' ``require_files``, a result's recorded files)."""
     path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"generation file {str(path)!r} does not exist")
     with path.open(encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, 1):
             if line.strip():
@@ -260,12 +199,11 @@ class LineIndex:
         size = rec.correct.size if rec.correct is not None else len(rec.completions)
         if self.sizes.setdefault(rec.key, size) != size:
             raise ValueError(f"{where}: {rec.key} has {size} samples but an earlier line has {self.sizes[rec.key]}")
-        for kind, present in (("texts", rec.completions is not None), ("scored", rec.correct is not None)):
-            seen = getattr(self, kind)
+        for seen, present in ((self.texts, rec.completions is not None), (self.scored, rec.correct is not None)):
+            if present and rec.key in seen:
+                raise ValueError(f"{where}: duplicate (run, benchmark, problem_id) = {rec.key} (first at "
+                                 f"{seen[rec.key]}); put all samples of a problem on one line")
             if present:
-                if rec.key in seen:
-                    raise ValueError(f"{where}: duplicate (run, benchmark, problem_id) = {rec.key} (first at "
-                                     f"{seen[rec.key]}); put all samples of a problem on one line")
                 seen[rec.key] = where
 
     @classmethod
@@ -300,51 +238,21 @@ def read_generations(path: str | Path) -> list[GenerationRecord]:
 def drop_torn_tail(path: Path) -> int:
     """Cut a last line without its newline (a write killed half-way) off ``path``; returns the bytes dropped.
 
-    Every line is written whole and then flushed, so only the final one can be torn."""
-    if not path.is_file():
-        return 0
-    size = path.stat().st_size
-    if size == 0:
+    Every line is written whole and then flushed, so only the final one can be torn. The file is mapped, not read:
+    the search for the last newline runs from the end and touches only the pages it passes."""
+    if not path.is_file() or path.stat().st_size == 0:
         return 0
     with path.open("rb+") as fh:
-        fh.seek(size - 1)
-        if fh.read(1) == b"\n":
-            return 0
-        keep, pos = 0, size
-        while pos > 0:  # search back for the last newline, 1 MiB at a time
-            start = max(0, pos - (1 << 20))
-            fh.seek(start)
-            cut = fh.read(pos - start).rfind(b"\n")
-            if cut >= 0:
-                keep = start + cut + 1
-                break
-            pos = start
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as view:
+            size, keep = len(view), view.rfind(b"\n") + 1
         fh.truncate(keep)
     return size - keep
 
 
-class GenerationWriter:
-    """Append-only JSONL writer: every line is written whole, then flushed (a kill loses at most the line in flight)."""
-
-    def __init__(self, path: Path):
-        self.path = Path(path)
-        self._fh = self.path.open("a", encoding="utf-8")
-
-    def write(self, obj: dict) -> None:
-        self._fh.write(json.dumps(obj, ensure_ascii=False) + "\n")
-        self._fh.flush()
-
-    def sync(self) -> None:
-        import os
-
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
-
-    def close(self) -> None:
-        self._fh.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
+def append_lines(fh, lines: list[dict]) -> None:
+    """Append ``lines`` to the open generation file ``fh``, each written whole and flushed, then the batch synced to
+    disk: a kill loses at most the line in flight (which ``drop_torn_tail`` cuts off on ``--resume``)."""
+    for obj in lines:
+        fh.write(json.dumps(obj, ensure_ascii=False) + "\n")
+        fh.flush()
+    os.fsync(fh.fileno())

@@ -34,35 +34,20 @@ class Crossing:
     values: dict  # metric name -> v*, interpolated at t*
 
 
-def _curve(name: str, values, length: int | None) -> np.ndarray:
-    try:
-        arr = np.asarray(values, dtype=np.float64)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"{name} must be a 1-D sequence of numbers: {err}") from err
-    if arr.ndim != 1 or arr.size == 0:
-        raise ValueError(f"{name} must be a non-empty 1-D sequence of numbers, got shape {arr.shape}")
-    if length is not None and arr.size != length:
-        raise ValueError(f"{name} has {arr.size} values but steps has {length}: one value per step is needed")
-    return arr
-
-
 def at_level(steps: Sequence[float], reach: Sequence[float], values: Mapping[str, Sequence[float]],
              level: float) -> Crossing | None:
     """Each of ``values`` at the first step where ``reach`` gets to ``level`` (module docstring for the formula).
 
-    ``steps`` must be finite and strictly increasing, ``reach`` finite, every curve as long as ``steps``; ``level``
-    finite. NaN inside ``values`` is carried into the result (a metric that was not measured stays unmeasured).
-    Returns None when ``reach`` never gets to ``level``.
+    The callers' curves (a run's recorded points in step order, a simulation's steps; levels from
+    :func:`check_levels` or :func:`default_levels`) meet the formula's terms: ``steps`` finite and strictly
+    increasing, every curve as long as ``steps``, ``level`` finite. A non-finite ``reach`` (a diverged run) has no
+    crossing and is refused. NaN inside ``values`` is carried into the result (a metric that was not measured stays
+    unmeasured). Returns None when ``reach`` never gets to ``level``.
     """
-    if isinstance(level, bool) or not isinstance(level, (int, float, np.integer, np.floating)) or not math.isfinite(level):
-        raise ValueError(f"level={level!r} is invalid: must be a finite real number")
-    t = _curve("steps", steps, None)
-    if not np.isfinite(t).all() or (t.size > 1 and not (np.diff(t) > 0).all()):
-        raise ValueError(f"steps must be finite and strictly increasing, got {t.tolist()[:8]}{'…' if t.size > 8 else ''}")
-    q = _curve("reach", reach, t.size)
+    t, q = np.asarray(steps, dtype=np.float64), np.asarray(reach, dtype=np.float64)
     if not np.isfinite(q).all():
         raise ValueError(f"reach holds a non-finite value at step {t[~np.isfinite(q)][0]:g}: the crossing is undefined")
-    curves = {name: _curve(f"values[{name!r}]", v, t.size) for name, v in values.items()}
+    curves = {name: np.asarray(v, dtype=np.float64) for name, v in values.items()}
     hits = np.flatnonzero(q >= level)
     if hits.size == 0:
         return None

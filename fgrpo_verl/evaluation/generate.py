@@ -16,8 +16,6 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-BACKENDS = ("vllm", "transformers")
-
 
 @dataclass(frozen=True)
 class Request:
@@ -53,18 +51,24 @@ def resolve_model_path(path: str | Path) -> Path:
     raise ValueError(f"{str(path)!r} holds no HF model (config.json + *.safetensors / pytorch_model*.bin)")
 
 
+def load_model(path, device: str = "cpu", dtype: str = "float32"):
+    """(model in eval mode on ``device``, tokenizer) of an HF model dir or verl checkpoint (resolve_model_path)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = str(resolve_model_path(path))
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).to(device).eval()
+    return model, AutoTokenizer.from_pretrained(path)
+
+
 class TransformersSampler:
     """Plain HF ``generate`` sampling; meant for tiny models on CPU (tests, the maze demo)."""
 
     def __init__(self, model_path, device: str = "cpu", dtype: str = "float32", batch_size: int = 64):
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.torch = torch
-        self.tokenizer = AutoTokenizer.from_pretrained(str(model_path))
-        self.model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=getattr(torch, dtype)).to(device).eval()
+        self.model, self.tokenizer = load_model(model_path, device, dtype)
         # generate() fills every option not passed explicitly from the checkpoint's generation_config.json
         # (repetition_penalty, min_p, no_repeat_ngram_size, ...), which would reshape the paper's plain T / top-p
         # sampling; keep only its special-token ids (the stop tokens), as vLLM does with explicit SamplingParams.
@@ -103,27 +107,25 @@ class VLLMSampler:
     ``fgrpo_verl.backends.vllm_cpu_engine`` (the user's ``--vllm-engine-args`` win over them). Imported lazily so
     the transformers path never touches vLLM."""
 
-    def __init__(self, model_path, tensor_parallel_size: int = 1, gpu_memory_utilization: float = 0.9,
-                 max_model_len: int | None = None, seed: int = 0, extra_engine_args: str | None = None):
+    def __init__(self, model_path, options):
+        """``options``: the evaluation's (engine options, ``seed``)."""
         from transformers import AutoTokenizer
         from vllm import LLM  # noqa: import here: the transformers backend never needs vLLM
         from vllm.platforms import current_platform
 
-        extra = {}
-        if extra_engine_args:
-            extra = json.loads(extra_engine_args)
-            if not isinstance(extra, dict):
-                raise ValueError(f"--vllm-engine-args must be a JSON object, got {extra_engine_args!r}")
-        kwargs = dict(model=str(model_path), tensor_parallel_size=tensor_parallel_size, seed=seed)
+        extra = json.loads(options.vllm_engine_args) if options.vllm_engine_args else {}
+        if not isinstance(extra, dict):
+            raise ValueError(f"--vllm-engine-args must be a JSON object, got {options.vllm_engine_args!r}")
+        kwargs = dict(model=str(model_path), tensor_parallel_size=options.tensor_parallel_size, seed=options.seed)
         if current_platform.is_cpu():
             from fgrpo_verl.backends import vllm_cpu_engine
 
             vllm_cpu_engine.export_engine_env()
             extra = vllm_cpu_engine.engine_args(extra)  # on CPU the KV cache is sized in bytes, not as a share
         else:
-            kwargs["gpu_memory_utilization"] = gpu_memory_utilization
-        if max_model_len is not None:
-            kwargs["max_model_len"] = max_model_len
+            kwargs["gpu_memory_utilization"] = options.gpu_memory_utilization
+        if options.max_model_len is not None:
+            kwargs["max_model_len"] = options.max_model_len
         kwargs.update(extra)
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_path))
         self.llm = LLM(**kwargs)
@@ -149,11 +151,7 @@ class VLLMSampler:
 
 
 def make_sampler(backend: str, model_path, args):
-    """Build the sampler for ``--backend`` from the CLI arguments."""
+    """Build the sampler for ``--backend`` (``vllm`` or ``transformers``, checked by the options) from the options."""
     if backend == "transformers":
         return TransformersSampler(model_path, device=args.device, dtype=args.dtype, batch_size=args.batch_size)
-    if backend == "vllm":
-        return VLLMSampler(model_path, tensor_parallel_size=args.tensor_parallel_size,
-                           gpu_memory_utilization=args.gpu_memory_utilization, max_model_len=args.max_model_len,
-                           seed=args.seed, extra_engine_args=args.vllm_engine_args)
-    raise ValueError(f"--backend must be one of {BACKENDS}, got {backend!r}")
+    return VLLMSampler(model_path, args)

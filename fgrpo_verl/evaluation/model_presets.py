@@ -41,13 +41,8 @@ MODELS = {
 def known_model(path: str) -> ModelEval | None:
     """The paper model ``path`` names (HF id, or a directory named like the id's last component); None otherwise."""
     text = str(path).rstrip("/")
-    if text in MODELS:
-        return MODELS[text]
     last = text.rsplit("/", 1)[-1].lower()
-    for model in MODELS.values():
-        if model.hf_id.rsplit("/", 1)[-1].lower() == last:
-            return model
-    return None
+    return MODELS.get(text) or next((m for m in MODELS.values() if m.hf_id.rsplit("/", 1)[-1].lower() == last), None)
 
 
 @dataclass(frozen=True)
@@ -69,8 +64,7 @@ def eval_setting(model_path: str, train_max_response_length: int, preset: str | 
         raise ValueError(f"evaluation.prompt_preset={preset!r} is unknown; valid: {', '.join(PRESETS)}")
     if max_new_tokens == "train":
         max_new_tokens = int(train_max_response_length)
-    elif max_new_tokens is not None and (isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int)
-                                         or max_new_tokens < 1):
+    elif max_new_tokens is not None and max_new_tokens < 1:  # an int: the recipe's shape (EvalSpec) typed it
         raise ValueError(f"evaluation.max_new_tokens={max_new_tokens!r}: expected a positive integer or 'train' "
                          "(the run's data.max_response_length)")
     model = known_model(model_path)

@@ -17,20 +17,22 @@
 from __future__ import annotations
 
 import contextlib
-import csv
 import json
-import os
+from dataclasses import asdict
 from pathlib import Path
 
-from fgrpo_verl.evaluation.formats import GenerationRecord, GenerationWriter, LineIndex, drop_torn_tail, iter_generation_lines, load_benchmark
-from fgrpo_verl.pass_at_k import ks_up_to
+from fgrpo_verl.evaluation.formats import (
+    GenerationRecord, LineIndex, append_lines, drop_torn_tail, iter_generation_lines, load_benchmark,
+)
 from fgrpo_verl.evaluation.report import (
-    check_same_problems, collect_scores, markdown_table, plot_curves, table_rows, write_tables,
+    check_same_problems, markdown_table, plot_curves, table_rows, write_csv, write_tables,
 )
 from fgrpo_verl.evaluation.scorers import resolve_scorer
 from fgrpo_verl.evaluation.scoring import Scorer, count_correct
 from fgrpo_verl.evaluation.seeds import request_seed
-from fgrpo_verl.evaluation.significance import combine_draws, subsample_draws, summarise
+from fgrpo_verl.evaluation.significance import paired_tests
+from fgrpo_verl.job import checkpoints as ck
+from fgrpo_verl.pass_at_k import ks_up_to
 
 GENERATIONS = "generations.jsonl"
 MANIFEST = "eval_manifest.json"
@@ -110,37 +112,28 @@ def prepare_out(out_dir: Path, args, models: dict, bench_files: dict, log) -> No
             raise ValueError(f"{out_dir} already holds an evaluation ({GENERATIONS} / {MANIFEST}); pass --resume to "
                              "continue it, or choose a new --out (nothing was overwritten)")
     elif man_path.is_file():
-        before = json.loads(man_path.read_text(encoding="utf-8"))
+        before = ck.read_json(man_path)
         diffs = [f"{key}: {before['settings'].get(key)!r} then, {value!r} now"
                  for key, value in current["settings"].items() if before["settings"].get(key) != value]
-        for kind in ("models", "benchmarks"):
-            diffs += [f"--{kind[:-1] if kind == 'models' else 'bench'} {name}: {before[kind][name]} then, {path} now"
-                      for name, path in current[kind].items() if name in before[kind] and before[kind][name] != path]
-        old_sha = before.get("benchmark_sha256", {})
-        diffs += [f"--bench {name}: the file's contents changed (sha256 {old_sha[name][:12]}... then, {sha[:12]}... now)"
-                  for name, sha in current["benchmark_sha256"].items() if name in old_sha and old_sha[name] != sha]
+        changed = "{0} then, {1} now"
+        for kind, flag, what in (("models", "--model", changed), ("benchmarks", "--bench", changed),
+                                 ("benchmark_sha256", "--bench", "the file's contents changed (sha256 {0:.12}... then, "
+                                                                 "{1:.12}... now)")):
+            diffs += [f"{flag} {name}: " + what.format(before[kind][name], value)
+                      for name, value in current[kind].items() if before[kind].get(name, value) != value]
+            current[kind] = {**before[kind], **current[kind]}
         if diffs:
             raise ValueError("--resume: the settings differ from the run being resumed, so samples would mix:\n  "
                              + "\n  ".join(diffs))
-        current["models"] = {**before["models"], **current["models"]}
-        current["benchmarks"] = {**before["benchmarks"], **current["benchmarks"]}
-        current["benchmark_sha256"] = {**old_sha, **current["benchmark_sha256"]}
     elif existing:
         raise ValueError(f"--resume: {gen_path} exists but {MANIFEST} does not; it was not written by `eval --model`")
     dropped = drop_torn_tail(gen_path)
     if dropped:
         log(f"[eval] --resume: dropped a torn last line ({dropped} bytes) from {gen_path}; that problem is redone")
-    tmp = man_path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(current, indent=2), encoding="utf-8")
-    os.replace(tmp, man_path)
+    ck.write_json(man_path, current)
 
 
-def _chunks(items: list, size: int):
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
-
-
-def _score_unscored(gen_path: Path, index: LineIndex, scorer: Scorer, writer: GenerationWriter, log) -> None:
+def _score_unscored(gen_path: Path, index: LineIndex, scorer: Scorer, fh, log) -> None:
     """Resume: problems whose completions reached the disk but whose correctness line did not."""
     todo = set(index.texts) - set(index.scored)
     if not todo:
@@ -151,17 +144,13 @@ def _score_unscored(gen_path: Path, index: LineIndex, scorer: Scorer, writer: Ge
         if rec.key in todo and rec.completions is not None:
             pending.append(rec)
         if len(pending) >= 64:
-            _score_and_write(pending, scorer, writer)
-    _score_and_write(pending, scorer, writer)
+            _score_and_write(pending, scorer, fh)
+    _score_and_write(pending, scorer, fh)
 
 
-def _score_and_write(records: list[GenerationRecord], scorer: Scorer, writer: GenerationWriter) -> None:
-    if not records:
-        return
+def _score_and_write(records: list[GenerationRecord], scorer: Scorer, fh) -> None:
     scorer.score(records)
-    for rec in records:
-        writer.write(rec.score_line())
-    writer.sync()
+    append_lines(fh, [rec.score_line() for rec in records])
     records.clear()
 
 
@@ -174,17 +163,18 @@ def generate(models: dict[str, str], benchmarks: dict[str, list[dict]], settings
 
     gen_path = out_dir / GENERATIONS
     index = LineIndex.of([gen_path]) if gen_path.is_file() and gen_path.stat().st_size else LineIndex()
-    with GenerationWriter(gen_path) as writer:
-        _score_unscored(gen_path, index, scorer, writer, log)
+    done = index.scored.keys() | index.texts.keys()
+    with gen_path.open("a", encoding="utf-8") as fh:
+        _score_unscored(gen_path, index, scorer, fh, log)
         for run, model_path in models.items():
             sampler = None  # loaded only when this run has work left
             for bench, problems in benchmarks.items():
-                todo = [p for p in problems if (run, bench, p["id"]) not in index.scored
-                        and (run, bench, p["id"]) not in index.texts]
+                todo = [p for p in problems if (run, bench, p["id"]) not in done]
                 if not todo:
                     continue
                 log(f"[eval] {run} on {bench}: {len(todo)} of {len(problems)} problems x n={args.n} ({args.backend})")
-                for chunk in _chunks(todo, args.problems_per_call):
+                for start in range(0, len(todo), args.problems_per_call):
+                    chunk = todo[start : start + args.problems_per_call]
                     if sampler is None:
                         sampler = make_sampler(args.backend, resolve_model_path(model_path), args)
                     encoded = [encode_prompt(p, sampler.tokenizer, settings[bench], args.prompt_style) for p in chunk]
@@ -201,51 +191,37 @@ def generate(models: dict[str, str], benchmarks: dict[str, list[dict]], settings
                     records = [GenerationRecord(run=run, benchmark=bench, problem_id=p["id"], completions=t,
                                                 answer=p["answer"], data_source=p["data_source"], prompt=text)
                                for p, (_, text), t in zip(chunk, encoded, texts)]
-                    if args.save_completions:
-                        for rec in records:  # on disk before any scorer runs
-                            writer.write(rec.to_json(with_completions=True))
-                        writer.sync()
-                        _score_and_write(records, scorer, writer)
+                    if args.save_completions:  # on disk before any scorer runs
+                        append_lines(fh, [rec.to_json(with_completions=True) for rec in records])
+                        _score_and_write(records, scorer, fh)
                     else:
                         scorer.score(records)
-                        for rec in records:
-                            writer.write(rec.to_json(with_completions=False))
-                        writer.sync()
+                        append_lines(fh, [rec.to_json(with_completions=False) for rec in records])
             del sampler
 
 
 def significance_report(scores, pairs: list[tuple[str, str]], benchmarks: list[str], averages: dict, args,
-                        out_dir: Path):
+                        out_dir: Path) -> dict[tuple[str, str, int], str]:
     """Paired subsampling test per (baseline, focal) pair, benchmark and average column; write CSV + markdown.
 
     Returns marks for the main table: a "*" after the focal cell where the difference is significant."""
     marks: dict[tuple[str, str, int], str] = {}
     rows = []
-    ks = ks_up_to(args.significance_m, args.k_max)
-    for baseline, focal in pairs:
-        draws = {}
-        for bench in benchmarks:
-            a, b = scores[(baseline, bench)], scores[(focal, bench)]
-            seed = request_seed(args.seed, f"significance {baseline}:{focal}", bench, "", 0)
-            try:
-                draws[bench] = subsample_draws(a.n, a.c, b.n, b.c, ks=ks, m=args.significance_m,
-                                               iterations=args.significance_iterations, seed=seed)
-            except ValueError as err:  # name the flag the user can change
-                raise ValueError(f"--significance-m {args.significance_m} ({baseline}:{focal} on {bench}): {err}; "
-                                 "lower --significance-m (the paper: m = 256 of n = 1024)") from err
-        for name, members in averages.items():
-            draws[name] = combine_draws([draws[m] for m in members])  # same iteration t across members
-        for column, d in draws.items():
-            for r in summarise(d, alpha=args.alpha, method=args.significance_method):
-                rows.append(dict(baseline=baseline, focal=focal, benchmark=column, m=args.significance_m,
-                                 iterations=args.significance_iterations, **r.as_dict()))
-                if r.significant:
-                    marks[(focal, column, r.k)] = "*"
-    path = out_dir / "significance.csv"
-    with path.open("w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    for pair in pairs:
+        per_run = [{bench: scores[(run, bench)] for bench in benchmarks} for run in pair]
+        try:
+            tested = paired_tests(*per_run, averages, pair, "significance", ks_up_to(args.significance_m, args.k_max),
+                                  args.significance_m, args.significance_iterations, args.seed, args.alpha,
+                                  args.significance_method)
+        except ValueError as err:  # name the flag the user can change
+            raise ValueError(f"--significance-m {args.significance_m} {err}; lower --significance-m (the paper: "
+                             "m = 256 of n = 1024)") from err
+        for column, r in tested:
+            rows.append(dict(baseline=pair[0], focal=pair[1], benchmark=column, m=args.significance_m,
+                             iterations=args.significance_iterations, **asdict(r)))
+            if r.significant:
+                marks[(pair[1], column, r.k)] = "*"
+    write_csv(out_dir / "significance.csv", rows)
     lines = [f"Paired m-out-of-n subsampling (m={args.significance_m}, {args.significance_iterations} iterations, "
              f"two-sided alpha={args.alpha}, interval: {args.significance_method}); difference = focal - baseline, "
              "pass@k in points (%). Average columns use the mean of their benchmarks' draws of the same iteration.", "",
@@ -257,7 +233,7 @@ def significance_report(scores, pairs: list[tuple[str, str]], benchmarks: list[s
             f"{100 * r['focal_pass_at_k']:.2f} | {100 * r['difference']:+.2f} | {100 * r['ci_low']:+.2f} | "
             f"{100 * r['ci_high']:+.2f} | {r['p_value']:.4f} | {'yes' if r['significant'] else 'no'} |")
     (out_dir / "significance.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return marks, rows
+    return marks
 
 
 def _prompt_settings(args, bench_names, log) -> dict:
@@ -302,12 +278,9 @@ def run_eval(args, log=print) -> int:
 
     benchmarks = {name: load_benchmark(path, name) for name, path in bench_files.items()}
     references = {name: {r["id"]: r for r in recs} for name, recs in benchmarks.items()}
-
-    def scorer_spec_for(bench: str) -> str:
-        return bench_scorers.get(bench, args.scorer)
-
     out_dir.mkdir(parents=True, exist_ok=True)
-    with Scorer(scorer_spec_for, args.threshold, references, workers=args.score_workers) as scorer:
+    with Scorer(lambda bench: bench_scorers.get(bench, args.scorer), args.threshold, references,
+                workers=args.score_workers) as scorer:
         if models:
             unknown = sorted(set(bench_scorers) - set(bench_files))
             if unknown:
@@ -323,11 +296,10 @@ def run_eval(args, log=print) -> int:
             paths = [out_dir / GENERATIONS]
         else:
             paths = [Path(p) for p in args.from_generations]
-        counts = count_correct(paths, scorer, rescore=args.rescore)
+        scores = count_correct(paths, scorer, rescore=args.rescore)
 
-    scores = collect_scores(counts)
-    runs = list(dict.fromkeys(run for run, _ in counts))
-    columns = list(dict.fromkeys(bench for _, bench in counts))
+    runs = list(dict.fromkeys(run for run, _ in scores))
+    columns = list(dict.fromkeys(bench for _, bench in scores))
     unknown = sorted(set(bench_scorers) - set(columns))
     if unknown:
         raise ValueError(f"--bench-scorer names benchmarks that are not in the generations: {unknown}; there: {columns}")
@@ -355,7 +327,7 @@ def run_eval(args, log=print) -> int:
             if not sep or base not in runs or focal not in runs or base == focal:
                 raise ValueError(f"--significance expects BASELINE:FOCAL with two different runs among {runs}, got {spec!r}")
             pairs.append((base, focal))
-        marks, _ = significance_report(scores, pairs, columns, averages, args, out_dir)
+        marks = significance_report(scores, pairs, columns, averages, args, out_dir)
 
     paths = write_tables(out_dir, rows, runs, all_columns, ks, marks)
     if not args.no_plots:

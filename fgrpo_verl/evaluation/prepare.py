@@ -10,6 +10,7 @@ IFEval -> ``ifeval``, SynLogic -> its task verifiers (``--bench-scorer SynLogic=
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import sys
@@ -102,12 +103,10 @@ def synlogic_record(row: dict, index: int) -> dict:
     answer = reward.get("ground_truth") if isinstance(reward, dict) else _first(row, ANSWER_KEYS, "answer", index)
     if answer is None:
         raise ValueError(f"row {index}: no ground truth (reward_model.ground_truth or answer)")
-    out = {"id": str(row.get("id", index)), "problem": str(problem), "answer": answer}
-    if row.get("data_source") is not None:
-        out["data_source"] = str(row["data_source"])
-    if row.get("extra_info") is not None:
-        out["extra_info"] = row["extra_info"]
-    return out
+    source = row.get("data_source")
+    out = {"id": str(row.get("id", index)), "problem": str(problem), "answer": answer,
+           "data_source": None if source is None else str(source), "extra_info": row.get("extra_info")}
+    return {key: value for key, value in out.items() if value is not None}
 
 
 @dataclass(frozen=True)
@@ -135,9 +134,8 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {spec.name: spec for spec in [
 
 
 def convert_rows(name: str, rows: Iterable[dict]) -> list[dict]:
-    """Convert hub rows of benchmark ``name`` to local records; ids made unique, every record validated."""
-    if name not in BENCHMARKS:
-        raise ValueError(f"unknown benchmark {name!r}; known: {', '.join(BENCHMARKS)}")
+    """Convert hub rows of benchmark ``name`` (one of :data:`BENCHMARKS`, as prepare_benchmarks checks) to local
+    records; ids made unique, every record validated."""
     convert = BENCHMARKS[name].convert
     out, seen = [], set()
     for index, row in enumerate(rows):
@@ -156,11 +154,9 @@ def convert_rows(name: str, rows: Iterable[dict]) -> list[dict]:
 def parse_source(text: str) -> HubSource:
     """``REPO:SPLIT`` or ``REPO:CONFIG:SPLIT`` -> HubSource."""
     parts = text.split(":")
-    if len(parts) == 2:
-        return HubSource(parts[0], parts[1])
-    if len(parts) == 3:
-        return HubSource(parts[0], parts[2], config=parts[1] or None)
-    raise ValueError(f"source must be REPO:SPLIT or REPO:CONFIG:SPLIT, got {text!r}")
+    if len(parts) not in (2, 3):
+        raise ValueError(f"source must be REPO:SPLIT or REPO:CONFIG:SPLIT, got {text!r}")
+    return HubSource(parts[0], parts[-1], config=(parts[1] or None) if len(parts) == 3 else None)
 
 
 def verl_rows(name: str, records: list[dict]) -> list[dict]:
@@ -168,15 +164,14 @@ def verl_rows(name: str, records: list[dict]) -> list[dict]:
     (``validation=aime25``): the training prompt (the boxed-answer system prompt + the problem, as
     ``prepare-deepscaler`` writes it; the run's ``data.apply_chat_template_kwargs`` add Qwen3's thinking switch),
     ``data_source`` = the benchmark name (verl logs ``val-core/<name>/...``), the answer as ground truth."""
-    from fgrpo_verl.data.deepscaler import ABILITY, prompt_messages
+    from fgrpo_verl.data.deepscaler import verl_row
 
     spec = BENCHMARKS.get(name)
     if spec is not None and spec.scorer != "math":
         raise ValueError(f"{name}: only math benchmarks (scored by math-verify, the training reward) can validate "
                          f"during training; {name} is scored by {spec.scorer}")
-    return [{"data_source": name, "prompt": prompt_messages(rec["problem"]), "ability": ABILITY,
-             "reward_model": {"style": "rule", "ground_truth": str(rec["answer"])},
-             "extra_info": {"split": "val", "index": i, "id": rec["id"]}} for i, rec in enumerate(records)]
+    return [verl_row(rec["problem"], str(rec["answer"]), "val", i, data_source=name, id=rec["id"])
+            for i, rec in enumerate(records)]
 
 
 SOURCE_FORMAT = "NAME=REPO[:CONFIG]:SPLIT"
@@ -200,22 +195,19 @@ def eval_flags(name: str, path: Path) -> str:
 
 
 def prepare_benchmarks(out: str | Path, names: Iterable[str] | None = None,
-                       sources: dict[str, HubSource] | None = None, verl_parquet: bool = False,
-                       load_dataset: Callable | None = None, log=None) -> list[str]:
+                       sources: dict[str, HubSource] | None = None, verl_parquet: bool = False, log=None) -> list[str]:
     """Download each benchmark (all nine unless ``names``) with ``datasets``, write ``OUT/<NAME>.jsonl`` (and, with
     ``verl_parquet``, ``OUT/<NAME>.parquet`` of each math benchmark in verl's RL format); returns each benchmark's
     ``fgrpo-verl eval`` flags. ``sources`` replace the hub copies named above. Progress goes to ``log``
     (stderr by default), so that a caller's stdout carries only the flags."""
-    def say(line: str) -> None:
-        (log or (lambda text: print(text, file=sys.stderr)))(line)
-
+    say = log or functools.partial(print, file=sys.stderr)
     names = list(names or BENCHMARKS)
     unknown = [n for n in names if n not in BENCHMARKS]
     if unknown:
         raise ValueError(f"unknown benchmark(s) {unknown}; known: {', '.join(BENCHMARKS)}")
     sources = dict(sources or {})
-    if load_dataset is None:
-        from datasets import load_dataset  # the hub's client; imported only when something is downloaded
+    from datasets import load_dataset  # the hub's client; imported only when something is downloaded
+
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     flags = []
@@ -228,12 +220,10 @@ def prepare_benchmarks(out: str | Path, names: Iterable[str] | None = None,
             rows = load_dataset(src.repo, src.config, split=src.split)
         records = convert_rows(name, rows)
         path = out / f"{name}.jsonl"
-        with path.open("w", encoding="utf-8") as fh:
-            for rec in records:
-                fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+        path.write_text("".join(json.dumps(rec, ensure_ascii=False) + "\n" for rec in records), encoding="utf-8")
         say(f"{name}: {len(records)} problems -> {path}")
         if verl_parquet and spec.scorer == "math":
-            from fgrpo_verl.data.parquet import write_rows
+            from fgrpo_verl.data.records import write_rows
 
             write_rows(verl_rows(name, records), out / f"{name}.parquet")
             say(f"{name}: verl validation rows -> {out / f'{name}.parquet'}")

@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 
 PAPER_SYSTEM_PROMPT = "Please reason step by step, and put your final answer within \\boxed{}."
 HELPFUL_SYSTEM_PROMPT = "You are a helpful assistant."
-PROMPT_STYLES = ("chat", "raw")
 GROUPS = ("math", "gpqa", "ifeval", "synlogic")
 BENCHMARK_GROUPS = {
     **{name: "math" for name in ("aime24", "aime25", "amc", "amc23", "math500", "minerva", "olympiad", "olympiadbench")},
@@ -54,7 +53,6 @@ PRESETS: dict[str, dict[str, PromptSetting]] = {
     "llama-3.2-3b-instruct": {"math": _MATH, "gpqa": _MATH, "ifeval": PromptSetting(None), "synlogic": PromptSetting(None)},
     "none": {group: PromptSetting(None) for group in GROUPS},
 }
-DEFAULT_PRESET = "qwen2.5-7b"
 
 
 def benchmark_group(name: str, overrides: dict[str, str] | None = None) -> tuple[str, bool]:
@@ -71,9 +69,8 @@ def benchmark_group(name: str, overrides: dict[str, str] | None = None) -> tuple
 
 def prompt_setting(preset: str, group: str, system_prompt: str | None = None,
                    template_kwargs: dict | None = None) -> PromptSetting:
-    """The preset's setting for a group; an explicit system prompt ("" = none) / template kwargs replace its own."""
-    if preset not in PRESETS:
-        raise ValueError(f"--prompt-preset {preset!r} is unknown; valid: {', '.join(PRESETS)}")
+    """The preset's setting for a group; an explicit system prompt ("" = none) / template kwargs replace its own.
+    ``preset``: a key of :data:`PRESETS` (the options' ``--prompt-preset`` takes no other)."""
     base = PRESETS[preset][group]
     system = base.system_prompt if system_prompt is None else (system_prompt or None)
     kwargs = dict(base.template_kwargs) if template_kwargs is None else dict(template_kwargs)
@@ -98,8 +95,6 @@ def encode_prompt(record: dict, tokenizer, setting: PromptSetting, style: str = 
     ``system + "\\n\\n" + problem`` as plain text, tokenized *with* the tokenizer's special tokens (the BOS a base
     model expects before plain text, once).
     """
-    if style not in PROMPT_STYLES:
-        raise ValueError(f"prompt style must be one of {PROMPT_STYLES}, got {style!r}")
     prompt = record.get("prompt")
     add_special = False
     if isinstance(prompt, str):

@@ -89,9 +89,7 @@ def select_rare(nll: np.ndarray, fraction: float = DEFAULT_FRACTION) -> np.ndarr
     """Indices of the ceil(fraction * len) highest-NLL trajectories (ties broken by input order), highest first."""
     if not (isinstance(fraction, float) and 0.0 < fraction <= 1.0):
         raise ValueError(f"fraction must be a float in (0, 1], got {fraction!r}")
-    nll = np.asarray(nll, dtype=np.float64)
-    if nll.ndim != 1 or nll.size == 0:
-        raise ValueError(f"nll must be a non-empty 1-D array, got shape {nll.shape}")
+    nll = np.asarray(nll, dtype=np.float64)  # one NLL per trajectory, at least one (build_rare_set)
     count = max(1, math.ceil(fraction * nll.size - 1e-9))
     return np.argsort(-nll, kind="stable")[:count]
 
@@ -107,27 +105,14 @@ class RareTrajectory:
     base_nll: float
 
 
-def load_model(path, device: str = "cpu", dtype: str = "float32"):
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from fgrpo_verl.evaluation.generate import resolve_model_path
-
-    path = resolve_model_path(path)
-    tokenizer = AutoTokenizer.from_pretrained(str(path))
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=getattr(torch, dtype)).to(device).eval()
-    return model, tokenizer
-
-
 def correct_trajectories(records) -> list[tuple[object, int]]:
     """(record, sample index) of every correct completion; records need 'prompt', 'completions', 'correct'."""
     out = []
     for rec in records:
         if rec.correct is None or rec.completions is None or not isinstance(rec.prompt, str):
-            raise ValueError(
-                f"rollout line {rec.key} needs 'prompt' (the exact text), 'completions' and 'correct'; "
-                "write them with `fgrpo-verl eval --model base=PATH --bench train=FILE` (generations.jsonl)"
-            )
+            raise ValueError(f"rollout line {rec.key} needs 'prompt' (the exact text), 'completions' and 'correct'; "
+                             "write them with `fgrpo-verl eval --model base=PATH --bench train=FILE` "
+                             "(generations.jsonl)")
         out.extend((rec, i) for i, ok in enumerate(rec.correct) if ok)
     if not out:
         raise ValueError("the rollouts hold no correct completion; the rare set would be empty")
@@ -170,17 +155,14 @@ def delta_nll(rare: list[RareTrajectory], model, tokenizer, device: str = "cpu",
 
 
 def write_rare_set(path: Path, rare: list[RareTrajectory], stats: dict) -> None:
-    with Path(path).open("w", encoding="utf-8") as fh:
-        fh.write(json.dumps({"_stats": stats}) + "\n")
-        for r in rare:
-            fh.write(json.dumps(asdict(r), ensure_ascii=False) + "\n")
+    lines = [{"_stats": stats}, *map(asdict, rare)]
+    Path(path).write_text("".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines), encoding="utf-8")
 
 
 def read_rare_set(path: Path) -> tuple[list[RareTrajectory], dict]:
-    # split at "\n" only: completions are written raw (ensure_ascii=False) and may hold U+2028 etc., which
-    # str.splitlines() would treat as line ends
-    text = Path(path).read_text(encoding="utf-8")
-    lines = [json.loads(line) for line in text.split("\n") if line.strip()]
+    from fgrpo_verl.data.records import read_records
+
+    lines = read_records(path, f"--rare-set {path}")  # JSONL whose completions may hold U+2028 and the like
     if not lines or "_stats" not in lines[0]:
         raise ValueError(f"{path}: not a rare set written by `fgrpo-verl rare-nll` (first line must hold _stats)")
     fields = set(RareTrajectory.__dataclass_fields__)

@@ -11,47 +11,11 @@ from __future__ import annotations
 import csv
 import math
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from fgrpo_verl.evaluation.plan import BenchmarkFile
-from fgrpo_verl.pass_at_k import pass_at_k_curve
-
-
-@dataclass
-class BenchmarkScores:
-    """Per-problem sample and correct counts of one run on one benchmark (problems sorted by id)."""
-
-    run: str
-    benchmark: str
-    problem_ids: list[str]
-    n: np.ndarray
-    c: np.ndarray
-    errors: int = 0  # samples whose scorer raised (counted as incorrect)
-
-    def pass_at(self, k: int) -> float:
-        """Mean unbiased pass@k over problems, NaN when k exceeds some problem's n."""
-        return float(pass_at_k_curve(self.n, self.c, [k])[0])
-
-    def curve(self, ks) -> np.ndarray:
-        """``pass_at`` for every k in ``ks`` in one table pass."""
-        return pass_at_k_curve(self.n, self.c, ks)
-
-
-def collect_scores(counts) -> dict[tuple[str, str], BenchmarkScores]:
-    """``{(run, benchmark): {problem_id: ProblemCount}}`` (scoring.count_correct) -> ``{(run, benchmark): BenchmarkScores}``."""
-    out = {}
-    for (run, bench), by_id in counts.items():
-        ids = sorted(by_id)
-        out[(run, bench)] = BenchmarkScores(
-            run=run, benchmark=bench, problem_ids=ids,
-            n=np.array([by_id[i].n for i in ids], dtype=np.int64),
-            c=np.array([by_id[i].c for i in ids], dtype=np.int64),
-            errors=sum(by_id[i].errors for i in ids),
-        )
-    return out
 
 
 def scored_counts(result: dict, benches: dict[str, BenchmarkFile], threshold: float) -> tuple[dict, list[str]]:
@@ -70,22 +34,19 @@ def scored_counts(result: dict, benches: dict[str, BenchmarkFile], threshold: fl
         raise ValueError(f"generation files {missing or '(none recorded)'} not found")
     references: dict[str, dict] = {}
     skipped: dict[str, str] = {}
-    resolved: set[str] = set()
 
     def unavailable(bench: str, needs_reference: bool) -> str | None:
         """Why ``bench``'s unscored lines cannot be scored here, or None."""
         if bench not in benches:
             return "not a benchmark of the recipe's evaluation, so its scorer is unknown"
         spec = benches[bench].scorer
-        if bench not in resolved:
-            unset = re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)", spec)
-            if unset:
-                return f"its scorer {spec} is not set here: export {unset[0]}=module:function"
-            try:
-                resolve_scorer(spec)
-            except ValueError as exc:
-                return str(exc)
-            resolved.add(bench)
+        unset = re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)", spec)
+        if unset:
+            return f"its scorer {spec} is not set here: export {unset[0]}=module:function"
+        try:
+            resolve_scorer(spec)  # imported once: the import system keeps the module
+        except ValueError as exc:
+            return str(exc)
         if needs_reference and bench not in references:
             file = Path(benches[bench].file)
             if not file.is_file():
@@ -111,7 +72,7 @@ def scored_counts(result: dict, benches: dict[str, BenchmarkFile], threshold: fl
                                               f"{next(iter(rec.score_errors.values()))}")
 
     with OwnScorer(lambda b: benches[b].scorer, threshold, references) as scorer:
-        scores = collect_scores(count_correct(paths, scorer))
+        scores = count_correct(paths, scorer)
     counts = {bench: s for (_run, bench), s in scores.items() if bench not in skipped}
     return counts, [f"{bench}: {why}" for bench, why in skipped.items()]
 
@@ -147,10 +108,7 @@ def table_rows(scores, runs, benchmarks, ks, averages=None) -> list[dict]:
                 rows.append(dict(run=run, benchmark=bench, k=k, pass_at_k=float(value),
                                  num_problems=len(s.problem_ids), min_n=int(s.n.min()), max_n=int(s.n.max()),
                                  score_errors=s.errors))
-        for name, members in averages.items():
-            missing = [b for b in members if (run, b) not in scores]
-            if missing:
-                raise ValueError(f"average {name!r}: run {run!r} has no scores for {missing}")
+        for name, members in averages.items():  # every run has every member (check_same_problems)
             curves = np.mean([scores[(run, b)].curve(ks) for b in members], axis=0)
             for k, value in zip(ks, curves):
                 rows.append(dict(run=run, benchmark=name, k=k, pass_at_k=float(value),
@@ -172,16 +130,23 @@ def markdown_table(rows, runs, columns, ks, marks=None) -> str:
     lines = [f"*pass@k (%), cells: {'/'.join(runs)}*", "", "| k | " + " | ".join(columns) + " |",
              "|---" * (len(columns) + 1) + "|"]
     for k in ks:
-        cells = []
-        for col in columns:
-            parts = [_fmt(value.get((run, col, k), math.nan)) + marks.get((run, col, k), "") for run in runs]
-            cells.append("/".join(parts))
+        cells = ["/".join(_fmt(value.get((run, col, k), math.nan)) + marks.get((run, col, k), "") for run in runs)
+                 for col in columns]
         lines.append(f"| {k} | " + " | ".join(cells) + " |")
     errors = {(r["run"], r["benchmark"]): r["score_errors"] for r in rows if r.get("score_errors") and not r.get("average")}
     if errors:
         lines += ["", "**Scorer errors** (samples whose scorer raised, counted as incorrect; messages in generations.jsonl "
                   "'score_errors'): " + ", ".join(f"{run} on {bench}: {count}" for (run, bench), count in errors.items())]
     return "\n".join(lines) + "\n"
+
+
+def write_csv(path: Path, rows: list[dict]) -> None:
+    """``rows`` as CSV with their keys as header (an empty file when there are none)."""
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        if rows:
+            writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
 
 
 def write_tables(out_dir: Path, rows, runs, columns, ks, marks=None) -> dict[str, Path]:
@@ -193,20 +158,14 @@ def write_tables(out_dir: Path, rows, runs, columns, ks, marks=None) -> dict[str
 
     value = {(r["run"], r["benchmark"], r["k"]): r["pass_at_k"] for r in rows}
     wide = out_dir / "pass_at_k_table.csv"
-    with wide.open("w", newline="", encoding="utf-8") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(["k"] + [f"{col}/{run}" for col in columns for run in runs])
-        for k in ks:
-            vals = [value.get((run, col, k), math.nan) for col in columns for run in runs]
-            writer.writerow([k] + ["" if math.isnan(v) else f"{100 * v:.4f}" for v in vals])
+    cell = {(run, col, k): "" if math.isnan(v) else f"{100 * v:.4f}" for (run, col, k), v in value.items()}
+    write_csv(wide, [{"k": k, **{f"{col}/{run}": cell.get((run, col, k), "") for col in columns for run in runs}}
+                     for k in ks])
 
     long = out_dir / "pass_at_k_long.csv"
-    with long.open("w", newline="", encoding="utf-8") as fh:
-        fields = ["run", "benchmark", "k", "pass_at_k", "num_problems", "min_n", "max_n", "score_errors"]
-        writer = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
-        writer.writeheader()
-        for r in rows:
-            writer.writerow({**r, "pass_at_k": "" if math.isnan(r["pass_at_k"]) else repr(r["pass_at_k"])})
+    fields = ["run", "benchmark", "k", "pass_at_k", "num_problems", "min_n", "max_n", "score_errors"]
+    plain = [{f: r[f] for f in fields} for r in rows]
+    write_csv(long, [{**r, "pass_at_k": "" if math.isnan(r["pass_at_k"]) else repr(r["pass_at_k"])} for r in plain])
     return {"markdown": md, "wide_csv": wide, "long_csv": long}
 
 
@@ -231,11 +190,8 @@ def plot_curves(out_dir: Path, rows, runs, columns, ks, reference=None) -> list[
                     ax.plot(sorted(ref), [ref[k] for k in sorted(ref)], color=line.get_color(), linestyle="--",
                             label=f"{run} (paper)")
         ax.set_xscale("log", base=2)
-        ax.set_xticks(ks)
-        ax.set_xticklabels([str(k) for k in ks], fontsize=7)
-        ax.set_xlabel("k")
-        ax.set_ylabel("pass@k (%)")
-        ax.set_title(col)
+        ax.set_xticks(ks, [str(k) for k in ks], fontsize=7)
+        ax.set(xlabel="k", ylabel="pass@k (%)", title=col)
         ax.grid(alpha=0.3)
 
     paths = []

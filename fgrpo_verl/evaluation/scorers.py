@@ -104,8 +104,7 @@ def resolve_scorer(spec: str) -> ScoreFn:
     try:
         module = importlib.import_module(module_name)
     except ImportError as err:
-        hint = " (the maze task ships with fgrpo-verl's maze branch)" if target == MAZE_SCORER else ""
-        raise ValueError(f"scorer {spec!r}: cannot import module {module_name!r}{hint}: {err}") from err
+        raise ValueError(f"scorer {spec!r}: cannot import module {module_name!r}: {err}") from err
     fn = getattr(module, func_name, None)
     if not callable(fn):
         raise ValueError(f"scorer {spec!r}: {module_name!r} has no callable {func_name!r}")

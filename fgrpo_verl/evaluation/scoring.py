@@ -8,6 +8,7 @@ waiting for their scorer, so its memory does not grow with the samples' texts.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from dataclasses import dataclass
 
@@ -15,15 +16,15 @@ import numpy as np
 
 from fgrpo_verl.evaluation.formats import GenerationRecord, LineIndex, iter_generation_lines
 from fgrpo_verl.evaluation.scorers import is_correct, resolve_scorer
+from fgrpo_verl.pass_at_k import pass_at_k_curve
 
 # Problems scored per batch when reading files (bounds the completions held in memory).
 SCORE_CHUNK = 64
 _MESSAGE_CHARS = 300
 
 
-@functools.lru_cache(maxsize=None)
-def _scorer(spec: str):
-    return resolve_scorer(spec)
+# one resolution per process (a worker's too); Scorer() clears it, a module:function may have been replaced since
+_scorer = functools.lru_cache(maxsize=None)(resolve_scorer)
 
 
 def _score_texts(job: tuple[str, float, dict, list[str]]) -> tuple[list[int], dict[int, str]]:
@@ -41,16 +42,14 @@ def _score_texts(job: tuple[str, float, dict, list[str]]) -> tuple[list[int], di
     return correct, errors
 
 
-class Scorer:
+class Scorer(contextlib.AbstractContextManager):
     """Scores ``GenerationRecord``s in place; ``workers > 1`` forks a process pool once and reuses it.
 
     ``scorer_spec_for(benchmark)`` names the scorer; ``references[benchmark][problem_id]`` is the benchmark record
     used when a line carries no ``answer``."""
 
     def __init__(self, scorer_spec_for, threshold: float, references: dict[str, dict[str, dict]], workers: int = 1):
-        if workers < 1:
-            raise ValueError(f"workers must be >= 1, got {workers}")
-        _scorer.cache_clear()  # a module:function may have been replaced since the last run
+        _scorer.cache_clear()
         self.spec_for, self.threshold, self.references, self.workers = scorer_spec_for, threshold, references, workers
         self._pool = None
 
@@ -59,17 +58,13 @@ class Scorer:
             return {"answer": rec.answer, "data_source": rec.data_source or rec.benchmark, **rec.extra}
         bench = self.references.get(rec.benchmark)
         if bench is None or rec.problem_id not in bench:
-            raise ValueError(
-                f"{rec.key}: the line has completions but no 'answer'; pass the benchmark file with "
-                f"--bench {rec.benchmark}=FILE holding id {rec.problem_id!r}"
-            )
+            raise ValueError(f"{rec.key}: the line has completions but no 'answer'; pass the benchmark file with "
+                             f"--bench {rec.benchmark}=FILE holding id {rec.problem_id!r}")
         return bench[rec.problem_id]
 
     def score(self, records: list[GenerationRecord]) -> None:
         jobs = []
-        for rec in records:
-            if rec.completions is None:
-                raise ValueError(f"{rec.key}: scoring needs 'completions' but the line only has 'correct'")
+        for rec in records:  # each with its completions (the callers pick those)
             spec = self.spec_for(rec.benchmark)
             _scorer(spec)  # a bad spec fails here, before any worker starts
             jobs.append((spec, self.threshold, self._reference(rec), rec.completions))
@@ -92,22 +87,29 @@ class Scorer:
             self._pool.shutdown()
             self._pool = None
 
-    def __enter__(self):
-        return self
-
     def __exit__(self, *exc):
         self.close()
 
 
 @dataclass
-class ProblemCount:
-    n: int
-    c: int
-    errors: int
+class BenchmarkScores:
+    """Per-problem sample and correct counts of one run on one benchmark (problems sorted by id)."""
+
+    run: str
+    benchmark: str
+    problem_ids: list[str]
+    n: np.ndarray
+    c: np.ndarray
+    errors: int = 0  # samples whose scorer raised (counted as incorrect)
+
+    def curve(self, ks) -> np.ndarray:
+        """Mean unbiased pass@k over problems for every k in ``ks`` in one table pass, NaN where k exceeds some
+        problem's n."""
+        return pass_at_k_curve(self.n, self.c, ks)
 
 
-def count_correct(paths, scorer: Scorer, rescore: bool = False) -> dict[tuple[str, str], dict[str, ProblemCount]]:
-    """``{(run, benchmark): {problem_id: ProblemCount}}`` from generation files, streaming.
+def count_correct(paths, scorer: Scorer, rescore: bool = False) -> dict[tuple[str, str], BenchmarkScores]:
+    """``{(run, benchmark): BenchmarkScores}`` from generation files, streaming.
 
     A problem's correctness comes from its ``correct`` line; a problem with completions but no ``correct`` anywhere
     (or every problem, with ``rescore``) is scored here, ``SCORE_CHUNK`` problems at a time."""
@@ -116,11 +118,11 @@ def count_correct(paths, scorer: Scorer, rescore: bool = False) -> dict[tuple[st
         missing = sorted(set(index.scored) - set(index.texts))
         if missing:
             raise ValueError(f"--rescore needs 'completions' but {len(missing)} problems only have 'correct', e.g. {missing[0]}")
-    counts: dict[tuple[str, str], dict[str, ProblemCount]] = {}
+    counts: dict[tuple[str, str], dict[str, tuple[int, int, int]]] = {}  # problem id -> (n, c, scorer errors)
 
     def add(rec: GenerationRecord) -> None:
-        counts.setdefault((rec.run, rec.benchmark), {})[rec.problem_id] = ProblemCount(
-            n=int(rec.correct.size), c=int(rec.correct.sum()), errors=len(rec.score_errors or {}))
+        counts.setdefault((rec.run, rec.benchmark), {})[rec.problem_id] = (
+            rec.correct.size, int(rec.correct.sum()), len(rec.score_errors or {}))
 
     pending: list[GenerationRecord] = []
 
@@ -140,4 +142,9 @@ def count_correct(paths, scorer: Scorer, rescore: bool = False) -> dict[tuple[st
             elif rec.correct is not None and not rescore:
                 add(rec)
     flush()
-    return counts
+    out = {}
+    for (run, bench), by_id in counts.items():
+        ids = sorted(by_id)
+        n, c, errors = np.array([by_id[i] for i in ids], dtype=np.int64).T
+        out[(run, bench)] = BenchmarkScores(run, bench, ids, n, c, int(errors.sum()))
+    return out

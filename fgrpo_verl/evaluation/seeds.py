@@ -26,6 +26,4 @@ def request_seed(seed: int, run: str, benchmark: str, problem_id: str, block: in
 
 def blocks(n: int, block_size: int) -> list[tuple[int, int]]:
     """(block index, samples in it) covering n samples in blocks of ``block_size`` (the last may be shorter)."""
-    if n < 1 or block_size < 1:
-        raise ValueError(f"n and the block size must be >= 1, got n={n}, block size={block_size}")
     return [(b, min(block_size, n - start)) for b, start in enumerate(range(0, n, block_size))]

@@ -35,7 +35,7 @@ d*_t from the same iteration t (``combine_draws``), so its interval accounts for
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -59,9 +59,6 @@ class SignificanceRow:
     p_value: float         # two-sided, capped at 1
     significant: bool      # CI excludes 0
     method: str = "paper"
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 @dataclass
@@ -102,11 +99,7 @@ def subsample_draws(n_baseline, c_baseline, n_focal, c_focal, ks=None, m: int = 
         # m = n draws every generation: all iterations agree and the CI collapses onto the point estimate.
         raise ValueError(f"m must be < the number of generations of every problem (smallest n = {n_min}), got m={m}")
     ks = ks_up_to(m, k_max=m) if ks is None else [int(k) if isinstance(k, np.integer) else k for k in ks]
-    for k in ks:
-        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= m:
-            raise ValueError(f"every k must be an int in [1, m={m}], got {k!r}")
-
-    tables = pass_at_k_table(m, ks)  # row i: pass@ks[i] of a subsample with c* = 0..m correct
+    tables = pass_at_k_table(m, ks)  # row i: pass@ks[i] of a subsample with c* = 0..m correct (checks 1 <= k <= m)
     diffs = np.empty((len(ks), iterations))
     rng = np.random.default_rng(seed)
     problems = nb.size
@@ -137,9 +130,6 @@ def combine_draws(parts: list[SubsampleDraws]) -> SubsampleDraws:
     if not parts:
         raise ValueError("an average needs at least one benchmark")
     ks = [k for k in parts[0].ks if all(k in p.diffs for p in parts)]
-    sizes = {p.diffs[ks[0]].size for p in parts}
-    if len(sizes) != 1:
-        raise ValueError(f"benchmarks of an average must use the same number of iterations, got {sorted(sizes)}")
     ns = {p.n for p in parts}
     return SubsampleDraws(
         ks=ks, m=parts[0].m, n=ns.pop() if len(ns) == 1 else 0,
@@ -153,8 +143,6 @@ def interval(diffs: np.ndarray, estimate: float, alpha: float, method: str, m: i
     """(CI low, CI high, two-sided p) of the paired difference from its subsample draws; see the module docstring."""
     if method not in METHODS:
         raise ValueError(f"significance method must be one of {METHODS}, got {method!r}")
-    if not (isinstance(alpha, float) and 0.0 < alpha < 1.0):
-        raise ValueError(f"alpha must be a float in (0, 1), got {alpha!r}")
     if method == "paper":
         low, high = np.quantile(diffs, [alpha / 2, 1 - alpha / 2])
         p = 2.0 * min(np.mean(diffs <= 0), np.mean(diffs >= 0))
@@ -182,23 +170,24 @@ def summarise(draws: SubsampleDraws, alpha: float = 0.05, method: str = "paper")
     return rows
 
 
-def paired_subsampling_test(
-    n_baseline, c_baseline, n_focal, c_focal, ks=None, m: int = 256, iterations: int = 50_000,
-    alpha: float = 0.05, seed: int = 0, method: str = "paper",
-) -> list[SignificanceRow]:
-    """Paired m-out-of-n subsampling test of pass@k(focal) - pass@k(baseline), per k.
+def paired_tests(baseline: dict, focal: dict, averages: dict[str, list[str]], pair: tuple[str, str], stream: str,
+                 ks, m: int, iterations: int, seed: int, alpha: float = 0.05,
+                 method: str = "paper") -> list[tuple[str, SignificanceRow]]:
+    """``(column, row)`` per k of the paired test of focal - baseline (``{benchmark: scores with n, c}`` of the two
+    runs ``pair`` names) on every benchmark both have, then on every average column whose members all were tested.
+    A benchmark's draws have their own seed from (``seed``, ``stream``, the pair, the benchmark), so the columns
+    tested beside it do not change its numbers; a ValueError names the pair and the benchmark."""
+    from fgrpo_verl.evaluation.seeds import request_seed
 
-    Args:
-        n_baseline, c_baseline: per-problem sample and correct counts of the baseline run (aligned by problem).
-        n_focal, c_focal: the same for the focal run, same problem order.
-        ks: budgets to test (each 1 <= k <= m); default 1, 2, 4, ..., m.
-        m: subsample size per problem, 1 <= m < every n (paper: 256 of 1024).
-        iterations: number of subsampling iterations T (paper: 50,000).
-        alpha: two-sided level.
-        seed: seed of the numpy Generator (results are reproducible for a given seed and chunking).
-        method: "paper" (raw percentiles, App. Q), "rescaled" or "rescaled-fpc" (module docstring).
-    """
-    if method not in METHODS:
-        raise ValueError(f"significance method must be one of {METHODS}, got {method!r}")
-    draws = subsample_draws(n_baseline, c_baseline, n_focal, c_focal, ks=ks, m=m, iterations=iterations, seed=seed)
-    return summarise(draws, alpha=alpha, method=method)
+    draws = {}
+    for bench in [b for b in baseline if b in focal]:
+        a, b = baseline[bench], focal[bench]
+        try:
+            draws[bench] = subsample_draws(a.n, a.c, b.n, b.c, ks=ks, m=m, iterations=iterations,
+                                           seed=request_seed(seed, f"{stream} {pair[0]}:{pair[1]}", bench, "", 0))
+        except ValueError as err:
+            raise ValueError(f"({pair[0]}:{pair[1]} on {bench}): {err}") from err
+    for name, members in averages.items():
+        if all(b in draws for b in members):
+            draws[name] = combine_draws([draws[b] for b in members])  # same iteration t across members
+    return [(column, row) for column, d in draws.items() for row in summarise(d, alpha=alpha, method=method)]

@@ -87,7 +87,7 @@ class EvalSpec(Shape):
     gpus_per_node: int = Field(None, ge=1)   # GPUs of an evaluation job; default 8 with vllm, else 1
     workers: int = Field(1, ge=1)            # worker processes on the CPU back-end
     resources: InstanceOf[Resources] = Field(default_factory=Resources)
-    cost: InstanceOf[CostAssumptions] = Field(default_factory=CostAssumptions)
+    cost: CostAssumptions = Field(default_factory=CostAssumptions)
     tables: list[Literal["table1", "table2", "table3", "table6", "curves"]] = []
 
     def passes(self) -> dict[str, PassEntry]:
@@ -96,14 +96,11 @@ class EvalSpec(Shape):
             return {"selection": self.final}
         return {"selection": self.selection, "final": self.final}
 
-    @field_validator("resources", "cost", mode="before")
+    @field_validator("resources", mode="before")
     @classmethod
     def _checked_elsewhere(cls, value, info: ValidationInfo):
-        """The sbatch settings as a recipe's resources (launch/recipe.py); the cost assumptions (cost.py)."""
-        where = f"{info.context['where']}.{info.field_name}"
-        if info.field_name == "resources":
-            return Resources().merged(value, where)
-        return CostAssumptions.from_dict(value, where)
+        """The sbatch settings as a recipe's resources (launch/recipe.py)."""
+        return Resources().merged(value, f"{info.context['where']}.{info.field_name}")
 
     @model_validator(mode="after")
     def _between_keys(self, info: ValidationInfo) -> EvalSpec:

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from fgrpo_verl.data.parquet import parquet_rows
+from fgrpo_verl.data.records import parquet_rows
 
 
 @dataclass(frozen=True)

@@ -417,7 +417,7 @@ StorageLoad = namedtuple("StorageLoad", "train val val_prompts beside validates 
 
 def storage_load(config, workdir: Path) -> StorageLoad:
     """The :class:`StorageLoad` of ``config`` (validation rows read from ``data.val_files`` under ``workdir``)."""
-    from fgrpo_verl.data.parquet import parquet_rows
+    from fgrpo_verl.data.records import parquet_rows
 
     trainer, data = config.trainer, config.data
     train = memory.batch_layout(config, int(trainer.nnodes) * int(trainer.n_gpus_per_node))[1]

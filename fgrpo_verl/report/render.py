@@ -1,19 +1,8 @@
-"""The report's files: CSV tables, ``report.md`` (the printed text) and ``missing.md`` (what keeps cells empty)."""
+"""The report's text files: ``report.md`` (the printed text) and ``missing.md`` (what keeps cells empty)."""
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
-
-
-def write_csv(path: Path, rows: list[dict]) -> None:
-    if not rows:
-        path.write_text("", encoding="utf-8")
-        return
-    with path.open("w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
 
 
 def finish(parts: list[str], empty: list[str], runs, out_dir: Path) -> str:

@@ -14,8 +14,7 @@ def pair_significance(base, focal, plan: Plan, k: int, iterations: int, method: 
     """``({column: {k: significant}}, rows, left out, m)``: the paired test of focal - baseline at pass@1 and at
     pass@K (a k above m cannot be tested on m-sample subsets and is not), and a line per benchmark left out
     (scored_counts: its unscored lines could not be scored here). ``base``, ``focal``: runs with a final result."""
-    from fgrpo_verl.evaluation.seeds import request_seed
-    from fgrpo_verl.evaluation.significance import combine_draws, subsample_draws, summarise
+    from fgrpo_verl.evaluation.significance import paired_tests
 
     (a, skip_a), (b, skip_b) = (scored_counts(r.final, plan.benchmarks, plan.sampling.threshold)
                                 for r in (base, focal))
@@ -27,21 +26,12 @@ def pair_significance(base, focal, plan: Plan, k: int, iterations: int, method: 
     if m < 1:
         raise ValueError(f"n = {n} samples per problem is too few for m-out-of-n subsampling (m = n / 4)")
     ks = sorted({x for x in (1, k) if x <= m})
-    draws = {}
-    for bench in a:
-        if bench in b:
-            draws[bench] = subsample_draws(a[bench].n, a[bench].c, b[bench].n, b[bench].c, ks=ks, m=m,
-                                           iterations=iterations,
-                                           seed=request_seed(seed, f"report {base.name}:{focal.name}", bench, "", 0))
-    for avg, members in plan.averages.items():
-        if all(mb in draws for mb in members):
-            draws[avg] = combine_draws([draws[mb] for mb in members])
     tested, rows = {}, []
-    for column, d in draws.items():
-        for r in summarise(d, method=method):
-            rows.append({"baseline": base.name, "focal": focal.name, "column": column, "k": r.k, "m": m,
-                         "iterations": iterations, "method": method, "difference": r.difference,
-                         "ci_low": r.ci_low, "ci_high": r.ci_high, "p_value": r.p_value,
-                         "significant": r.significant})
-            tested.setdefault(column, {})[r.k] = bool(r.significant)
+    for column, r in paired_tests(a, b, plan.averages, (base.name, focal.name), "report", ks, m, iterations, seed,
+                                  method=method):
+        rows.append({"baseline": base.name, "focal": focal.name, "column": column, "k": r.k, "m": m,
+                     "iterations": iterations, "method": method, "difference": r.difference,
+                     "ci_low": r.ci_low, "ci_high": r.ci_high, "p_value": r.p_value,
+                     "significant": r.significant})
+        tested.setdefault(column, {})[r.k] = bool(r.significant)
     return tested, rows, left_out, m

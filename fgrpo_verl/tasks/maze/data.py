@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from fgrpo_verl.data.parquet import write_rows
+from fgrpo_verl.data.records import write_rows
 from fgrpo_verl.tasks.maze.generator import Maze, generate_split
 from fgrpo_verl.tasks.maze.prompt import DATA_SOURCE, prompt_messages, prompt_text
 

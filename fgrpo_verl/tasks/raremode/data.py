@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fgrpo_verl.data.parquet import write_rows
+from fgrpo_verl.data.records import write_rows
 from fgrpo_verl.tasks.maze.data import Splits
 from fgrpo_verl.tasks.raremode.generator import RarePrompt, generate_split
 

@@ -7,7 +7,10 @@ set of subsample draws, every method read off the same draws) on each benchmark 
 (``combine_draws``) and record whether it rejects. The rejection rate over replicates estimates the type-I error;
 its Monte Carlo standard error is sqrt(r (1 - r) / replicates).
 
-    python -m fgrpo_verl.evaluation.calibration --replicates 1000 --problems 100 --iterations 2000
+    python benchmarks/significance_calibration.py --replicates 1000 --problems 100 --iterations 2000
+
+A measurement of the test (the numbers in docs/evaluation.md), not part of it: it lives beside the benchmarks and
+does not ship in the package.
 """
 
 from __future__ import annotations
