@@ -51,8 +51,16 @@ def version() -> str:
     return f"fgrpo-verl {installed('fgrpo-verl')} (verl {installed('verl')}, python {py.major}.{py.minor}.{py.micro})"
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """A mistake on the command line is one line: argparse's usage block above it would bury it (``--help`` has
+    the usage)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="fgrpo-verl",
         description="F-GRPO (arXiv 2602.06717) for verl: train, check, reproduce.",
         epilog=f"{DEBUG_FLAG} (anywhere) or HYDRA_FULL_ERROR=1: show tracebacks instead of one-line errors",
