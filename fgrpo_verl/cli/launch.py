@@ -66,7 +66,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _reparse(args: argparse.Namespace) -> argparse.Namespace:
     """Options given after RECIPE (mixed with overrides) merged with those given before it."""
-    parser = argparse.ArgumentParser(prog="fgrpo-verl launch")
+    from fgrpo_verl.cli import OneLineParser
+
+    parser = OneLineParser(prog="fgrpo-verl launch")
     _add_arguments(parser, "*")
     late = parser.parse_intermixed_args([args.recipe, *args.overrides])
     only = (args.only or []) + (late.only or [])
