@@ -525,12 +525,14 @@ def test_dry_run_without_data_says_which_scripts_are_not_final(dry_run_without_d
 
 def test_shared_composition_equals_hydra_for_every_selection_of_every_recipe():
     """launch composes each distinct selection of config groups once and applies the value overrides with Hydra's
-    own applier: the same config as a full Hydra compose (fgrpo_verl.config.compose.SharedComposer)."""
+    override parser and OmegaConf.update: the same config as a full Hydra compose (fgrpo_verl.config.compose.
+    SharedComposer), once both have algorithm.fgrpo typed by its schema."""
     from omegaconf import OmegaConf
 
-    from fgrpo_verl.config.compose import SharedComposer, _compose_raw, batch_session, is_value_override
-    from fgrpo_verl.launch.recipe import load_recipe
+    from fgrpo_verl.config.compose import SharedComposer, _compose_raw, is_value_override
     from fgrpo_verl.config.paths import CONFIG_NAME
+    from fgrpo_verl.config.schema import typed_fgrpo
+    from fgrpo_verl.launch.recipe import load_recipe
 
     lists, seen = [], set()
     for name in ("paper_main", "group_size", "controls", "maze"):
@@ -547,10 +549,10 @@ def test_shared_composition_equals_hydra_for_every_selection_of_every_recipe():
         ["algorithm.fgrpo.gamma=0", "algo=cispo", "actor_rollout_ref.rollout.n=4"],  # values before selections
     ]
     composer = SharedComposer()
-    with batch_session():  # as the launcher composes a recipe's runs (plan_jobs): parsed YAML files shared too
-        shared_configs = [composer.compose(overrides) for overrides in lists]
+    shared_configs = [composer.compose(overrides) for overrides in lists]
     for overrides, shared in zip(lists, shared_configs):
         full = _compose_raw(overrides, CONFIG_NAME)  # a plain Hydra compose, nothing shared
+        typed_fgrpo(full)
         assert OmegaConf.to_container(shared) == OmegaConf.to_container(full), overrides
         assert OmegaConf.is_struct(shared) and OmegaConf.is_struct(full)
     # a value override changes its copy only: the next run of the same selection starts from the recipe's values

@@ -298,7 +298,7 @@ def test_one_launch_completes_through_usr1_and_a_requeue_with_the_focal_estimato
     # W&B's history is steps 1..4 once each, with the console's values. The stopped start closed W&B cleanly; the
     # killed start's row of step 3 reached its offline file (the trainer closes each step's row when the next
     # begins, and the job flushes every second; verl alone kept it open and W&B's 15-s buffer lost it), and nothing
-    # it logged past checkpoint 3 survives the last start's trim (fgrpo_verl/launch/wandb_offline.py)
+    # it logged past checkpoint 3 survives the last start's trim (fgrpo_verl/job/wandb_offline.py)
     folders = sorted((workdir / "wandb").glob(f"offline-run-*-{run_id}"))
     per_start = [[row for row in read_history(folder / f"run-{run_id}.wandb") if "critic/score/mean" in row]
                  for folder in folders]

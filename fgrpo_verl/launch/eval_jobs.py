@@ -191,8 +191,7 @@ def render_eval_job(recipe, job, phase: str, plan: Plan, spec: EvalSpec, log_dir
     """The job script of one evaluation pass (slurm/eval.sbatch.template); ``mem``: its sbatch --mem
     (:func:`eval_memory`). Its dependencies on other jobs are not in it: :func:`submit_eval_jobs` gives them to
     sbatch."""
-    from fgrpo_verl.launch.jobenv import job_environment
-    from fgrpo_verl.launch.render import check_value, render_template, sbatch_directives, shell_exports
+    from fgrpo_verl.launch.render import check_value, job_environment, render_template, sbatch_directives, shell_exports
     from fgrpo_verl.config.paths import slurm_dir
     from fgrpo_verl.job.tracking import config_run_tags
 
@@ -507,7 +506,7 @@ def submit_eval_jobs(jobs: list, train_ids: dict[str, str | None], script_dir: P
     """Submit the evaluation jobs a launch still needs (:func:`decide`), each with the script planned for it and
     its dependencies on sbatch's command line; returns (run, pass, job id) of each, also appended to
     ``submitted`` as each one goes (what a failing sbatch leaves queued)."""
-    from fgrpo_verl.launch.identity import read_record, write_record
+    from fgrpo_verl.job.run_record import read_record, write_record
     from fgrpo_verl.launch.queue import active_jobs
     from fgrpo_verl.launch.render import sbatch, script_name
 

@@ -16,9 +16,9 @@
   Binding is the test, on all addresses. Two jobs starting on one host in the same instant can still race; the
   loser's ``ray start`` then fails with "address already in use" and the job fails (relaunch it).
 
-    python -m fgrpo_verl.launch.node_net base JOB_ID        # prints the port base (FGRPO_RAY_PORT_BASE)
-    python -m fgrpo_verl.launch.node_net ifname IP          # prints the interface holding IP
-    python -m fgrpo_verl.launch.node_net exec --ip IP --base B --index I -- ray start ...
+    python -m fgrpo_verl.job.node_net base JOB_ID        # prints the port base (FGRPO_RAY_PORT_BASE)
+    python -m fgrpo_verl.job.node_net ifname IP          # prints the interface holding IP
+    python -m fgrpo_verl.job.node_net exec --ip IP --base B --index I -- ray start ...
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def interface_env(ip: str, environ=os.environ) -> dict[str, str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m fgrpo_verl.launch.node_net", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m fgrpo_verl.job.node_net", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     base = sub.add_parser("base", help="print the job's Ray port base")
     base.add_argument("job_id", type=int)
