@@ -299,8 +299,10 @@ def test_misspelt_key_through_the_real_entry_point_and_debug_shows_the_traceback
         assert "did you mean 'gamma'" in done.stderr
 
 
-def test_gae_discount_set_instead_of_the_focal_gamma_is_caught_by_doctor_and_train(capsys, train_answers):
+def test_gae_discount_set_instead_of_the_focal_gamma_is_caught_by_doctor_and_train(capsys, train_answers,
+                                                                                    monkeypatch):
     """`algorithm.gamma` is verl's GAE discount; with adv_estimator=fgrpo nothing reads it."""
+    monkeypatch.setenv("WANDB_MODE", "offline")  # no W&B host here (doctor asks it when online)
     assert main(["doctor", "--no-ray", "algo=grpo", "algorithm.gamma=2"]) == 2
     out = capsys.readouterr().out
     fail = [line for line in out.splitlines() if "[FAIL]" in line]
@@ -559,6 +561,42 @@ def test_shared_composition_equals_hydra_for_every_selection_of_every_recipe():
     a = composer.compose(["algo=grpo", "algorithm.fgrpo.gamma=2"])
     b = composer.compose(["algo=grpo"])
     assert a.algorithm.fgrpo.gamma == 2 and b.algorithm.fgrpo.gamma == 0.5
+
+
+def test_doctor_says_in_one_line_when_wandb_online_does_not_answer(capsys, monkeypatch):
+    """What a job checks on its node before loading its model (fgrpo_verl/job/wandb_online.py), doctor checks
+    here: a W&B host that answers passes, one that does not fails naming WANDB_MODE=offline and `wandb sync`;
+    offline, or a run that does not log to W&B, nothing is asked. Loopback only: a local server, a closed port."""
+    import http.server
+    import socket
+    import threading
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed = sock.getsockname()[1]
+    for proxy in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"):
+        monkeypatch.delenv(proxy, raising=False)
+    monkeypatch.setenv("WANDB_MODE", "online")
+
+    def doctor(*overrides):
+        rc = main(["doctor", "--no-ray", "algo=grpo", *overrides])
+        (line,) = [x for x in capsys.readouterr().out.splitlines() if "W&B host" in x]
+        return rc, line
+
+    try:
+        monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{server.server_port}")
+        assert doctor() == (0, f"  [ok]   W&B host: online, http://127.0.0.1:{server.server_port} answers")
+    finally:
+        server.shutdown()
+    monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{closed}")
+    rc, line = doctor()
+    assert rc == 1 and line.startswith(f"  [FAIL] W&B host: RuntimeError: W&B at http://127.0.0.1:{closed} does not "
+                                       "answer from ") and "WANDB_MODE=offline" in line and "`wandb sync`" in line
+    assert doctor("trainer.logger=[console]") == (0, "  [ok]   W&B host: not used (trainer.logger has no wandb)")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    assert doctor() == (0, "  [ok]   W&B host: WANDB_MODE=offline: not checked")
 
 
 # --- conveniences -----------------------------------------------------------------------------------------------

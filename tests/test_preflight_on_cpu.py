@@ -671,6 +671,7 @@ def test_a_submit_refuses_a_model_that_is_not_here(tmp_path, monkeypatch):
 
 
 def test_doctor_runs_the_preflight_of_a_recipe(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("WANDB_MODE", "offline")  # no W&B host here (doctor asks it when online)
     (tmp_path / "maze_2f836bb.yaml").write_text(MAZE_2F836BB)
     monkeypatch.chdir(tmp_path)
     assert cli_main(["doctor", "--no-ray", "--recipe", "maze", "--only", "n4-g0p0"]) == 0

@@ -254,6 +254,8 @@ def test_one_launch_completes_through_usr1_and_a_requeue_with_the_focal_estimato
     # rewards of step 1 with gamma = 1, and different from what plain GRPO (gamma = 0) would give for the same batch
     assert state == "COMPLETED", f"job {job} ended {state}:\n{log[-6000:]}"
     assert slurm.job_field(job, "Restarts") == "2", log[-6000:]
+    # the training job asked for all of its node's memory (--mem=0), not the share of a job that asks for none
+    slurm.assert_memory_asked(job)
     rollouts = _rollouts(workdir / "rollouts", 1)
     assert len(rollouts) == 4 * GROUP_N
     hi, lo = _expected_advantage_range(rollouts, GAMMA)

@@ -13,7 +13,8 @@ defaults are written in one place and composing never imports torch (fgrpo_verl.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
+from typing import Optional
 
 from omegaconf import MISSING
 
@@ -22,12 +23,16 @@ from fgrpo_verl.config.errors import ConfigError
 
 @dataclass
 class FocalBlock:
-    """``algorithm.fgrpo``: the focal strength γ, the success threshold, the smoothing α and the base advantage."""
+    """``algorithm.fgrpo``: the focal strength γ, the success threshold, the smoothing α and the base advantage.
+    Optional: a null is refused by the estimator's own check (fgrpo_verl/focal.py), which says what is valid."""
 
-    gamma: float = MISSING
-    success_threshold: float = MISSING
-    smoothing_alpha: float = MISSING
-    base: str = MISSING
+    gamma: Optional[float] = MISSING  # noqa: UP045 (OmegaConf reads typing.Optional)
+    success_threshold: Optional[float] = MISSING  # noqa: UP045
+    smoothing_alpha: Optional[float] = MISSING  # noqa: UP045
+    base: Optional[str] = MISSING  # noqa: UP045
+
+
+_TYPES = "gamma, success_threshold, smoothing_alpha: numbers; base: a name"
 
 
 def typed_fgrpo(config, overrides=()) -> None:
@@ -46,11 +51,10 @@ def typed_fgrpo(config, overrides=()) -> None:
         last = str(getattr(exc, "full_key", None) or "").rpartition(".")[2]
         key = f"algorithm.fgrpo.{last}" if last else "algorithm.fgrpo"
         named = next((o for o in reversed(list(overrides)) if o.lstrip("+~").split("=", 1)[0].strip() == key), key)
-        valid = ", ".join(f"{f.name}: {f.type}" for f in fields(FocalBlock))
         if isinstance(exc, ConfigKeyError):
-            raise ConfigError(f"{named}: algorithm.fgrpo has no such key (its keys: {valid})") from exc
+            raise ConfigError(f"{named}: algorithm.fgrpo has no such key (its keys: {_TYPES})") from exc
         reason = str(exc).strip().splitlines()[0]
-        raise ConfigError(f"{named}: {reason} (algorithm.fgrpo takes {valid})") from exc
+        raise ConfigError(f"{named}: {reason} (algorithm.fgrpo takes {_TYPES})") from exc
     values = {key: value for key, value in OmegaConf.to_container(typed, resolve=False).items()
               if not OmegaConf.is_missing(typed, key)}
     with open_dict(config):
