@@ -411,7 +411,7 @@ def _fake_slurm(bin_dir: Path, squeue_exit: int) -> dict[str, str]:
 
 def test_status_without_slurm_answers_before_composing_anything(tmp_path, monkeypatch, capsys):
     """The answer comes before any of the work that takes a launch its seconds: no recipe planned, no config
-    composed (by Hydra or from the composition cache), nothing checked with verl."""
+    composed, nothing checked with verl."""
     import fgrpo_verl.config.compose as compose
     import fgrpo_verl.launch as launch
     import fgrpo_verl.launch.validator as validator
@@ -435,7 +435,7 @@ def test_status_without_slurm_answers_before_composing_anything(tmp_path, monkey
 # with verl, so starts no second process, is test_status_names_the_runs_a_submit_names_without_checking_them_with_
 # verl; that a dry run's checks run in a second process and verl stays out of the launcher,
 # test_a_preflight_refusal_found_in_the_second_process_names_each_run_and_verl_stays_out_of_the_launcher. Their
-# CPU seconds per process (first launch: empty composition cache; later: warm) are benchmarks/bench_launch.py's.
+# CPU seconds per process are benchmarks/bench_launch.py's (--check holds them to its targets).
 
 
 DRY_RUN_ONLY = ["--only", "qwen25_7b-grpo-g0p5", "qwen25_7b-dapo-g1p0"]
