@@ -289,7 +289,7 @@ def _fake_sbatch_and_two_runs(tmp_path, monkeypatch, fail_at: int = 0) -> tuple:
 def test_a_refused_sbatch_stops_the_launch_counting_the_jobs_it_leaves_queued(tmp_path, monkeypatch):
     """sbatch refuses the third evaluation job: the two submitted before it are recorded as they went, and the
     launch's error says how many jobs of each kind stay queued and that a relaunch submits the rest."""
-    from fgrpo_verl.launch import Submitted, _partly_submitted
+    from fgrpo_verl.launch.submit import Submitted, _partly_submitted
 
     _, jobs = _fake_sbatch_and_two_runs(tmp_path, monkeypatch, fail_at=3)
     submitted = Submitted(training=[(jobs[0], "11"), (jobs[1], "12")])
