@@ -116,8 +116,8 @@ class SlurmCluster:
         return match.group(1) if match else None
 
     def allocated_memory_mb(self, job_id: str) -> int | None:
-        """The memory Slurm allocated to the job on each node (``mem=`` of its ``AllocTRES``), in MB."""
-        match = re.search(r"(?:^|,)mem=([\d.]+)([KMGT])", self.job_field(job_id, "AllocTRES") or "")
+        """The memory Slurm allocated to the job on each node (``mem=`` of its ``TRES``), in MB."""
+        match = re.search(r"(?:^|,)mem=([\d.]+)([KMGT])", self.job_field(job_id, "TRES") or "")
         return None if match is None else round(float(match[1]) * {"K": 2**-10, "M": 1, "G": 2**10, "T": 2**20}[match[2]])
 
     def node_memory_mb(self) -> int:
@@ -129,7 +129,7 @@ class SlurmCluster:
         """The job was allocated ``expected_mb`` per node (default: all of a node, a training job's ``--mem=0``),
         not the cluster's ``DefMemPerCPU`` share that a job asking for no memory gets."""
         expected = self.node_memory_mb() if expected_mb is None else expected_mb
-        assert self.allocated_memory_mb(job_id) == expected, (job_id, self.job_field(job_id, "AllocTRES"), expected)
+        assert self.allocated_memory_mb(job_id) == expected, (job_id, self.job_field(job_id, "TRES"), expected)
 
     def wait_state(self, job_id: str, states: set[str], timeout: float) -> str:
         """Poll until the job's state is one of ``states``; fail on timeout with the last state seen."""

@@ -3,7 +3,7 @@
 ``python -m fgrpo_verl.job.ray_nodes --address HOST:PORT`` is what ``slurm/ray_cluster.sh`` polls while it waits
 for the allocated nodes to join: a driver connects with Ray's public ``ray.init(address=...)`` (to the Ray node of
 this host, which is the head's in a job), reads ``ray.nodes()`` and leaves; about a second a poll. A GCS that is
-not listening yet is seen first by a plain TCP connect, bounded by ``--timeout``: ``ray.init`` itself would wait
+not listening yet is waited for with plain TCP connects, for at most ``--timeout``: ``ray.init`` itself would wait
 for it for over a minute. Ray's token comes from the environment (``RAY_AUTH_TOKEN``), as for every driver.
 """
 
@@ -13,12 +13,22 @@ import argparse
 import logging
 import socket
 import sys
+import time
 
 
 def alive_node_ips(address: str, timeout_s: float = 10.0) -> list[str]:
-    """IPs of the alive nodes of the Ray cluster whose GCS is at ``address``; OSError when nothing listens there."""
+    """IPs of the alive nodes of the Ray cluster whose GCS is at ``address``; OSError when nothing listens there
+    within ``timeout_s`` (a head still starting gets that long)."""
     host, _, port = address.rpartition(":")
-    socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            socket.create_connection((host, int(port)), timeout=timeout_s).close()
+            break
+        except OSError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.2)
     import ray
 
     ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
