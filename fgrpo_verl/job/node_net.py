@@ -42,8 +42,11 @@ NODE_PORT_FLAGS = (
 
 
 def port_free(port: int) -> bool:
-    """Whether ``port`` can be bound on all addresses of this host (nothing listens on it anywhere)."""
+    """Whether ``port`` can be bound on all addresses of this host (nothing listens on it anywhere). With
+    SO_REUSEADDR, as Ray's gRPC servers bind: connections of an ended job still in TIME_WAIT there do not count,
+    which would otherwise move a job into the next job's block (where the two may race)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("", port))
         except OSError:
