@@ -2,7 +2,7 @@
 Slurm (``srun``, ``scontrol``), Ray (``ray start`` records its arguments and environment, then blocks) and the
 trainer (records its command line and environment): what a job passes to Ray and verl, without either.
 
-Failure modes covered (each failed at 2f836bb):
+Failure modes covered:
 - the plain sbatch path never saved a checkpoint (verl's trainer.save_freq -1): a requeue restarted at step 0;
 - no GLOO_SOCKET_IFNAME: verl's gloo process groups picked their own interface, not the one of the address
   ray_cluster.sh gives Ray (loopback where the host name maps to 127.0.1.1); NCCL keeps its own choice of
