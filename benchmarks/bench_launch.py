@@ -58,9 +58,9 @@ print(rc, me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime)
 """
 
 
-# (launcher CPU-s, checking-process CPU-s) at most, per row; measured at load 1.3-1.4 (docs/slurm.md): --status 8.2
-# CPU-s composing, no second process; --dry-run 8.8 in the launcher beside 7.6-8.2 in the checking process.
-# Room is left for a loaded machine.
+# (launcher CPU-s, checking-process CPU-s) at most, per row; measured 2026-12-06 at load 1.2-5.5 (docs/slurm.md):
+# --status 7.6-7.8 CPU-s composing, no second process; --dry-run 8.0-8.4 in the launcher beside 5.4-5.6 in the
+# checking process. Room is left for a loaded machine.
 COLD_CPU_BOUND = 12
 RECORDED_CPU_BOUND = 3
 TARGETS = {

@@ -28,7 +28,7 @@ fgrpo_checkpointed_step() {
 
 # W&B continuity at the start of a (re)started job, before anything logs (docs/slurm.md, Lifecycle):
 # - offline: the run's earlier offline folders lose the steps after the checkpoint this start resumes from
-#   (what a hard-killed start logged past it); fgrpo_verl/launch/wandb_offline.py
+#   (what a hard-killed start logged past it); fgrpo_verl/job/wandb_offline.py
 # - online with FGRPO_WANDB_REWIND=1 (W&B's rewind must be enabled for your account): W&B rewinds the run to
 #   that checkpoint (WANDB_RESUME_FROM=<id>?_step=<k>, which excludes WANDB_RESUME)
 fgrpo_wandb_continue() {
@@ -40,7 +40,7 @@ fgrpo_wandb_continue() {
     if [[ ${WANDB_MODE:-} == offline ]]; then
         # a W&B file it cannot read or rewrite (damaged mid-file, read-only) must not stop training on every
         # start: the run goes on, and the log says what to check before `wandb sync`
-        "${FGRPO_PYTHON:-python3}" -m fgrpo_verl.launch.wandb_offline trim "${WANDB_DIR:-$PWD}" "$WANDB_RUN_ID" "$k" ||
+        "${FGRPO_PYTHON:-python3}" -m fgrpo_verl.job.wandb_offline trim "${WANDB_DIR:-$PWD}" "$WANDB_RUN_ID" "$k" ||
             fgrpo_lc_log "W&B: the offline trim failed (above); training continues, but run $WANDB_RUN_ID's" \
                 "earlier offline folders may keep steps after checkpoint $k that this start logs again:" \
                 "fix or remove them before wandb sync (docs/slurm.md, W&B continuity)"

@@ -27,7 +27,7 @@
 # - Ports are derived from the job id, so two jobs (or a local `ray start` of someone else) sharing a host
 #   do not collide on Ray's default ports; the head moves to the next free block when another job holds its
 #   block, and each node takes free ports of its own when its block is taken there
-#   (fgrpo_verl/launch/node_net.py).
+#   (fgrpo_verl/job/node_net.py).
 # - verl's gloo groups would pick their own interface (the wrong one on multi-homed nodes, loopback where the
 #   host name maps to 127.0.1.1): every node exports GLOO_SOCKET_IFNAME = the interface of its Ray address
 #   before `ray start`. NCCL chooses its own (the Ray address may be a slow management network); export
@@ -84,7 +84,7 @@ fgrpo_ray_up() {
     local -a ray_cmd
     if [[ -n ${FGRPO_RAY_CMD:-} ]]; then read -ra ray_cmd <<<"$FGRPO_RAY_CMD"; else ray_cmd=("$py" -m ray.scripts.scripts); fi
     # the job's block of ports, moved on when another job on this (the head) node holds it
-    FGRPO_RAY_PORT_BASE=${FGRPO_RAY_PORT_BASE:-$("$py" -m fgrpo_verl.launch.node_net base "$SLURM_JOB_ID")}
+    FGRPO_RAY_PORT_BASE=${FGRPO_RAY_PORT_BASE:-$("$py" -m fgrpo_verl.job.node_net base "$SLURM_JOB_ID")}
     # Each Ray step gets all of its node's allocated CPUs: under CPU binding (task/affinity, task/cgroup) a
     # smaller step would pin Ray and every worker it forks onto that many cores. Ray is told the same number,
     # so it never schedules more CPU work than the step may use. --cpus-per-task is the same on every node;
@@ -129,14 +129,14 @@ fgrpo_ray_up() {
 
     FGRPO_RAY_STEP_PIDS=()
     srun --overlap --nodes="${#FGRPO_NODES[@]}" --ntasks-per-node=1 --cpus-per-task="$step_cpus" \
-        "$py" -m fgrpo_verl.launch.private_dir "$FGRPO_RAY_SESSION_DIR" || {
+        "$py" -m fgrpo_verl.job.private_dir "$FGRPO_RAY_SESSION_DIR" || {
         fgrpo_fail "cannot create a private Ray session directory $FGRPO_RAY_SESSION_DIR on every node"
         return 1
     }
     # GPUs: a step gets all of the job's GPUs on its node by default. node_net exec sets the node's
-    # gloo interface and appends its own ports, then execs Ray (fgrpo_verl/launch/node_net.py).
+    # gloo interface and appends its own ports, then execs Ray (fgrpo_verl/job/node_net.py).
     srun --overlap --nodes=1 --ntasks=1 --cpus-per-task="$step_cpus" -w "${FGRPO_NODES[0]}" \
-        "$py" -m fgrpo_verl.launch.node_net exec --ip "$head_ip" --base "$FGRPO_RAY_PORT_BASE" --index 0 -- \
+        "$py" -m fgrpo_verl.job.node_net exec --ip "$head_ip" --base "$FGRPO_RAY_PORT_BASE" --index 0 -- \
         "${ray_cmd[@]}" start --head --block --node-ip-address="$head_ip" --port="$gcs_port" \
         --num-cpus="$cpus" --num-gpus="$gpus" --include-dashboard=false --dashboard-port=$((FGRPO_RAY_PORT_BASE + 2)) --disable-usage-stats \
         --ray-client-server-port=$((FGRPO_RAY_PORT_BASE + 1)) --temp-dir="$FGRPO_RAY_SESSION_DIR/0" &
@@ -145,7 +145,7 @@ fgrpo_ray_up() {
     local i
     for ((i = 1; i < ${#FGRPO_NODES[@]}; i++)); do
         srun --overlap --nodes=1 --ntasks=1 --cpus-per-task="$step_cpus" -w "${FGRPO_NODES[i]}" \
-            "$py" -m fgrpo_verl.launch.node_net exec --ip "${FGRPO_NODE_IPS[i]}" --base "$FGRPO_RAY_PORT_BASE" \
+            "$py" -m fgrpo_verl.job.node_net exec --ip "${FGRPO_NODE_IPS[i]}" --base "$FGRPO_RAY_PORT_BASE" \
             --index "$i" -- \
             "${ray_cmd[@]}" start --block --address="$RAY_ADDRESS" --node-ip-address="${FGRPO_NODE_IPS[i]}" \
             --num-cpus="$cpus" --num-gpus="$gpus" --disable-usage-stats --temp-dir="$FGRPO_RAY_SESSION_DIR/$i" &
@@ -154,7 +154,7 @@ fgrpo_ray_up() {
     # the driver (this shell, on the head node) uses the head's gloo interface too; set only now, so that the
     # Ray steps above chose their own node's interface. NCCL is left to choose (node_net.py says why).
     if [[ -z ${GLOO_SOCKET_IFNAME:-} ]]; then
-        GLOO_SOCKET_IFNAME=$("$py" -m fgrpo_verl.launch.node_net ifname "$head_ip") || return 1
+        GLOO_SOCKET_IFNAME=$("$py" -m fgrpo_verl.job.node_net ifname "$head_ip") || return 1
         export GLOO_SOCKET_IFNAME
     fi
     fgrpo_ray_wait "$timeout"
@@ -165,7 +165,9 @@ fgrpo_ray_up() {
 fgrpo_ray_wait() {
     local timeout=$1 start=$SECONDS missing i joined
     while true; do
-        joined=$("${FGRPO_PYTHON:-python3}" -m fgrpo_verl.launch.ray_nodes --address "$RAY_ADDRESS" 2>/dev/null || true)
+        # bounded: a driver that cannot finish connecting must not hold the wait past its own timeout
+        joined=$(timeout 60 "${FGRPO_PYTHON:-python3}" -m fgrpo_verl.job.ray_nodes --address "$RAY_ADDRESS" \
+            2>/dev/null || true)
         missing=()
         for ((i = 0; i < ${#FGRPO_NODES[@]}; i++)); do
             grep -qxF "${FGRPO_NODE_IPS[i]}" <<<"$joined" || missing+=("${FGRPO_NODES[i]} (${FGRPO_NODE_IPS[i]})")

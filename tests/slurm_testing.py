@@ -115,6 +115,22 @@ class SlurmCluster:
         match = re.search(rf"\b{field}=(\S+)", out.stdout)
         return match.group(1) if match else None
 
+    def allocated_memory_mb(self, job_id: str) -> int | None:
+        """The memory Slurm allocated to the job on each node (``mem=`` of its ``TRES``), in MB."""
+        match = re.search(r"(?:^|,)mem=([\d.]+)([KMGT])", self.job_field(job_id, "TRES") or "")
+        return None if match is None else round(float(match[1]) * {"K": 2**-10, "M": 1, "G": 2**10, "T": 2**20}[match[2]])
+
+    def node_memory_mb(self) -> int:
+        """A test node's memory (``RealMemory``; both advertise the same): what ``--mem=0`` is allocated."""
+        out = subprocess.run(["scontrol", "-o", "show", "node", "n1"], env=self.env, capture_output=True, text=True)
+        return int(re.search(r"\bRealMemory=(\d+)", out.stdout).group(1))
+
+    def assert_memory_asked(self, job_id: str, expected_mb: int | None = None) -> None:
+        """The job was allocated ``expected_mb`` per node (default: all of a node, a training job's ``--mem=0``),
+        not the cluster's ``DefMemPerCPU`` share that a job asking for no memory gets."""
+        expected = self.node_memory_mb() if expected_mb is None else expected_mb
+        assert self.allocated_memory_mb(job_id) == expected, (job_id, self.job_field(job_id, "TRES"), expected)
+
     def wait_state(self, job_id: str, states: set[str], timeout: float) -> str:
         """Poll until the job's state is one of ``states``; fail on timeout with the last state seen."""
         deadline, state = time.monotonic() + timeout, None

@@ -55,7 +55,9 @@ def test_the_dry_run_is_a_table_with_totals_and_a_readiness_list(paper_main_dry_
     # what each job asks Slurm for, from the scripts a submit renders: 36 training jobs, 72 evaluation jobs
     asks = lines[lines.index(next(x for x in lines if x.startswith("Slurm requests"))) + 1:]
     asks = [x.strip() for x in asks[:asks.index("")]]
-    assert asks[0] == "training, 36 jobs: --nodes=2 --gpus-per-node=8 --cpus-per-task=64 --time=1-00:00:00 --exclusive"
+    # training jobs take whole nodes, with all their memory (render.TRAIN_MEM: a site's default would be too little)
+    assert asks[0] == ("training, 36 jobs: --nodes=2 --gpus-per-node=8 --cpus-per-task=64 --mem=0 --time=1-00:00:00 "
+                       "--exclusive")
     assert sum(int(x.split(", ")[1].split()[0]) for x in asks[1:] if x.startswith("evaluation")) == 72
     assert any(x.startswith("evaluation, 72 jobs: --nodes=1 --gpus-per-node=8") and "--mem=68G" in x for x in asks)
     ready = lines.index(next(line for line in lines if line.startswith("NOT READY")))
@@ -93,29 +95,32 @@ def test_a_submit_refuses_what_the_dry_run_lists(paper_main_dry_run, capsys):
     assert rc == 2 and "training data data/deepscaler/train.parquet not found" in err, err
 
 
-def _config(kl: bool = False, batch: int = 4, response: int = 300):
+def _config(kl: bool = False, in_reward: bool = False, batch: int = 4, n: int = 2):
     return OmegaConf.create({
-        "data": {"train_batch_size": batch, "max_prompt_length": 100, "max_response_length": response},
-        "actor_rollout_ref": {"rollout": {"n": 2}, "actor": {"use_kl_loss": kl}},
-        "algorithm": {"use_kl_in_reward": False},
+        "data": {"train_batch_size": batch, "max_prompt_length": 100, "max_response_length": 300},
+        "actor_rollout_ref": {"rollout": {"n": n}, "actor": {"use_kl_loss": kl}},
+        "algorithm": {"use_kl_in_reward": in_reward},
     })
 
 
-def test_training_gpu_hours_grow_with_the_work_of_a_step():
-    """A step's GPU-hours are proportional to its samples and to the model's size (the rollout decodes more slowly,
-    the update does more FLOPs, per parameter), grow with the response budget, and a KL loss adds the reference
-    model's forward pass."""
+def test_training_gpu_hours_scale_with_the_samples_and_the_model_and_a_kl_term_costs_a_reference_pass():
     from fgrpo_verl.evaluation.cost import REFERENCE_PARAMS, CostAssumptions
     from fgrpo_verl.launch.summary import training_gpu_hours_per_step as hours
 
     a = CostAssumptions(tokens_per_gpu_second_7b=1000.0, mean_response_fraction=0.5,
                         training_flops_per_gpu_second=1e12)
-    p = REFERENCE_PARAMS / 2
+    p = REFERENCE_PARAMS
     base = hours(_config(), p, a)
-    assert base > 0
-    assert hours(_config(batch=8), p, a) == pytest.approx(2 * base)
+    # every sample is decoded and trained on: twice the prompts, or twice the group size, is twice the step
+    assert hours(_config(batch=8), p, a) == pytest.approx(2 * base) == hours(_config(n=4), p, a)
+    # a model twice the size decodes at half the rate and costs twice the FLOPs
     assert hours(_config(), 2 * p, a) == pytest.approx(2 * base)
-    assert hours(_config(response=600), p, a) > base and hours(_config(kl=True), p, a) > base
+    # a KL term, in the loss or in the reward, adds the reference model's forward pass to the update only
+    kl, reward_kl = hours(_config(kl=True), p, a), hours(_config(in_reward=True), p, a)
+    assert kl == pytest.approx(reward_kl) and base < kl < 2 * base
+    slow = CostAssumptions(tokens_per_gpu_second_7b=1000.0, mean_response_fraction=0.5,
+                           training_flops_per_gpu_second=5e11)
+    assert hours(_config(kl=True), p, slow) - hours(_config(), p, slow) == pytest.approx(2 * (kl - base))
 
 
 def test_a_recipe_may_set_the_training_throughput_and_bad_values_are_named():
@@ -225,3 +230,25 @@ def test_a_jobs_request_is_read_from_its_script_as_sbatch_reads_it():
 
     for value in ('a"b&c|d', "x\\y", 'q\\"z', "gpu:8", "1-00:00:00"):
         assert sbatch_unquote(sbatch_quote("t", value)) == value
+
+
+@pytest.mark.parametrize("resources, asked", [
+    ({}, "--mem=0"),  # all of each node's memory: a site's default per CPU would be too little for verl's start-up
+    ({"mem": "500G"}, "--mem=500G"),
+    ({"extra": ["--mem-per-gpu=60G"]}, None),  # sbatch takes one memory option: the recipe's
+])
+def test_a_training_job_asks_for_host_memory_and_a_recipe_sets_how_much(tmp_path, resources, asked):
+    import yaml
+
+    from fgrpo_verl.config.paths import recipes_dir
+    from fgrpo_verl.launch import plan_jobs
+    from fgrpo_verl.launch.summary import request_lines
+
+    recipe = yaml.safe_load((recipes_dir() / "controls.yaml").read_text(encoding="utf-8"))
+    recipe["resources"] = {**recipe["resources"], **resources}
+    path = tmp_path / "controls.yaml"
+    path.write_text(yaml.safe_dump(recipe), encoding="utf-8")
+    (job,) = plan_jobs(str(path), ["grpo-kl"], [], tmp_path / "logs", tmp_path, evaluation=False, check=False)[1]
+    (line,) = request_lines([job])
+    memory = [word for word in line.split() if word.startswith("--mem")]
+    assert memory == ([asked] if asked else ["--mem-per-gpu=60G"]), line

@@ -181,12 +181,12 @@ def test_training_time_validation_is_on_where_the_paper_used_it(paper_main):
 def test_validation_off_keeps_the_identity_of_the_runs_launched_before_it(tmp_path):
     """`validation=off` replaced two overrides in paper_main: the same resolved config, so the same run names."""
     from fgrpo_verl.config.compose import compose
-    from fgrpo_verl.launch.identity import fingerprint
+    from fgrpo_verl.launch.identity import fingerprint, unnamed_tree
 
     base = ["algo=grpo", "base_model=qwen25_7b", "dataset=deepscaler", "cluster=2x8", "trainer.total_epochs=10"]
     before = compose([*base, "trainer.val_before_train=false", "trainer.test_freq=-1"])
     after = compose([*base, "validation=off"])
-    assert fingerprint(before, workdir=tmp_path) == fingerprint(after, workdir=tmp_path)
+    assert fingerprint(unnamed_tree(before), workdir=tmp_path) == fingerprint(unnamed_tree(after), workdir=tmp_path)
 
 
 def test_the_job_script_carries_singleton_and_a_plan_that_reads_back(paper_main, tmp_path):
@@ -317,7 +317,7 @@ def _fake_sbatch_and_two_runs(tmp_path, monkeypatch, fail_at: int = 0) -> tuple:
 def test_a_refused_sbatch_stops_the_launch_counting_the_jobs_it_leaves_queued(tmp_path, monkeypatch):
     """sbatch refuses the third evaluation job: the two submitted before it are recorded as they went, and the
     launch's error says how many jobs of each kind stay queued and that a relaunch submits the rest."""
-    from fgrpo_verl.launch import Submitted, _partly_submitted
+    from fgrpo_verl.launch.submit import Submitted, _partly_submitted
 
     _, jobs = _fake_sbatch_and_two_runs(tmp_path, monkeypatch, fail_at=3)
     submitted = Submitted(training=[(jobs[0], "11"), (jobs[1], "12")])

@@ -298,8 +298,10 @@ def test_misspelt_key_through_the_real_entry_point_and_debug_shows_the_traceback
         assert "did you mean 'gamma'" in done.stderr
 
 
-def test_gae_discount_set_instead_of_the_focal_gamma_is_caught_by_doctor_and_train(capsys, train_answers):
+def test_gae_discount_set_instead_of_the_focal_gamma_is_caught_by_doctor_and_train(capsys, train_answers,
+                                                                                    monkeypatch):
     """`algorithm.gamma` is verl's GAE discount; with adv_estimator=fgrpo nothing reads it."""
+    monkeypatch.setenv("WANDB_MODE", "offline")  # no W&B host here (doctor asks it when online)
     assert main(["doctor", "--no-ray", "algo=grpo", "algorithm.gamma=2"]) == 2
     out = capsys.readouterr().out
     fail = [line for line in out.splitlines() if "[FAIL]" in line]
@@ -408,7 +410,7 @@ def _fake_slurm(bin_dir: Path, squeue_exit: int) -> dict[str, str]:
 
 def test_status_without_slurm_answers_before_composing_anything(tmp_path, monkeypatch, capsys):
     """The answer comes before any of the work that takes a launch its seconds: no recipe planned, no config
-    composed (by Hydra or from the composition cache), nothing checked with verl."""
+    composed, nothing checked with verl."""
     import fgrpo_verl.config.compose as compose
     import fgrpo_verl.launch as launch
     import fgrpo_verl.launch.validator as validator
@@ -432,7 +434,7 @@ def test_status_without_slurm_answers_before_composing_anything(tmp_path, monkey
 # with verl, so starts no second process, is test_status_names_the_runs_a_submit_names_without_checking_them_with_
 # verl; that a dry run's checks run in a second process and verl stays out of the launcher,
 # test_a_preflight_refusal_found_in_the_second_process_names_each_run_and_verl_stays_out_of_the_launcher. Their
-# CPU seconds per process (first launch: empty composition cache; later: warm) are benchmarks/bench_launch.py's.
+# CPU seconds per process are benchmarks/bench_launch.py's (--check holds them to its targets).
 
 
 DRY_RUN_ONLY = ["--only", "qwen25_7b-grpo-g0p5", "qwen25_7b-dapo-g1p0"]
@@ -524,12 +526,14 @@ def test_dry_run_without_data_says_which_scripts_are_not_final(dry_run_without_d
 
 def test_shared_composition_equals_hydra_for_every_selection_of_every_recipe():
     """launch composes each distinct selection of config groups once and applies the value overrides with Hydra's
-    own applier: the same config as a full Hydra compose (fgrpo_verl.config.compose.SharedComposer)."""
+    override parser and OmegaConf.update: the same config as a full Hydra compose (fgrpo_verl.config.compose.
+    SharedComposer), once both have algorithm.fgrpo typed by its schema."""
     from omegaconf import OmegaConf
 
-    from fgrpo_verl.config.compose import SharedComposer, _compose_raw, batch_session, is_value_override
-    from fgrpo_verl.launch.recipe import load_recipe
+    from fgrpo_verl.config.compose import SharedComposer, _compose_raw, is_value_override
     from fgrpo_verl.config.paths import CONFIG_NAME
+    from fgrpo_verl.config.schema import typed_fgrpo
+    from fgrpo_verl.launch.recipe import load_recipe
 
     lists, seen = [], set()
     for name in ("paper_main", "group_size", "controls", "maze"):
@@ -546,16 +550,52 @@ def test_shared_composition_equals_hydra_for_every_selection_of_every_recipe():
         ["algorithm.fgrpo.gamma=0", "algo=cispo", "actor_rollout_ref.rollout.n=4"],  # values before selections
     ]
     composer = SharedComposer()
-    with batch_session():  # as the launcher composes a recipe's runs (plan_jobs): parsed YAML files shared too
-        shared_configs = [composer.compose(overrides) for overrides in lists]
+    shared_configs = [composer.compose(overrides) for overrides in lists]
     for overrides, shared in zip(lists, shared_configs):
         full = _compose_raw(overrides, CONFIG_NAME)  # a plain Hydra compose, nothing shared
+        typed_fgrpo(full)
         assert OmegaConf.to_container(shared) == OmegaConf.to_container(full), overrides
         assert OmegaConf.is_struct(shared) and OmegaConf.is_struct(full)
     # a value override changes its copy only: the next run of the same selection starts from the recipe's values
     a = composer.compose(["algo=grpo", "algorithm.fgrpo.gamma=2"])
     b = composer.compose(["algo=grpo"])
     assert a.algorithm.fgrpo.gamma == 2 and b.algorithm.fgrpo.gamma == 0.5
+
+
+def test_doctor_says_in_one_line_when_wandb_online_does_not_answer(capsys, monkeypatch):
+    """What a job checks on its node before loading its model (fgrpo_verl/job/wandb_online.py), doctor checks
+    here: a W&B host that answers passes, one that does not fails naming WANDB_MODE=offline and `wandb sync`;
+    offline, or a run that does not log to W&B, nothing is asked. Loopback only: a local server, a closed port."""
+    import http.server
+    import socket
+    import threading
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed = sock.getsockname()[1]
+    for proxy in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"):
+        monkeypatch.delenv(proxy, raising=False)
+    monkeypatch.setenv("WANDB_MODE", "online")
+
+    def doctor(*overrides):
+        rc = main(["doctor", "--no-ray", "algo=grpo", *overrides])
+        (line,) = [x for x in capsys.readouterr().out.splitlines() if "W&B host" in x]
+        return rc, line
+
+    try:
+        monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{server.server_port}")
+        assert doctor() == (0, f"  [ok]   W&B host: online, http://127.0.0.1:{server.server_port} answers")
+    finally:
+        server.shutdown()
+    monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{closed}")
+    rc, line = doctor()
+    assert rc == 1 and line.startswith(f"  [FAIL] W&B host: RuntimeError: W&B at http://127.0.0.1:{closed} does not "
+                                       "answer from ") and "WANDB_MODE=offline" in line and "`wandb sync`" in line
+    assert doctor("trainer.logger=[console]") == (0, "  [ok]   W&B host: not used (trainer.logger has no wandb)")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    assert doctor() == (0, "  [ok]   W&B host: WANDB_MODE=offline: not checked")
 
 
 # --- conveniences -----------------------------------------------------------------------------------------------

@@ -2,14 +2,16 @@
 Slurm (``srun``, ``scontrol``), Ray (``ray start`` records its arguments and environment, then blocks) and the
 trainer (records its command line and environment): what a job passes to Ray and verl, without either.
 
-Failure modes covered (each failed at 2f836bb):
+Failure modes covered:
 - the plain sbatch path never saved a checkpoint (verl's trainer.save_freq -1): a requeue restarted at step 0;
 - no GLOO_SOCKET_IFNAME: verl's gloo process groups picked their own interface, not the one of the address
   ray_cluster.sh gives Ray (loopback where the host name maps to 127.0.1.1); NCCL keeps its own choice of
   interface unless the user sets NCCL_SOCKET_IFNAME (Slurm's NodeAddr may be a slow management NIC);
 - jobs whose ids give the same port block collided on a shared node;
 - every rank resolved the model on the Hugging Face Hub (no HF_HUB_OFFLINE);
-- the job did not check its config against verl's worker start-up (the preflight) before starting Ray.
+- the job did not check its config against verl's worker start-up (the preflight) before starting Ray;
+- a job logging to W&B online on a node without internet failed only in verl's fit(), after the model loaded;
+- a job whose interpreter, launch directory or HF_HOME the node does not see failed later, less clearly.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ exec sleep 300
 # started, as a real GCS answers only then: the head's start goes through node_net's Python start-up first) and the
 # trainer (recorded)
 PY = """#!/bin/bash
-if [[ $1 == -m && $2 == fgrpo_verl.launch.ray_nodes ]]; then
+if [[ $1 == -m && $2 == fgrpo_verl.job.ray_nodes ]]; then
     if grep -q '^RAY ' "$FAKE_LOG" 2>/dev/null; then echo 127.0.0.1; fi
     exit 0
 fi
@@ -89,10 +91,13 @@ def _job_run(tmp_path: Path, work: Path, overrides: list[str], job_id: int = 125
     full = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", SLURM_JOB_ID=str(job_id), SLURM_JOB_NODELIST="n1",
                 SLURM_NNODES="1", FGRPO_GPUS_PER_NODE="1", FGRPO_PYTHON=str(bin_dir / "py"),
                 FGRPO_RAY_CMD=str(bin_dir / "fakeray"), FGRPO_RAY_TMPDIR=str(tmp_path), FGRPO_LOG_DIR=str(tmp_path),
-                FAKE_LOG=str(log), **env)
-    for var in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "HF_HUB_OFFLINE", "FGRPO_RAY_PORT_BASE", "WANDB_MODE"):
+                FAKE_LOG=str(log))
+    full.update(env)
+    for var in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "HF_HUB_OFFLINE", "FGRPO_RAY_PORT_BASE", "WANDB_BASE_URL",
+                "HF_HOME", "http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"):
         if var not in env:
             full.pop(var, None)
+    full.setdefault("WANDB_MODE", "offline")  # no W&B host here; the W&B tests go online at a local one
     return {"args": ["bash", str(REPO / "slurm" / "train.sbatch"), *overrides], "cwd": work, "env": full,
             "timeout": 600}, log
 
@@ -119,6 +124,23 @@ def _flag(words: list[str], name: str) -> int:
     return int(next(w for w in words if w.startswith(f"--{name}=")).split("=", 1)[1])
 
 
+def _free_port() -> int:
+    """A loopback port nothing listens on: a W&B host that does not answer."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _http_server():
+    """A local HTTP server that answers every request (HEAD with 501): a W&B host that answers."""
+    import http.server
+    import threading
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
 REFUSALS = {
     # verl's default TP 2 on the job's one GPU: verl's init_model would assert, minutes into the job
     "tp2": ([], "error: actor_rollout_ref.rollout.tensor_model_parallel_size=2: a rollout replica spans"),
@@ -126,7 +148,8 @@ REFUSALS = {
                  "error: actor_rollout_ref.model.path=/nowhere: does not exist here"),
 }
 PLAIN_JOB_TESTS = ("test_the_plain_job_saves_once_per_epoch", "test_ray_and_the_driver_use_the_interface_of_the_ray_address",
-                   "test_jobs_read_models_offline", "test_a_port_block_another_job_holds_moves_the_job_to_a_free_one")
+                   "test_jobs_read_models_offline", "test_a_port_block_another_job_holds_moves_the_job_to_a_free_one",
+                   "test_a_job_logging_to_wandb_online_checks_that_wandb_answers_first")
 
 
 @pytest.fixture(scope="module")
@@ -138,13 +161,18 @@ def jobs(request, tmp_path_factory):
     import side_by_side
 
     commands, logs = {}, {}
+    wandb = _http_server()
+    tp1 = ["actor_rollout_ref.rollout.tensor_model_parallel_size=1"]
     for name, readers, extra, job_id, env in (
-        ("plain", PLAIN_JOB_TESTS, ["actor_rollout_ref.rollout.tensor_model_parallel_size=1"], 125, {}),
-        ("site", "test_a_save_freq_of_the_run_and_an_interface_of_the_site_are_kept",
-         ["actor_rollout_ref.rollout.tensor_model_parallel_size=1", "trainer.save_freq=7"], 131,
-         {"NCCL_SOCKET_IFNAME": "ib0", "HF_HUB_OFFLINE": "0"}),
+        # W&B online, at a host that answers
+        ("plain", PLAIN_JOB_TESTS, tp1, 125, {"WANDB_MODE": "online",
+                                              "WANDB_BASE_URL": f"http://127.0.0.1:{wandb.server_port}"}),
+        ("site", "test_a_save_freq_of_the_run_and_an_interface_of_the_site_are_kept", [*tp1, "trainer.save_freq=7"],
+         131, {"NCCL_SOCKET_IFNAME": "ib0", "HF_HUB_OFFLINE": "0"}),
         *((f"refused-{case}", "test_the_plain_job_stops_before_ray_when_the_preflight_refuses", refused_extra,
            132 + i, {}) for i, (case, (refused_extra, _)) in enumerate(REFUSALS.items())),
+        ("no-wandb", "test_a_job_logging_to_wandb_online_stops_before_ray_when_wandb_does_not_answer", tp1, 140,
+         {"WANDB_MODE": "online", "WANDB_BASE_URL": f"http://127.0.0.1:{_free_port()}"}),
     ):
         tmp_path = tmp_path_factory.mktemp(name)
         _tools(tmp_path)
@@ -162,6 +190,7 @@ def jobs(request, tmp_path_factory):
             sock.close()
     yield lambda name: (started.result(name), _log_lines(logs[name]))
     started.close()
+    wandb.shutdown()
 
 
 @pytest.fixture(scope="module")
@@ -193,6 +222,21 @@ def test_jobs_read_models_offline(plain_job):
     assert any(line.startswith("RAYENV ") and line.endswith(" HF=1") for line in log), log
 
 
+def test_a_job_logging_to_wandb_online_checks_that_wandb_answers_first(jobs):
+    done, _ = jobs("plain")
+    assert "[fgrpo] W&B: online, http://127.0.0.1:" in done.stdout and " answers" in done.stdout
+
+
+def test_a_job_logging_to_wandb_online_stops_before_ray_when_wandb_does_not_answer(jobs):
+    """verl's logger would fail only in fit(), after the model and vLLM loaded: the job stops first, in one line."""
+    done, log = jobs("no-wandb")
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    (line,) = [line for line in done.stderr.splitlines() if "W&B" in line]
+    assert line.startswith("fgrpo: error: W&B at http://127.0.0.1:") and "WANDB_MODE=offline" in line and \
+        "wandb sync" in line
+    assert not [line for line in log if line.startswith(("RAY ", "TRAIN "))]
+
+
 def test_a_port_block_another_job_holds_moves_the_job_to_a_free_one(plain_job):
     _, _, ray = plain_job
     gcs = _flag(ray, "port")
@@ -218,13 +262,13 @@ def test_the_plain_job_stops_before_ray_when_the_preflight_refuses(jobs, case):
     message = REFUSALS[case][1]
     done, log = jobs(f"refused-{case}")
     assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-3000:]
-    assert f"fgrpo jobenv: {message}" in done.stderr
+    assert f"fgrpo-verl job-env: {message}" in done.stderr
     assert not [line for line in log if line.startswith(("RAY ", "TRAIN "))]
     assert "fgrpo-ray" not in done.stdout + done.stderr
 
 
 def test_the_interface_of_an_address_and_a_missing_one(capsys):
-    from fgrpo_verl.launch import node_net
+    from fgrpo_verl.job import node_net
 
     assert node_net.interface_of("127.0.0.1") == "lo"
     # an address of loopback's network that the interface does not list (the test Slurm cluster's nodes)
@@ -243,3 +287,18 @@ def test_the_interface_of_an_address_and_a_missing_one(capsys):
     err = capsys.readouterr().err
     assert err.startswith(f"fgrpo node_net: error: no network interface of this host holds {absent}") and \
         err.count("\n") == 1
+
+
+@pytest.mark.parametrize("missing, named", [
+    ({"FGRPO_PYTHON": "/nowhere/bin/python"}, "interpreter /nowhere/bin/python not found on node"),
+    ({"SLURM_SUBMIT_DIR": "/nowhere/launch"}, "launch directory /nowhere/launch does not exist on node"),
+    ({"HF_HOME": "/nowhere/hf"}, "HF_HOME /nowhere/hf does not exist on node"),
+])
+def test_the_plain_job_names_a_path_its_node_does_not_see_first(tmp_path, missing, named):
+    """Each path the job takes from the submitting shell is checked before anything runs: one line, status 2."""
+    _tools(tmp_path)
+    work, overrides = _workdir(tmp_path)
+    done, log = _job(tmp_path, work, overrides, **missing)
+    assert done.returncode == 2 and log == [], done.stdout[-3000:] + done.stderr[-3000:]
+    (line,) = done.stderr.splitlines()
+    assert line.startswith(f"fgrpo: error: {named}") and "compute nodes" in line

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from fgrpo_verl.job import preempt, run_record
+from fgrpo_verl.job.private_dir import ensure_private_dir
 from fgrpo_verl.launch import identity, queue, render, steps
-from fgrpo_verl.job import preempt
-from fgrpo_verl.launch.private_dir import ensure_private_dir
 from fgrpo_verl.launch.recipe import Resources
 
 NASTY = ["new\nline", "car\rriage", "tab\there", "nul\x00", "esc\x1b[2J"]
@@ -37,18 +37,32 @@ def _cfg(**over):
     return cfg
 
 
+def _fingerprint(config, fresh=None):
+    return identity.fingerprint(identity.unnamed_tree(config), fresh)
+
+
 def test_fingerprint_follows_the_config_but_not_launcher_owned_keys():
-    a = identity.fingerprint(_cfg())
+    a = _fingerprint(_cfg())
     # same config, other experiment name / time limit / resume mode: the same run
-    assert identity.fingerprint(_cfg(**{"trainer.experiment_name": "y", "slurm.time": "2:00",
-                                        "trainer.resume_mode": "disable"})) == a
+    assert _fingerprint(_cfg(**{"trainer.experiment_name": "y", "slurm.time": "2:00",
+                                "trainer.resume_mode": "disable"})) == a
     # any setting that changes what is computed: another run
-    assert identity.fingerprint(_cfg(**{"actor_rollout_ref.actor.optim.lr": 3e-4})) != a
-    assert identity.fingerprint(_cfg(**{"trainer.project_name": "q"})) != a
+    assert _fingerprint(_cfg(**{"actor_rollout_ref.actor.optim.lr": 3e-4})) != a
+    assert _fingerprint(_cfg(**{"trainer.project_name": "q"})) != a
     # --fresh: a salt makes a new run of the same config; the same salt is the same run again
-    assert identity.fingerprint(_cfg(), fresh="t1") not in (a, identity.fingerprint(_cfg(), fresh="t2"))
-    assert identity.fingerprint(_cfg(), fresh="t1") == identity.fingerprint(_cfg(), fresh="t1")
+    assert _fingerprint(_cfg(), fresh="t1") not in (a, _fingerprint(_cfg(), fresh="t2"))
+    assert _fingerprint(_cfg(), fresh="t1") == _fingerprint(_cfg(), fresh="t1")
     assert re.fullmatch(r"run-[0-9a-f]{8}", identity.experiment_name("run", a))
+
+
+def test_the_named_config_holds_the_name_wherever_the_config_interpolated_it():
+    tree = identity.unnamed_tree(_cfg(**{"trainer.rollout_data_dir": "dumps/${trainer.experiment_name}"}))
+    named = identity.named_config(tree, "run-0123abcd")
+    assert (named.trainer.default_local_dir, named.trainer.rollout_data_dir, named.trainer.experiment_name) == (
+        "checkpoints/p/run-0123abcd", "dumps/run-0123abcd", "run-0123abcd")
+    assert identity.checkpoint_dir(tree, "run-0123abcd") == "checkpoints/p/run-0123abcd"
+    with pytest.raises(Exception, match="not_a_key"):  # struct mode, as Hydra composes it
+        named.trainer.not_a_key = 1
 
 
 @pytest.mark.parametrize(
@@ -84,19 +98,19 @@ def test_ordinary_keys_with_token_in_their_name_are_not_secrets():
 
 def test_run_record_refuses_a_directory_of_another_config(tmp_path):
     ckpt = tmp_path / "ckpt"
-    assert identity.check_record(ckpt, "a" * 64) is None
-    identity.write_record(ckpt, "a" * 64, "run-aaaaaaaa", ["x=1"], job_id="7")
-    record = identity.write_record(ckpt, "a" * 64, "run-aaaaaaaa", ["x=1"], job_id="9")
-    assert record["jobs"] == ["7", "9"] and json.loads((ckpt / identity.RECORD).read_text())["jobs"] == ["7", "9"]
+    assert run_record.check_record(ckpt, "a" * 64) is None
+    run_record.write_record(ckpt, "a" * 64, "run-aaaaaaaa", ["x=1"], job_id="7")
+    record = run_record.write_record(ckpt, "a" * 64, "run-aaaaaaaa", ["x=1"], job_id="9")
+    assert record["jobs"] == ["7", "9"] and json.loads((ckpt / run_record.RECORD).read_text())["jobs"] == ["7", "9"]
     with pytest.raises(ValueError, match="holds a run of a different config"):
-        identity.check_record(ckpt, "b" * 64)
+        run_record.check_record(ckpt, "b" * 64)
     # the job's own check (job.sbatch.template) exits non-zero with the reason
-    assert identity.main(["check", str(ckpt), "b" * 64]) == 1
-    assert identity.main(["check", str(ckpt), "a" * 64]) == 0
+    assert run_record.main(["check", str(ckpt), "b" * 64]) == 1
+    assert run_record.main(["check", str(ckpt), "a" * 64]) == 0
     # checkpoints without a record are not provably this run
     (tmp_path / "bare" / "global_step_3").mkdir(parents=True)
     with pytest.raises(ValueError, match="no fgrpo_run.json"):
-        identity.check_record(tmp_path / "bare", "a" * 64)
+        run_record.check_record(tmp_path / "bare", "a" * 64)
 
 
 # ---------------------------------------------------------------- rendering
@@ -478,7 +492,7 @@ def test_private_dir_is_0700_and_refuses_symlinks_and_open_modes(tmp_path):
     [("algo=no_such_algo", "no_such_algo"), ("+ray_kwargs.ray_init.runtime_env.env_vars.WANDB_API_KEY=k", "look like secrets")],
 )
 def test_train_sbatch_stops_when_its_config_does_not_compose(tmp_path, override, message):
-    """`eval "$(jobenv ...)"` would eval nothing and go on to start Ray; the script must end there instead."""
+    """`eval "$(fgrpo-verl job-env ...)"` would eval nothing and go on to start Ray; the script must end there."""
     import sys
 
     repo = Path(__file__).resolve().parent.parent
@@ -529,7 +543,7 @@ def test_wandb_continue_trims_offline_runs_sets_the_flush_interval_and_never_sto
     base.pop("WANDB_X_TRANSACTION_LOG_FLUSH_INTERVAL", None)
     folder = tmp_path / "wandb" / "offline-run-20260101_000000-abc123"
     folder.mkdir(parents=True)
-    from fgrpo_verl.launch import wandb_offline
+    from fgrpo_verl.job import wandb_offline
     from test_wandb_offline_on_cpu import _history_payload
 
     path = folder / "run-abc123.wandb"
@@ -614,15 +628,12 @@ def test_one_config_launched_from_two_directories_is_two_wandb_runs(tmp_path):
 def test_a_submitted_run_keeps_its_wandb_run_id_on_every_relaunch(tmp_path, monkeypatch):
     """The id is pinned in the run record at the first submission, so a relaunch of a run (resubmitting what
     failed, after a package upgrade) never splits its W&B history in two runs:
-    - a run submitted by a launcher from before the id hashed the checkpoint dir (its record has no id) continues
-      the id its jobs logged to, run_id(project, experiment);
     - a run first launched with an explicit WANDB_RUN_ID keeps it when relaunched without it;
     - a launch directory moved (or mounted elsewhere) with its checkpoints keeps its id.
     Runs never submitted, and a copy of a run whose original is still in place, get a derived id of their own
     (two directories: two W&B runs)."""
     import shutil
 
-    from fgrpo_verl.job import tracking
     from fgrpo_verl.launch import plan_jobs, submit_jobs
 
     _fake_slurm(tmp_path, monkeypatch)
@@ -639,15 +650,6 @@ def test_a_submitted_run_keeps_its_wandb_run_id_on_every_relaunch(tmp_path, monk
 
     def submit(job):
         submit_jobs([job], tmp_path / "scripts", tmp_path / "logs", out=lambda *_: None)
-
-    # submitted before ids were pinned: a record without one, and checkpoints
-    old = plan(tmp_path / "old")
-    identity.write_record(old.checkpoint_dir, old.fingerprint, old.job_name, old.overrides, job_id="11")
-    (old.checkpoint_dir / "global_step_5").mkdir()
-    legacy = tracking.run_id(str(old.config.trainer.project_name), old.job_name)
-    assert run_id(old) != legacy and run_id(plan(tmp_path / "old")) == legacy
-    submit(plan(tmp_path / "old"))
-    assert identity.read_record(old.checkpoint_dir)["wandb_run_id"] == legacy
 
     with pytest.raises(ValueError, match="WANDB_RUN_ID='my/run' is invalid"):
         plan(tmp_path / "mine", wandb_run_id="my/run")
@@ -668,22 +670,21 @@ def test_a_submitted_run_keeps_its_wandb_run_id_on_every_relaunch(tmp_path, monk
     # a copy while the original is in place (another user resuming from it) is a run of its own, both ways round
     shutil.copytree(tmp_path / "there", tmp_path / "copy")
     copy = plan(tmp_path / "copy")
-    assert run_id(copy) not in (run_id(first), legacy, "my-run-2")
+    assert run_id(copy) not in (run_id(first), "my-run-2")
     submit(copy)
     assert run_id(plan(tmp_path / "copy")) == run_id(copy) and run_id(plan(tmp_path / "there")) == run_id(first)
     # never submitted: its own derived id
-    assert run_id(plan(tmp_path / "new")) not in (run_id(first), legacy)
+    assert run_id(plan(tmp_path / "new")) != run_id(first)
 
 
 def test_plain_sbatch_path_keeps_the_wandb_run_id_its_run_started_with(tmp_path, monkeypatch, capsys):
-    """`sbatch slurm/train.sbatch`: the first start pins its id in the run record; a start after the launch
-    directory moved (its data named by absolute paths, so the same config), or of a run started by a version whose
-    id did not hash the checkpoint dir, continues the run's W&B run instead of opening a second one; an explicit
-    WANDB_RUN_ID in the submitting environment is the run's id."""
+    """`sbatch slurm/train.sbatch` (its `fgrpo-verl job-env`): the first start pins its id in the run record; a
+    start after the launch directory moved (its data named by absolute paths, so the same config) continues the
+    run's W&B run instead of opening a second one; an explicit WANDB_RUN_ID in the submitting environment is the
+    run's id."""
     import shutil
 
-    from fgrpo_verl.job import tracking
-    from fgrpo_verl.launch import jobenv
+    from fgrpo_verl.cli import main
 
     data = [f"data.train_files={tmp_path}/shared/train.parquet", f"data.val_files={tmp_path}/shared/val.parquet"]
     # a job start needs its model files (the launcher's preflight)
@@ -694,7 +695,7 @@ def test_plain_sbatch_path_keeps_the_wandb_run_id_its_run_started_with(tmp_path,
     data += [f"actor_rollout_ref.model.path={model}"]
 
     def exports():
-        assert jobenv.main(["algo=grpo", "trainer.project_name=p", *data]) == 0
+        assert main(["job-env", "algo=grpo", "trainer.project_name=p", *data]) == 0
         return dict(re.findall(r"^export (\w+)=(\S+)$", capsys.readouterr().out, re.M))
 
     monkeypatch.setenv("SLURM_JOB_ID", "7")
@@ -702,22 +703,16 @@ def test_plain_sbatch_path_keeps_the_wandb_run_id_its_run_started_with(tmp_path,
     monkeypatch.chdir(tmp_path / "a")
     env = exports()
     ckpt = tmp_path / "a" / env["FGRPO_CHECKPOINT_DIR"]
-    assert identity.read_record(ckpt)["wandb_run_id"] == env["WANDB_RUN_ID"]
+    assert run_record.read_record(ckpt)["wandb_run_id"] == env["WANDB_RUN_ID"]
+    assert env["FGRPO_LAUNCH_DIR"] == str(tmp_path / "a") and env["FGRPO_WANDB_LOGGER"] == "1"
     assert exports()["WANDB_RUN_ID"] == env["WANDB_RUN_ID"]  # a requeue
 
     shutil.move(tmp_path / "a", tmp_path / "b")
     monkeypatch.chdir(tmp_path / "b")
     assert exports()["WANDB_RUN_ID"] == env["WANDB_RUN_ID"]
-
-    ckpt = tmp_path / "b" / env["FGRPO_CHECKPOINT_DIR"]
-    record = identity.read_record(ckpt)
-    del record["wandb_run_id"]
-    (ckpt / identity.RECORD).write_text(json.dumps(record))
-    assert exports()["WANDB_RUN_ID"] == tracking.run_id("p", env["FGRPO_EXPERIMENT"])
-    # `WANDB_RUN_ID=mine sbatch slurm/train.sbatch ...`: the job exports it (it used to replace it silently), and
-    # pins it for later starts without it
+    # `WANDB_RUN_ID=mine sbatch slurm/train.sbatch ...`: the job exports it, and pins it for later starts without it
     monkeypatch.setenv("WANDB_RUN_ID", "mine/2")  # wandb.init would refuse it in the job
-    assert jobenv.main(["algo=grpo", "trainer.project_name=p", *data]) == 1
+    assert main(["job-env", "algo=grpo", "trainer.project_name=p", *data]) == 2
     assert "WANDB_RUN_ID='mine/2' is invalid" in capsys.readouterr().err
     monkeypatch.setenv("WANDB_RUN_ID", "mine")
     assert exports()["WANDB_RUN_ID"] == "mine"
@@ -726,10 +721,10 @@ def test_plain_sbatch_path_keeps_the_wandb_run_id_its_run_started_with(tmp_path,
 
 
 def test_plain_sbatch_path_refuses_a_secret_in_a_dict_value_too(capsys):
-    """slurm/train.sbatch evals jobenv's output; its overrides get the same secret check as the launcher's."""
-    from fgrpo_verl.launch import jobenv
+    """slurm/train.sbatch evals job-env's output; its overrides get the same secret check as the launcher's."""
+    from fgrpo_verl.cli import main
 
-    assert jobenv.main(["+ray_kwargs.ray_init.runtime_env.env_vars={HF_TOKEN: abc}"]) == 2
+    assert main(["job-env", "+ray_kwargs.ray_init.runtime_env.env_vars={HF_TOKEN: abc}"]) == 2
     err = capsys.readouterr().err
     assert "HF_TOKEN" in err and "look like secrets" in err and "abc" not in err
 

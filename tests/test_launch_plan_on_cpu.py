@@ -1,5 +1,6 @@
-"""How ``fgrpo-verl launch`` plans: verl's checks in a process pool beside the composing (launch/validator.py) and
-``--status`` from what a submit recorded (launch/manifest.py)."""
+"""How ``fgrpo-verl launch`` plans: verl's checks in a second process beside the composing (launch/validator.py),
+one run per normalised config (config/schema.py, launch/identity.py) and ``--status`` from what a submit recorded
+(launch/manifest.py)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,14 @@ import os
 from pathlib import Path
 
 import pytest
+import yaml
 
 import fgrpo_verl.launch as launch
 from fgrpo_verl.cli import main as cli_main
 from fgrpo_verl.config.compose import compose
 from fgrpo_verl.launch import manifest, plan_jobs
 from fgrpo_verl.preflight import check_run
+from fgrpo_verl.config.paths import recipes_dir
 from fgrpo_verl.launch.recipe import load_recipe
 from fgrpo_verl.launch.validator import Validator
 
@@ -82,19 +85,68 @@ def test_status_reads_the_runs_a_submit_recorded_and_composes_for_another_plan(t
     assert len(planned) == 1 and only.splitlines()[0] == composed.splitlines()[0]
 
 
-def _sleep(*args):
+def _sleep(pid_file):
     import time
 
+    Path(pid_file).write_text(str(os.getpid()))
     time.sleep(600)
 
 
 @pytest.mark.timeout(120)  # a close that waited for the check would hang here
-def test_closing_a_pool_stops_a_busy_check_instead_of_waiting_for_it():
+def test_closing_the_second_process_stops_a_busy_check_instead_of_waiting_for_it(tmp_path):
+    import time
+
     pool = Validator(_sleep, 1, background=True)
-    pool.submit(1)
-    processes = list(pool._pool._processes.values())
+    pid_file = tmp_path / "pid"
+    pool.submit(str(pid_file))
+    while not pid_file.exists():  # the check runs (after the process's `import verl`)
+        time.sleep(0.2)
     pool.close()
-    assert processes and not any(p.is_alive() for p in processes)
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(pid_file.read_text()), 0)
+
+
+RUN = "qwen25_7b-grpo-g0p0"
+
+
+def _planned(tmp_path, name: str, spelled: str, command_line: list[str]):
+    """The run RUN of a copy of paper_main in ``tmp_path`` whose own γ override is spelled ``spelled``, planned
+    with ``command_line`` as ``launch paper_main --only RUN --dry-run`` plans it."""
+    recipe = yaml.safe_load((recipes_dir() / "paper_main.yaml").read_text(encoding="utf-8"))
+    (run,) = [r for r in recipe["runs"] if r["name"] == RUN]
+    run["overrides"] = [f"algorithm.fgrpo.gamma={spelled}" if o.startswith("algorithm.fgrpo.gamma=") else o
+                        for o in run["overrides"]]
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(recipe, sort_keys=False), encoding="utf-8")
+    (job,) = plan_jobs(str(path), [RUN], command_line, tmp_path / "logs", tmp_path)[1]
+    return job
+
+
+@pytest.mark.parametrize("where", ["command line", "recipe"])
+def test_gamma_written_as_an_integer_is_the_run_of_its_float(tmp_path, where):
+    """``algorithm.fgrpo.gamma=0`` and ``=0.0`` are one config (the schema types γ as a float): one job name, one
+    checkpoint directory, one W&B run, in the job script as planned."""
+    import re
+
+    if where == "command line":
+        jobs = [_planned(tmp_path, "paper_main", "0.0", [f"algorithm.fgrpo.gamma={g}"]) for g in ("0", "0.0")]
+    else:
+        jobs = [_planned(tmp_path, f"paper_main_{i}", g, []) for i, g in enumerate(("0", "0.0"))]
+    ints, floats = jobs
+    assert (ints.job_name, ints.checkpoint_dir, ints.wandb_run_id) == (
+        floats.job_name, floats.checkpoint_dir, floats.wandb_run_id)
+    assert re.search(r'^#SBATCH --job-name="grpo-g0-n8-Qwen2.5-7B-s42-[0-9a-f]{8}"$', ints.text, re.M)
+    assert f"export WANDB_RUN_ID={ints.wandb_run_id}" in ints.text and ints.config.algorithm.fgrpo.gamma == 0.0
+    # a γ that is another value is another run
+    assert _planned(tmp_path, "paper_main", "0.0", ["algorithm.fgrpo.gamma=0.5"]).job_name != ints.job_name
+
+
+@pytest.mark.parametrize("value, expected", [("abc", "expected a number"), ("true", "expected a number")])
+def test_a_gamma_of_another_type_is_one_line_naming_the_key(tmp_path, value, expected):
+    with pytest.raises(ValueError) as error:
+        _planned(tmp_path, "paper_main", "0.0", [f"algorithm.fgrpo.gamma={value}"])
+    (line,) = str(error.value).splitlines()
+    assert line.startswith(f"recipe paper_main, run {RUN}: invalid config: algorithm.fgrpo.gamma={value}: {expected}")
 
 
 def test_an_edited_config_file_or_another_command_line_is_another_plan(tmp_path, monkeypatch):

@@ -1,4 +1,4 @@
-"""Which socket interfaces a job pins for verl's process groups (``fgrpo_verl/launch/node_net.py``,
+"""Which socket interfaces a job pins for verl's process groups (``fgrpo_verl/job/node_net.py``,
 ``slurm/ray_cluster.sh``).
 
 Gloo is pinned to the interface of the node's Ray address (it would pick loopback where the host name maps to
@@ -15,7 +15,7 @@ import sys
 
 from test_job_scripts_on_cpu import _job, _tools, _workdir
 
-from fgrpo_verl.launch import node_net
+from fgrpo_verl.job import node_net
 
 
 def test_gloo_is_pinned_and_nccl_left_to_choose():
@@ -34,7 +34,7 @@ def _exec_env(**env) -> str:
     full.update(env)
     # node_net appends the node's port flags to the command: the shell gets them as $1..$6 and ignores them
     done = subprocess.run(
-        [sys.executable, "-m", "fgrpo_verl.launch.node_net", "exec", "--ip", "127.0.0.1", "--base", "20000",
+        [sys.executable, "-m", "fgrpo_verl.job.node_net", "exec", "--ip", "127.0.0.1", "--base", "20000",
          "--index", "0", "--", "sh", "-c", 'echo "GLOO=${GLOO_SOCKET_IFNAME-unset} NCCL=${NCCL_SOCKET_IFNAME-unset}"',
          "sh"], env=full, capture_output=True, text=True, timeout=120, check=True)
     return done.stdout.strip()

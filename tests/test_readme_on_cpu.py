@@ -289,6 +289,7 @@ def _shell(command: str, cwd: Path, timeout: int = 600) -> subprocess.CompletedP
     env["PATH"] = f"{BIN}{os.pathsep}{env['PATH']}"
     env["PYTHONPATH"] = str(REPO)
     env["HF_HUB_OFFLINE"] = "1"  # nothing here may reach the Hub (hf's CLI checks for its own updates otherwise)
+    env["WANDB_MODE"] = "offline"  # nor W&B (doctor asks its host when online)
     return subprocess.run(["bash", "-c", command], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 

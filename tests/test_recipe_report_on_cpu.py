@@ -88,7 +88,7 @@ def write_final(run: Path, step: int, label: str, first: float, second: float) -
 def tiny(tmp_path):
     from fgrpo_verl.evaluation import checkpoint_eval as ce
     from fgrpo_verl.launch import plan_jobs
-    from fgrpo_verl.launch.identity import write_record
+    from fgrpo_verl.job.run_record import write_record
 
     (tmp_path / "bench.jsonl").write_text('{"id": 1, "problem": "p", "answer": "a"}\n')
     path = recipe(tmp_path)

@@ -312,14 +312,14 @@ def test_runs_with_the_same_config_are_rejected_and_a_variant_names_a_different_
         load_recipe(str(tmp_path / "bad.yaml"))
 
 
-def test_jobenv_prints_exports_that_a_shell_can_eval(capsys):
+def test_job_env_prints_exports_that_a_shell_can_eval(capsys):
     """The plain `sbatch slurm/train.sbatch` path evals this output inside the job."""
     import subprocess
 
-    from fgrpo_verl.launch import jobenv
+    from fgrpo_verl.cli import main
 
     def shown(argv):
-        assert jobenv.main(argv) == 0
+        assert main(["job-env", *argv]) == 0
         exports = capsys.readouterr().out
         return subprocess.run(
             ["bash", "-c", exports + '\nprintf "%s|%s|%s|%s|%s|%s" "$WANDB_RUN_ID" "$WANDB_RESUME" "$WANDB_RUN_GROUP" '
@@ -422,7 +422,7 @@ def test_identity_follows_every_override_fresh_and_explicit_wandb_id(tmp_path):
     with pytest.raises(ValueError, match="WANDB_RUN_ID=my-own-id is set but 5 runs are selected"):
         plan_jobs("controls", None, [], tmp_path / "logs", tmp_path, wandb_run_id="my-own-id")
     # a checkpoint dir that holds another config is refused at launch
-    from fgrpo_verl.launch.identity import write_record
+    from fgrpo_verl.job.run_record import write_record
 
     write_record(base.checkpoint_dir, "0" * 64, base.job_name, ["x=1"])
     with pytest.raises(ValueError, match="holds a run of a different config"):

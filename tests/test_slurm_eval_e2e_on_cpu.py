@@ -106,10 +106,14 @@ def workdir(slurm, tmp_path_factory):
     return root
 
 
-def _env(slurm) -> dict:
-    """The cluster's client environment, with tests/ importable (the launch checks the scorer resolves)."""
+def _env(slurm, workdir: Path) -> dict:
+    """The cluster's client environment, with tests/ importable (the launch checks the scorer resolves), on nodes
+    without the Hub: no HF_HUB_OFFLINE from here (the jobs set what they need) and an empty Hugging Face cache."""
     env = slurm.env
     env["PYTHONPATH"] = f"{REPO}:{REPO / 'tests'}"
+    env.pop("HF_HUB_OFFLINE", None)
+    env["HF_HOME"] = str(workdir / "empty_hf_home")
+    (workdir / "empty_hf_home").mkdir(exist_ok=True)
     return env
 
 
@@ -123,7 +127,7 @@ def _cli(slurm, workdir: Path, *argv: str) -> subprocess.CompletedProcess:
     stdout, stderr = io.StringIO(), io.StringIO()
     try:
         os.environ.clear()
-        os.environ.update(_env(slurm))
+        os.environ.update(_env(slurm, workdir))
         os.chdir(workdir)
         with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
             rc = cli_main(list(argv))
@@ -193,7 +197,7 @@ def test_launch_evaluates_every_checkpoint_resumes_a_killed_evaluation_and_repor
     dry = _launch(slurm, workdir, "--dry-run")
     assert "ready: a submit from here has every input it checks" in dry.stdout, dry.stdout[-3000:]
     asks = next(x for x in dry.stdout.splitlines() if x.startswith("  training, 2 jobs: "))
-    assert "--nodes=1" in asks and "--cpus-per-task=2" in asks and "--gpus" not in asks, asks
+    assert "--nodes=1" in asks and "--cpus-per-task=2" in asks and "--mem=0" in asks and "--gpus" not in asks, asks
     out = _launch(slurm, workdir)
     train = dict(re.findall(r"submitted (grpo|fgrpo-g1): job (\d+) ", out.stdout))
     evals = {(run, phase): job for phase, run, job in
@@ -246,13 +250,16 @@ def test_launch_evaluates_every_checkpoint_resumes_a_killed_evaluation_and_repor
         assert "verl kept 8 training prompts, 2 steps per epoch; trainer.save_freq 3 -> 2" in log
         # a job that ends cleanly on its first start leaves no Ray process of its own behind
         assert wait_no_processes(f"fgrpo-ray-{job}") == []
+        # all of its node's memory (--mem=0), not the share of a job that asks for none
+        slurm.assert_memory_asked(job)
     for (run, phase), job in evals.items():
         log = _log(workdir, base.job_name if run == "grpo" else focal.job_name, job)
         assert _state(slurm, job) == "COMPLETED", log[-6000:]
         # the host memory the plan asks for (verl's merger beside the engines) is what Slurm holds for the job
         planned = (base if run == "grpo" else focal).evaluation.memory_line
-        mem = re.search(r"--mem=(\d+G)\b", planned)
-        assert mem and slurm.job_field(job, "MinMemoryNode") == mem.group(1), (planned, job)
+        mem = re.search(r"--mem=(\d+)G\b", planned)
+        assert mem, planned
+        slurm.assert_memory_asked(job, int(mem.group(1)) * 1024)
     for job in (base, focal):
         assert ck.saved_steps(job.checkpoint_dir) == [2, 4]
         assert ck.read_steps(job.checkpoint_dir)["steps_per_epoch"] == 2

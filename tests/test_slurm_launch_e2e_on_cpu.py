@@ -254,6 +254,8 @@ def test_one_launch_completes_through_usr1_and_a_requeue_with_the_focal_estimato
     # rewards of step 1 with gamma = 1, and different from what plain GRPO (gamma = 0) would give for the same batch
     assert state == "COMPLETED", f"job {job} ended {state}:\n{log[-6000:]}"
     assert slurm.job_field(job, "Restarts") == "2", log[-6000:]
+    # the training job asked for all of its node's memory (--mem=0), not the share of a job that asks for none
+    slurm.assert_memory_asked(job)
     rollouts = _rollouts(workdir / "rollouts", 1)
     assert len(rollouts) == 4 * GROUP_N
     hi, lo = _expected_advantage_range(rollouts, GAMMA)
@@ -298,7 +300,7 @@ def test_one_launch_completes_through_usr1_and_a_requeue_with_the_focal_estimato
     # W&B's history is steps 1..4 once each, with the console's values. The stopped start closed W&B cleanly; the
     # killed start's row of step 3 reached its offline file (the trainer closes each step's row when the next
     # begins, and the job flushes every second; verl alone kept it open and W&B's 15-s buffer lost it), and nothing
-    # it logged past checkpoint 3 survives the last start's trim (fgrpo_verl/launch/wandb_offline.py)
+    # it logged past checkpoint 3 survives the last start's trim (fgrpo_verl/job/wandb_offline.py)
     folders = sorted((workdir / "wandb").glob(f"offline-run-*-{run_id}"))
     per_start = [[row for row in read_history(folder / f"run-{run_id}.wandb") if "critic/score/mean" in row]
                  for folder in folders]

@@ -271,6 +271,8 @@ def test_e_time_limit_signal_checkpoints_requeues_and_finishes_every_step_once(s
     log = log_path.read_text(errors="replace")
     assert state == "COMPLETED", log[-6000:]
     assert saw_running, "--status never saw the job running"
+    # all of its node's memory (--mem=0), not the share of a job that asks for none
+    slurm.assert_memory_asked(job)
     restarts = int(slurm.job_field(job, "Restarts"))
     starts = steps_per_start(log)
     # the time limit came at least once: USR1, a checkpoint at the step boundary, a self-requeue; never TIMEOUT

@@ -120,6 +120,7 @@ def test_bad_value_fails_validation_with_named_key():
 
 def _clean_env():
     env = {k: v for k, v in os.environ.items() if not k.startswith("VERL_USE_EXTERNAL")}
+    env["WANDB_MODE"] = "offline"  # no W&B host here (doctor asks it when online)
     return env
 
 

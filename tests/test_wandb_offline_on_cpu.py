@@ -1,4 +1,4 @@
-"""Offline W&B continuity after a hard kill (fgrpo_verl/launch/wandb_offline.py), on real W&B offline files:
+"""Offline W&B continuity after a hard kill (fgrpo_verl/job/wandb_offline.py), on real W&B offline files:
 start 1 logs steps 1..7 and is killed with its last checkpoint at 5; start 2 trims the abandoned steps, resumes
 at 6 and logs 6..9 with other values. The offline folders then hold exactly the resumed trajectory."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fgrpo_verl.launch import wandb_offline
+from fgrpo_verl.job import wandb_offline
 
 RUN_ID = "fgrpotrimtest0001"
 START = """
@@ -84,6 +84,27 @@ def test_trim_leaves_exactly_the_resumed_trajectory(tmp_path):
     assert _history(tmp_path) == [(1, 1.0), (2, 2.0), (3, 3.0), (4, 4.0), (5, 5.0), (6, 60.0), (7, 70.0), (8, 80.0), (9, 90.0)]
     # a start that resumes where the last one stopped cleanly changes nothing
     assert wandb_offline.trim(tmp_path, RUN_ID, 9) == []
+
+
+def test_a_wandb_outside_the_tested_range_is_refused_in_one_line_and_its_folders_left_as_they_are(tmp_path,
+                                                                                                     monkeypatch, capsys):
+    """The trim rewrites W&B's own file format: only under the wandb versions it was tested with (setup.py pins the
+    same range, and the installed wandb is one of them: the test above writes a real run with it)."""
+    assert wandb_offline.untested_wandb() is None
+    setup = (Path(__file__).resolve().parent.parent / "setup.py").read_text(encoding="utf-8")
+    assert f'"wandb{wandb_offline.TESTED_WANDB}"' in setup
+    folder = tmp_path / "wandb" / f"offline-run-20260101_000000-{RUN_ID}"
+    folder.mkdir(parents=True)
+    path = folder / f"run-{RUN_ID}.wandb"
+    wandb_offline.write_payloads(path, [_history_payload(s) for s in range(1, 8)])
+    before = path.read_bytes()
+    import importlib.metadata
+
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.99.0" if name == "wandb" else "0")
+    assert wandb_offline.main(["trim", str(tmp_path), RUN_ID, "5"]) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "wandb 0.99.0 is installed" in line and wandb_offline.TESTED_WANDB in line
+    assert path.read_bytes() == before
 
 
 def test_corrupt_file_is_refused(tmp_path):

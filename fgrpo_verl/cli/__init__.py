@@ -29,6 +29,7 @@ COMMANDS = {
     "report": "report",
     "rare-nll": "rare_nll",
     "wandb-env": "wandb_env",
+    "job-env": "job_env",
     "demo": "demo",
     "tail-miss": "tail_miss",
     "m-gamma": "m_gamma",

@@ -157,6 +157,19 @@ def _preflight(recipe: str, only: list[str] | None, overrides: list[str]) -> tup
     return name, check
 
 
+def _wandb_host(overrides: list[str]) -> str:
+    """Whether W&B answers from here when the config logs to it online (fgrpo_verl/job/wandb_online.py, which
+    jobs run on their node)."""
+    from fgrpo_verl.config.compose import compose
+    from fgrpo_verl.job.wandb_online import check_wandb
+
+    try:
+        loggers = compose(overrides).trainer.get("logger")
+    except ValueError:
+        return "not checked: the config does not compose (above)"
+    return check_wandb(loggers)
+
+
 def run(args: argparse.Namespace) -> int:
     from fgrpo_verl.cli.launch import split_only
 
@@ -171,6 +184,7 @@ def run(args: argparse.Namespace) -> int:
         ("registry (driver)", _registry_driver),
         ("platform", _platform),
         ("config composes + verl validate_config", _compose(overrides)),
+        ("W&B host", lambda: _wandb_host(overrides)),
     ]
     if args.recipe is not None:
         checks.append(_preflight(args.recipe, only, overrides))

@@ -18,7 +18,15 @@ import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from fgrpo_verl.config.errors import ConfigError, check_value_types, explain
+from fgrpo_verl.config.errors import (
+    ConfigError,
+    already_exists,
+    check_value_types,
+    explain,
+    missing_key,
+    omegaconf_reason,
+)
+from fgrpo_verl.config.schema import typed_fgrpo
 from fgrpo_verl.config.paths import CONFIG_NAME, config_dir
 
 
@@ -79,79 +87,41 @@ def is_value_override(override: str) -> bool:
     return bool(_VALUE_KEY.match(override.split("=", 1)[0].strip()))
 
 
-@contextlib.contextmanager
-def batch_session() -> Iterator[None]:
-    """For a batch of configs (a recipe's runs; also a decorator): OmegaConf re-parses every ``${...}`` string
-    with its ANTLR grammar each time it resolves one, and planning a run resolves the whole config several times
-    (fingerprint, ``validate``, freezing ``${oc.env:...}``), the same few dozen strings thousands of times.
-    Within the session, parse trees are cached by string (a parse tree depends on the string alone), the YAML files
-    Hydra reads are parsed once (:func:`_cached_yaml_parsing`), and the cyclic garbage collector is paused
-    (configs are trees with parent links: each collection walks them all)."""
-    with _cached_interpolation_parsing(), _cached_yaml_parsing(), _gc_paused():
-        yield
+def _apply_values(config, values: list[str], overrides: list[str], compose_raw) -> None:
+    """Apply the value overrides ``values`` (``a.b=1``, ``+a.b=1``, ``++a.b=1``, ``~a.b``) to ``config`` as Hydra
+    does after merging its defaults list: parsed by Hydra's override parser, set with ``OmegaConf.update`` (the
+    config is in struct mode, so a key it lacks needs ``+``). Each one that cannot apply raises a one-line
+    :class:`ConfigError` naming it (``compose_raw``: Hydra's compose, to list the keys that do exist)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf, open_dict
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
-
-@contextlib.contextmanager
-def _cached_yaml_parsing() -> Iterator[None]:
-    """Hydra parses every YAML file of the defaults tree again for each composition (PyYAML's pure-Python loader:
-    ~60 % of a composition). Within: ``yaml.load`` of a named file returns a copy of its first parse, keyed by
-    path, size and modification time. Only the plain data is cached: Hydra builds (and edits) its own config
-    objects from it each time."""
-    import os
-
-    import yaml
-
-    original = yaml.load
-    parsed: dict = {}
-
-    def load(stream, Loader):  # noqa: N803 (yaml's own argument name)
-        name = getattr(stream, "name", None)
-        if not isinstance(name, str) or not os.path.isfile(name):
-            return original(stream, Loader=Loader)
-        info = os.stat(name)
-        # OmegaConf builds an equal loader class on every call: its qualified name identifies it
-        key = (os.path.abspath(name), info.st_size, info.st_mtime_ns, f"{Loader.__module__}.{Loader.__qualname__}")
-        if key not in parsed:
-            parsed[key] = original(stream, Loader=Loader)
-        return copy.deepcopy(parsed[key])
-
-    yaml.load = load
-    try:
-        yield
-    finally:
-        yaml.load = original
-
-
-@contextlib.contextmanager
-def _cached_interpolation_parsing() -> Iterator[None]:
-    import functools
-
-    import omegaconf.base
-
-    original = omegaconf.base.parse
-
-    @functools.lru_cache(maxsize=4096)
-    def parse(value: str, parser_rule: str = "configValue", lexer_mode: str = "DEFAULT_MODE"):
-        return original(value, parser_rule, lexer_mode)
-
-    omegaconf.base.parse = parse
-    try:
-        yield
-    finally:
-        omegaconf.base.parse = original
-
-
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    import gc
-
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
+    for override in OverridesParser.create().parse_overrides(values):
+        typed, key = override.input_line, override.key_or_group
+        if override.is_sweep_override():
+            raise ConfigError(f"{typed}: several values sweep, which `train` and `launch` do not do; give one value "
+                              "(a list is written [a,b])")
+        value, present = override.value(), OmegaConf.select(config, key, throw_on_missing=False) is not None
+        try:
+            if override.is_delete():
+                if not present:
+                    raise ConfigError(missing_key(typed, key, overrides, compose_raw, "cannot delete: "))
+                if value is not None and value != OmegaConf.select(config, key):
+                    raise ConfigError(f"{typed}: {key} is {OmegaConf.select(config, key)!r}, not {value!r}: not deleted")
+                parent, _, last = key.rpartition(".")
+                with open_dict(config):
+                    del OmegaConf.select(config, parent)[last]
+            elif override.is_add() and present and not isinstance(value, (dict, list)):
+                raise ConfigError(already_exists(typed, key))
+            elif override.is_add() or override.is_force_add():
+                OmegaConf.update(config, key, value, merge=True, force_add=True)
+            else:
+                try:
+                    OmegaConf.update(config, key, value, merge=True)
+                except (ConfigAttributeError, ConfigKeyError) as exc:
+                    raise ConfigError(missing_key(typed, key, overrides, compose_raw)) from exc
+        except OmegaConfBaseException as exc:
+            raise ConfigError(f"{typed}: {omegaconf_reason(exc)}") from exc
 
 
 class SharedComposer:
@@ -164,8 +134,12 @@ class SharedComposer:
        cache of parsed YAML files lives for one composition: it edits what it parsed while it builds the defaults
        list, so sharing its cache across compositions leaks one run's selections into the next; a deep copy of it
        per composition costs more than parsing again, measured);
-    2. the run's value overrides (``a.b=1``, ``+a.b=1``, ``~a.b``) applied to a copy of it with Hydra's own
-       override parser and applier, which is what Hydra itself does after merging the defaults list.
+    2. the run's value overrides (``a.b=1``, ``+a.b=1``, ``~a.b``) applied to a copy of it with Hydra's override
+       parser and ``OmegaConf.update`` (:func:`_apply_values`), which is what Hydra itself does after merging the
+       defaults list.
+
+    Then ``algorithm.fgrpo`` is typed by its schema (fgrpo_verl/config/schema.py): ``gamma=0`` and ``gamma=0.0``
+    compose to one config.
 
     ``tests/test_first_hour_on_cpu.py`` checks that every run of every shipped recipe composes to the same config
     both ways. Measured on ``paper_main`` (36 runs, 9 distinct selection lists): docs/slurm.md.
@@ -175,6 +149,9 @@ class SharedComposer:
         self.config_name = config_name
         self._selected: dict[tuple[str, ...], object] = {}
 
+    def _raw(self, overrides):
+        return _compose_raw(overrides, self.config_name)
+
     def compose(self, overrides: Sequence[str]):
         overrides = list(overrides)
         selections = tuple(o for o in overrides if not is_value_override(o))
@@ -182,19 +159,16 @@ class SharedComposer:
         try:
             base = self._selected.get(selections)
             if base is None:
-                base = self._selected[selections] = _compose_raw(selections, self.config_name)
+                base = self._selected[selections] = self._raw(selections)
             config = copy.deepcopy(base)
-            if values:
-                from hydra._internal.config_loader_impl import ConfigLoaderImpl
-                from hydra.core.override_parser.overrides_parser import OverridesParser
-
-                ConfigLoaderImpl._apply_overrides_to_config(OverridesParser.create().parse_overrides(values), config)
-            check_value_types(base, config, values)
-            return config
+            _apply_values(config, values, overrides, self._raw)
         except ConfigError:
             raise
         except Exception as exc:
-            error = explain(exc, overrides, lambda o: _compose_raw(o, self.config_name))
+            error = explain(exc, overrides, self._raw)
             if error is None:
                 raise
             raise error from exc
+        check_value_types(base, config, values)
+        typed_fgrpo(config, overrides)
+        return config

@@ -48,14 +48,14 @@ def _listing(candidates, limit: int = 12) -> str:
     return shown + (f", ... ({len(names)} in all)" if len(names) > limit else "")
 
 
-def _missing_key_message(override: str, key: str, overrides: list[str], compose_raw: Callable) -> str:
+def missing_key(override: str, key: str, overrides: list[str], compose_raw: Callable, what: str = "") -> str:
     """``override`` sets ``key``, which the config does not have: where the path leaves the config, and the
-    closest keys there (read from the config composed without that override)."""
+    closest keys there (read from the config composed without that override); ``what`` comes before "no key"."""
     rest = [o for o in overrides if o != override]
     try:
         tree = compose_raw(rest)
     except Exception:  # another override is broken too; say what we know
-        return f"{override}: the config has no key {key!r}"
+        return f"{override}: {what}the config has no key {key!r}"
     from omegaconf import DictConfig
 
     node, parts = tree, key.split(".")
@@ -71,8 +71,12 @@ def _missing_key_message(override: str, key: str, overrides: list[str], compose_
         valid = f" (keys there: {_listing(keys)})" if keys else f" ({'.'.join(parts[:i])} is not a mapping)"
         new_key = ("" if hint or not isinstance(node, DictConfig)
                    else "; a key that verl reads but its config does not declare needs a leading '+'")
-        return f"{override}: no key {part!r} {where}{hint}{valid}{new_key}"
+        return f"{override}: {what}no key {part!r} {where}{hint}{valid}{new_key}"
     return f"{override}: {key} cannot be set this way"
+
+
+def already_exists(override: str, key: str) -> str:
+    return f"{override}: {key} already exists, so '+' (add a new key) does not apply; set it with {override.lstrip('+')}"
 
 
 def explain(exc: BaseException, overrides: list[str], compose_raw: Callable) -> ConfigError | None:
@@ -108,31 +112,26 @@ def explain(exc: BaseException, overrides: list[str], compose_raw: Callable) -> 
         match = _COULD_NOT_OVERRIDE.search(text)
         if match:
             key = match.group(1)
-            return ConfigError(_missing_key_message(_override_for(key, overrides), key, overrides, compose_raw))
+            return ConfigError(missing_key(_override_for(key, overrides), key, overrides, compose_raw))
         match = _CANNOT_DELETE.search(text)
         if match:
             key = match.group(1)
-            return ConfigError(_missing_key_message(_override_for(key, overrides), key, overrides, compose_raw)
-                               .replace(": no key", ": cannot delete: no key", 1))
+            return ConfigError(missing_key(_override_for(key, overrides), key, overrides, compose_raw, "cannot delete: "))
         match = _CANNOT_APPEND.search(text)
         if match:
             key = match.group(1)
-            typed = _override_for(key, overrides)
-            return ConfigError(
-                f"{typed}: {key} already exists, so '+' (add a new key) does not apply; set it with "
-                f"{typed.lstrip('+')}"
-            )
+            return ConfigError(already_exists(_override_for(key, overrides), key))
         match = _MERGING.search(text)
         cause = exc.__cause__ if isinstance(exc.__cause__, OmegaConfBaseException) else None
         if match and cause is not None:
-            return ConfigError(f"{match.group(1).strip()}: {_omegaconf_reason(cause)}")
+            return ConfigError(f"{match.group(1).strip()}: {omegaconf_reason(cause)}")
         return ConfigError(text.strip().splitlines()[0])
     if isinstance(exc, OmegaConfBaseException):
-        return ConfigError(_omegaconf_reason(exc))
+        return ConfigError(omegaconf_reason(exc))
     return None
 
 
-def _omegaconf_reason(exc) -> str:
+def omegaconf_reason(exc) -> str:
     """OmegaConf's message without its multi-line ``full_key``/``object_type`` trailer."""
     lines = [line for line in str(exc).splitlines() if line.strip()]
     head = lines[0] if lines else type(exc).__name__

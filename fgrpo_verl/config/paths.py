@@ -28,12 +28,6 @@ def config_dir() -> Path:
     )
 
 
-def repo_root() -> Path | None:
-    """The source checkout holding this package, or None for a wheel install."""
-    root = PACKAGE_DIR.parent
-    return root if (root / "setup.py").is_file() else None
-
-
 def _shipped_dir(name: str, marker: str) -> Path:
     """``name/`` shipped inside the wheel as ``fgrpo_verl/<name>``, or at the root of a source checkout."""
     package = PACKAGE_DIR

@@ -15,7 +15,7 @@ The fgrpo trainers keep the tracker at the previous checkpoint until step k has 
 
 A job killed before the tracker says k resumes from the previous checkpoint and trains step k again (its new
 checkpoint replaces the unreleased ``global_step_k``); the W&B offline trim at the start
-(``fgrpo_verl/launch/wandb_offline.py``) drops whatever the killed start logged past that checkpoint. The price
+(``fgrpo_verl/job/wandb_offline.py``) drops whatever the killed start logged past that checkpoint. The price
 is that a kill in the gap recomputes ``trainer.save_freq`` steps instead of none.
 
 Once the tracker says k, no resume needs the optimizer states of the checkpoints before k: :func:`release` removes

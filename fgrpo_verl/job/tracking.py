@@ -21,7 +21,7 @@ Secrets: nothing here reads, writes or forwards ``WANDB_API_KEY``. Authenticate 
 ``~/.netrc``) or export the key in the job's environment yourself; never put it in a config or an override,
 because verl prints its config and logs it to W&B.
 
-``fgrpo-verl launch`` and the plain ``sbatch slurm/train.sbatch`` path (``fgrpo_verl.launch.jobenv``) read the
+``fgrpo-verl launch`` and the plain ``sbatch slurm/train.sbatch`` path (``fgrpo-verl job-env``) read the
 name's parts from the composed config with :func:`config_run_name` / :func:`config_run_tags` and export
 :func:`wandb_env` before ``ray start``; :func:`ray_env_overrides` hands the same variables to every Ray actor as
 Hydra overrides instead. ``fgrpo-verl wandb-env`` prints both for hand-written scripts.

@@ -120,8 +120,7 @@ def render_eval_job(recipe, job, phase: str, plan: Plan, spec: EvalSpec, log_dir
     (eval_memory.py). Its dependencies on other jobs are not in it: the submit gives them to sbatch."""
     from fgrpo_verl.config.paths import slurm_dir
     from fgrpo_verl.job.tracking import config_run_tags
-    from fgrpo_verl.launch.jobenv import job_environment
-    from fgrpo_verl.launch.render import check_value, render_template, sbatch_directives, shell_exports
+    from fgrpo_verl.launch.render import check_value, job_environment, render_template, sbatch_directives, shell_exports
 
     config = job.config
     env = dict(recipe.env)

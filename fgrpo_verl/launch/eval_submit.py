@@ -116,7 +116,7 @@ def submit_eval_jobs(jobs: list, train_ids: dict[str, str | None], script_dir: P
     """Submit the evaluation jobs a launch still needs (:func:`decide`), each with the script planned for it and
     its dependencies on sbatch's command line; returns (run, pass, job id) of each, also appended to
     ``submitted`` as each one goes (what a failing sbatch leaves queued)."""
-    from fgrpo_verl.launch.identity import read_record, write_record
+    from fgrpo_verl.job.run_record import read_record, write_record
     from fgrpo_verl.launch.queue import active_jobs
     from fgrpo_verl.launch.render import sbatch, script_name
 

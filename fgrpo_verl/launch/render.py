@@ -17,6 +17,7 @@ Rendering is hardened against values that would otherwise become code or silentl
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shlex
 import subprocess
@@ -25,13 +26,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from fgrpo_verl.launch.recipe import Recipe, Resources, Run
+from fgrpo_verl.launch.recipe import MEMORY_OPTIONS, Recipe, Resources, Run
 from fgrpo_verl.config.paths import slurm_dir
 
 TEMPLATE = "job.sbatch.template"
 # Seconds between Slurm's USR1 and the time limit when neither the recipe nor the config says (cluster groups set
 # slurm.signal_lead_s): enough for one LLM step plus a checkpoint at the paper's scale.
 DEFAULT_SIGNAL_LEAD_S = 900
+# Host memory of a training job whose recipe gives none: all of each node's (sbatch --mem=0). verl's trainer takes
+# what the node has: it loads the model in fp32 on every rank before sharding (100-130 GB per node for Qwen3-4B or
+# Llama-3.2-3B on 8 GPUs), Ray's object store takes a share of the memory it sees, CPU offload holds parameters
+# and optimizer states; no number computed here is safe, and the shipped recipes take whole nodes (`exclusive`)
+# anyway. Without a request a site's DefMemPerCPU applies (e.g. 2 GB x CPUs), and the ranks are OOM-killed at
+# start-up. A recipe that shares nodes sets resources.mem (or a memory option in resources.extra).
+TRAIN_MEM = "0"
 _PLACEHOLDER = re.compile(r"\{\{([A-Z_]+)\}\}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # every job of a run carries the run's name: Slurm never runs two of them at once, whoever submitted them
@@ -226,12 +234,36 @@ def train_command(overrides: tuple[str, ...] | list[str]) -> str:
     return " \\\n    ".join([*words, *RUNTIME_OVERRIDES])
 
 
-def shell_exports(env: dict[str, str]) -> str:
-    from fgrpo_verl.launch.jobenv import shell_exports as exports
+def job_environment(config, workdir: Path, wandb_group: str | None = None, tags=()) -> dict[str, str]:
+    """Variables a job of the run described by the composed ``config`` exports: fgrpo_verl.job.tracking's W&B
+    variables for (project, experiment name, absolute checkpoint dir: ``trainer.default_local_dir`` from the
+    launch directory ``workdir``), the experiment name and checkpoint dir for the job's log, the launch directory
+    (checked on the node) and ``FGRPO_WANDB_LOGGER=1`` when the run logs to W&B (fgrpo_verl/job/wandb_online.py
+    checks from the node that W&B answers)."""
+    import os
 
+    from fgrpo_verl.job.tracking import wandb_env
+    from fgrpo_verl.job.wandb_online import logs_to_wandb
+
+    project, experiment = str(config.trainer.project_name), str(config.trainer.experiment_name)
+    home = os.path.abspath(os.path.join(workdir, str(config.trainer.default_local_dir)))
+    env = wandb_env(project, experiment, wandb_group, tags, checkpoint_dir=home)
+    env["FGRPO_EXPERIMENT"] = experiment
+    env["FGRPO_CHECKPOINT_DIR"] = str(config.trainer.default_local_dir)
+    env["FGRPO_LAUNCH_DIR"] = os.path.abspath(workdir)
+    if logs_to_wandb(config.trainer.get("logger")):
+        env["FGRPO_WANDB_LOGGER"] = "1"
+    return env
+
+
+def shell_exports(env: dict[str, str]) -> str:
+    """``export NAME=value`` lines, values shell-quoted (and refused when they hold a control character)."""
+    lines = []
     for name, value in env.items():
-        check_value(f"export {name}", value)
-    return exports(env)
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise ValueError(f"environment variable name {name!r} is not a valid shell name")
+        lines.append(f"export {name}={shlex.quote(check_value(f'export {name}', value))}")
+    return "\n".join(lines)
 
 
 def render_template(template: str, values: dict[str, str]) -> str:
@@ -289,9 +321,10 @@ def render_job(
         exports["FGRPO_RAY_NUM_CPUS"] = str(run.resources.ray_num_cpus)
     if run.resources.ray_join_timeout:
         exports["FGRPO_RAY_JOIN_TIMEOUT"] = str(run.resources.ray_join_timeout)
-    directives = sbatch_directives(
-        job_name, nodes, gpus, run.resources, log_dir, workdir, slurm_cfg.get("time"), lead
-    )
+    resources = run.resources
+    if resources.mem is None and not any(o.partition("=")[0] in MEMORY_OPTIONS for o in resources.extra):
+        resources = dataclasses.replace(resources, mem=TRAIN_MEM)
+    directives = sbatch_directives(job_name, nodes, gpus, resources, log_dir, workdir, slurm_cfg.get("time"), lead)
     time = run.resources.time or slurm_cfg.get("time")
     limit = None if time is None else slurm_seconds(time)
     if limit is not None and limit <= lead:

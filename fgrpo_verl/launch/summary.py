@@ -5,7 +5,7 @@ not here, one line each with the command that fixes it. The scripts themselves g
 
 The readiness list is made of the checks a submit runs before anything reaches Slurm (training data:
 ``plan_jobs(require_data=True)`` with :func:`fgrpo_verl.launch.steps.train_rows`; models:
-:func:`fgrpo_verl.launch.models.missing_model` in the preflight; evaluation: :func:`eval_jobs.benchmark_gaps`),
+:func:`fgrpo_verl.preflight.models.missing_model` in the preflight; evaluation: :func:`eval_jobs.benchmark_gaps`),
 so a submit refuses everything the dry run lists.
 
 Training GPU-hours of one step, with the evaluation's assumptions (``evaluation.cost`` of the recipe, else the

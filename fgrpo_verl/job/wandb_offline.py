@@ -6,7 +6,7 @@ steps k+1..j past its last checkpoint k; the next start resumes from k and logs 
 ``wandb sync`` of both folders would keep the first values (W&B drops non-monotonic steps). So every start runs,
 before training,
 
-    python -m fgrpo_verl.launch.wandb_offline trim WANDB_ROOT RUN_ID K
+    python -m fgrpo_verl.job.wandb_offline trim WANDB_ROOT RUN_ID K
 
 which rewrites the run's existing offline folders without the history records of steps > K (K = the checkpoint
 the start resumes from). The folders then hold steps 1..K and the new start k+1..: synced in order they are the
@@ -15,8 +15,11 @@ resumed trajectory, once each.
 The file format (``run-<id>.wandb``): a 7-byte header (``:W&B``, magic 0xBEE1 little-endian, version 0), then
 LevelDB-style log records in 32 KiB blocks: CRC-32 (IEEE, over the type byte and payload) u32, length u16,
 type u8 (1 full, 2 first, 3 middle, 4 last), payload; fewer than 7 bytes left in a block are zero padding.
-Each payload is a ``wandb_internal_pb2.Record``. Written here from that description (wandb ships no Python
-reader or writer for it).
+Each payload is a ``wandb_internal_pb2.Record``. Written here from that description: wandb ships no Python reader
+or writer for it, nor a way to drop steps from an offline run. The format is wandb's own, so the trim runs only
+under the wandb versions it was tested with (:data:`TESTED_WANDB`, setup.py's range; the test writes a real
+offline run with the installed wandb): under any other it refuses in one line and leaves the folders as they are
+(the job goes on; slurm/lifecycle.sh says what that leaves for ``wandb sync``).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import sys
 import zlib
 from pathlib import Path
 
+TESTED_WANDB = ">=0.31,<0.32"
 HEADER = struct.pack("<4sHB", b":W&B", 0xBEE1, 0)
 BLOCK = 32768
 _FULL, _FIRST, _MIDDLE, _LAST = 1, 2, 3, 4
@@ -132,11 +136,26 @@ def trim(wandb_root: Path, run_id: str, keep_through: int) -> list[tuple[Path, i
     return changed
 
 
+def untested_wandb() -> str | None:
+    """The installed wandb's version when it is outside :data:`TESTED_WANDB`, else None."""
+    from importlib.metadata import version
+
+    from packaging.specifiers import SpecifierSet
+
+    installed = version("wandb")
+    return None if installed in SpecifierSet(TESTED_WANDB) else installed
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 4 or args[0] != "trim" or not args[3].isdigit():
-        print("usage: python -m fgrpo_verl.launch.wandb_offline trim WANDB_ROOT RUN_ID KEEP_THROUGH_STEP", file=sys.stderr)
+        print("usage: python -m fgrpo_verl.job.wandb_offline trim WANDB_ROOT RUN_ID KEEP_THROUGH_STEP", file=sys.stderr)
         return 2
+    untested = untested_wandb()
+    if untested is not None:
+        print(f"fgrpo: error: not trimming W&B's offline folders of run {args[2]}: wandb {untested} is installed and "
+              f"its offline format is tested for wandb{TESTED_WANDB} only (setup.py)", file=sys.stderr)
+        return 1
     for path, dropped in trim(Path(args[1]), args[2], int(args[3])):
         print(f"[fgrpo] {path}: dropped {dropped} history record(s) after step {args[3]} (abandoned by a hard kill)")
         # `wandb sync` marks what it uploaded and skips it later: the server keeps the abandoned steps, and

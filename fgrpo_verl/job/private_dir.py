@@ -1,4 +1,4 @@
-"""Create (or accept) a directory only its owner can use: ``python -m fgrpo_verl.launch.private_dir DIR``.
+"""Create (or accept) a directory only its owner can use: ``python -m fgrpo_verl.job.private_dir DIR``.
 
 Ray's session directory holds sockets and logs; on a shared node another user who pre-creates it (or plants a
 symlink there) could read the logs or hijack the sockets. So the job creates it 0700 and refuses to use one
@@ -34,7 +34,7 @@ def ensure_private_dir(path: str | Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m fgrpo_verl.launch.private_dir DIR", file=sys.stderr)
+        print("usage: python -m fgrpo_verl.job.private_dir DIR", file=sys.stderr)
         return 2
     try:
         ensure_private_dir(args[0])

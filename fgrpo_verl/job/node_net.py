@@ -16,9 +16,9 @@
   Binding is the test, on all addresses. Two jobs starting on one host in the same instant can still race; the
   loser's ``ray start`` then fails with "address already in use" and the job fails (relaunch it).
 
-    python -m fgrpo_verl.launch.node_net base JOB_ID        # prints the port base (FGRPO_RAY_PORT_BASE)
-    python -m fgrpo_verl.launch.node_net ifname IP          # prints the interface holding IP
-    python -m fgrpo_verl.launch.node_net exec --ip IP --base B --index I -- ray start ...
+    python -m fgrpo_verl.job.node_net base JOB_ID        # prints the port base (FGRPO_RAY_PORT_BASE)
+    python -m fgrpo_verl.job.node_net ifname IP          # prints the interface holding IP
+    python -m fgrpo_verl.job.node_net exec --ip IP --base B --index I -- ray start ...
 """
 
 from __future__ import annotations
@@ -42,8 +42,11 @@ NODE_PORT_FLAGS = (
 
 
 def port_free(port: int) -> bool:
-    """Whether ``port`` can be bound on all addresses of this host (nothing listens on it anywhere)."""
+    """Whether ``port`` can be bound on all addresses of this host (nothing listens on it anywhere). With
+    SO_REUSEADDR, as Ray's gRPC servers bind: connections of an ended job still in TIME_WAIT there do not count,
+    which would otherwise move a job into the next job's block (where the two may race)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("", port))
         except OSError:
@@ -111,7 +114,7 @@ def interface_env(ip: str, environ=os.environ) -> dict[str, str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m fgrpo_verl.launch.node_net", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m fgrpo_verl.job.node_net", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     base = sub.add_parser("base", help="print the job's Ray port base")
     base.add_argument("job_id", type=int)

@@ -1,0 +1,192 @@
+"""``plan_jobs``: a recipe's selected runs, each composed, checked with verl, named and rendered as a job script."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from fgrpo_verl.environment import environment_with
+from fgrpo_verl.launch.recipe import Recipe, load_recipe
+from fgrpo_verl.launch.render import JobScript, render_job
+
+
+def plan_jobs(
+    recipe_arg: str,
+    only: list[str] | None,
+    overrides: list[str],
+    log_dir: Path,
+    workdir: Path,
+    fresh: str | None = None,
+    wandb_run_id: str | None = None,
+    require_data: bool = False,
+    evaluation: bool = True,
+    check: bool = True,
+) -> tuple[Recipe, list[JobScript]]:
+    """Every selected run's job script. Each run's config is composed and checked by verl's
+    ``validate_config`` first, so a typo fails here, not hours later on the cluster.
+
+    Identity (identity.py): ``trainer.experiment_name`` is fgrpo_verl.job.tracking's readable run name
+    ``{algo}-g{γ}-n{N}-{model}-s{seed}[-<variant>]`` plus ``-<hash of the resolved config>``; the checkpoint dir,
+    the W&B run id and the Slurm job name follow from it. ``fresh`` salts the hash (a new run of the same
+    config; once submitted, later plain launches of the config mean that run); ``wandb_run_id`` (the user's
+    explicit ``WANDB_RUN_ID``) replaces the derived id, for one run only; a run submitted before keeps the id
+    pinned in its run record (fgrpo_verl/job/run_record.py), so a relaunch continues its W&B run.
+    ``require_data``: refuse runs whose training data or model is missing here (a submit), instead of not checking
+    the step count and the model files (a dry run). ``evaluation``: plan the recipe's evaluation jobs too
+    (eval_jobs.py), when it has an ``evaluation:`` block. ``check=False`` (``--status``, which submits nothing):
+    no ``validate_config`` and no preflight, so verl is not imported; the runs are named exactly as a submit names
+    them (the name hashes the composed config, not a verdict)."""
+    from omegaconf import open_dict
+    from omegaconf.errors import OmegaConfBaseException
+
+    from fgrpo_verl.config.compose import SharedComposer
+    from fgrpo_verl.job.run_record import check_record, recorded_run_id
+    from fgrpo_verl.job.tracking import check_run_id, config_run_name, config_run_tags
+    from fgrpo_verl.launch.identity import (
+        check_user_overrides,
+        checkpoint_dir,
+        experiment_name,
+        fingerprint,
+        named_config,
+        read_fresh,
+        unnamed_tree,
+    )
+    from fgrpo_verl.launch.render import job_environment
+    from fgrpo_verl.launch.steps import step_plan, train_rows
+
+    check_user_overrides(overrides)
+    if wandb_run_id is not None:
+        check_run_id(wandb_run_id)
+    recipe = load_recipe(recipe_arg)
+    runs = recipe.select(only)
+    if wandb_run_id is not None and len(runs) != 1:
+        raise ValueError(
+            f"WANDB_RUN_ID={wandb_run_id} is set but {len(runs)} runs are selected: one W&B run cannot hold them; "
+            "select one run with --only, or unset WANDB_RUN_ID"
+        )
+    jobs, names = [], {}
+    composer = SharedComposer()  # the runs share their config groups: composed once per distinct selection
+    # verl checks each config (validate_config, then the preflight, fgrpo_verl/preflight/), in a second process
+    # while this one composes the next (importing verl costs as much as composing them all) unless verl is
+    # imported here already; a composition error is reported at once. Unchecked (--status): no validator at all
+    validator = None
+    if check:
+        from fgrpo_verl.preflight import check_run
+        from fgrpo_verl.launch.validator import Validator
+
+        validator = Validator(check_run, len(runs))
+    wheres = []
+    for run in runs:
+        run_overrides = recipe.run_overrides(run, overrides)
+        where = f"recipe {recipe.name}, run {run.name}"
+        try:
+            check_user_overrides([*recipe.common, *run.overrides])
+            with environment_with(recipe.env):
+                config = composer.compose(run_overrides)
+                rows = train_rows(config, workdir)
+                plan = None
+                if rows is not None:
+                    plan = step_plan(config, rows)
+                elif require_data:
+                    raise ValueError(
+                        f"training data {config.data.train_files} not found under {workdir}: prepare it first "
+                        "(docs/recipes.md), or launch from the directory that holds it"
+                    )
+                readable = config_run_name(config, run.variant)
+                # `${oc.env:...}` (data and model dirs) frozen as the job sees them, with the recipe's `env:`;
+                # resolved once: the hash, the validation, the preflight and the evaluation's baseline search
+                tree = unnamed_tree(config)
+                base = fingerprint(tree, workdir=workdir)
+                base_dir = Path(workdir) / checkpoint_dir(tree, experiment_name(readable, base))
+                # a plain launch after a submitted --fresh means that fresh run (identity.read_fresh)
+                salt = fresh if fresh is not None else read_fresh(base_dir)
+                digest = base if salt is None else fingerprint(tree, salt, workdir)
+                experiment = experiment_name(readable, digest)
+                config = named_config(tree, experiment)
+                # after the hash: save_freq follows from the data (hashed by its path), and a launch that cannot
+                # see the data here (--status on a login node) must name the same run
+                if plan is not None and recipe.save_per_epoch:
+                    run_overrides.append(f"trainer.save_freq={plan.steps_per_epoch}")
+                    config.trainer.save_freq = plan.steps_per_epoch
+                if recipe.save_per_epoch:
+                    # the parquet's rows // batch is an upper bound: verl drops over-long prompts with the trained
+                    # model's tokenizer, so the trainer sets save_freq to verl's own steps per epoch at its start
+                    # (`+`: not a key of the config, so not part of the run's identity either)
+                    run_overrides.append("+trainer.save_per_epoch=true")
+                    with open_dict(config):
+                        config.trainer.save_per_epoch = True
+                run_overrides.append(f"trainer.experiment_name={experiment}")
+                run_dir = Path(workdir) / str(config.trainer.default_local_dir)
+                record = check_record(run_dir, digest)
+                # verl's validate_config, then what verl's worker start-up would refuse and whether it fits
+                # (the recipe's env travels with the config: the check may run in a process without it)
+                verdict = None if validator is None else validator.submit(config, str(workdir), require_data,
+                                                                           dict(recipe.env))
+                wheres.append(where)
+        except (ValueError, OmegaConfBaseException) as exc:
+            # what the user's config can cause: a ValueError (fgrpo's checks; composition's ConfigError, which
+            # explains Hydra's errors) or OmegaConf's (an interpolation that does not resolve); each gets the run's
+            # name. Anything else is a bug here and surfaces as one, not as a config to fix
+            _close(validator)
+            raise ValueError(f"{where}: invalid config: {exc}") from exc
+        except BaseException:  # a bug, Ctrl-C: unchanged, but the validating process ends with it
+            _close(validator)
+            raise
+        if verdict is not None:  # checked here already (not in the pool): stop at the first bad run
+            _raise_refused(where, verdict, validator)
+        if digest in names:
+            # same config = same experiment, whatever the labels: one of them would only repeat the other
+            _close(validator)
+            raise ValueError(
+                f"recipe {recipe.name}: runs {names[digest]!r} and {run.name!r} have the same config (run "
+                f"{experiment!r}); remove one, or make a setting differ (a `variant:` label alone does not)"
+            )
+        names[digest] = run.name
+        env = job_environment(config, workdir, recipe.name, [*config_run_tags(config), f"group:{run.group}"])
+        # a submitted run keeps the W&B run it logs to (pinned in its record); an explicit id replaces it
+        pinned = recorded_run_id(record, run_dir)
+        if wandb_run_id is not None or pinned is not None:
+            env["WANDB_RUN_ID"] = wandb_run_id if wandb_run_id is not None else pinned
+        job = render_job(recipe, run, run_overrides, config, env, log_dir, workdir, experiment, digest)
+        jobs.append(
+            dataclasses.replace(
+                job,
+                total_steps=None if plan is None else plan.total_steps,
+                fresh=None if fresh is None else (base_dir, fresh),
+                wandb_run_id=env["WANDB_RUN_ID"],
+                label=recipe.label(run, overrides),
+                command_line=tuple(overrides),
+            )
+        )
+    verdicts = [("ok", "")] * len(jobs) if validator is None else validator.results()
+    for where, verdict in zip(wheres, verdicts):
+        _raise_refused(where, verdict, validator)
+    jobs = [dataclasses.replace(job, preflight=summary) for job, (_, summary) in zip(jobs, verdicts)]
+    if evaluation and recipe.evaluation is not None:
+        from fgrpo_verl.launch.eval_jobs import attach_evaluation
+
+        def plan_more(names: list[str]) -> list[JobScript]:
+            # one at a time: command-line overrides may make them equal to each other (all γ set alike)
+            return [job for name in names
+                    for job in plan_jobs(recipe_arg, [name], overrides, log_dir, workdir, evaluation=False,
+                                         check=check)[1]]
+
+        jobs = attach_evaluation(recipe, jobs, plan_more, log_dir, workdir)
+    return recipe, jobs
+
+
+def _close(validator) -> None:
+    if validator is not None:
+        validator.close()
+
+
+def _raise_refused(where: str, verdict: tuple[str, str], validator) -> None:
+    """A run's verdict from fgrpo_verl.preflight.check_run: nothing for ``ok``, else a ``ValueError`` naming
+    the run (one line per preflight refusal)."""
+    kind, text = verdict
+    if kind == "ok":
+        return
+    _close(validator)
+    if kind == "refused":
+        raise ValueError("\n".join(f"{where}: {line}" for line in text.splitlines()))
+    raise ValueError(f"{where}: invalid config: {text}")
