@@ -419,7 +419,7 @@ def test_identity_follows_every_override_fresh_and_explicit_wandb_id(tmp_path):
     assert fresh.job_name != base.job_name and fresh.job_name == one(fresh="20260101T000000").job_name
     explicit = one(wandb_run_id="my-own-id")
     assert "export WANDB_RUN_ID=my-own-id\n" in explicit.text
-    with pytest.raises(ValueError, match="WANDB_RUN_ID=my-own-id is set but 5 runs are selected"):
+    with pytest.raises(ValueError, match="WANDB_RUN_ID=my-own-id is set but 6 runs are selected"):
         plan_jobs("controls", None, [], tmp_path / "logs", tmp_path, wandb_run_id="my-own-id")
     # a checkpoint dir that holds another config is refused at launch
     from fgrpo_verl.job.run_record import write_record

@@ -13,7 +13,7 @@ def run_states(jobs: list[JobScript]) -> list:
     launch/manifest.py), from ``squeue`` and its checkpoint dir."""
     from fgrpo_verl.job.checkpoints import read_steps
     from fgrpo_verl.job.run_record import read_record
-    from fgrpo_verl.launch.eval_jobs import split_queue
+    from fgrpo_verl.launch.eval_submit import split_queue
     from fgrpo_verl.launch.queue import active_jobs, run_status
 
     queue = active_jobs([job.job_name for job in jobs])
@@ -54,7 +54,8 @@ def submit_jobs(
     ends). An sbatch that fails stops the launch with an error that counts what was submitted before it (those
     jobs stay queued: a relaunch skips them and submits the rest)."""
     from fgrpo_verl.job.run_record import write_record
-    from fgrpo_verl.launch.eval_jobs import check_submission, submit_eval_jobs
+    from fgrpo_verl.launch.eval_jobs import check_submission
+    from fgrpo_verl.launch.eval_submit import submit_eval_jobs
     from fgrpo_verl.launch.identity import write_fresh
 
     # evaluation that could not work (a benchmark file or scorer missing) is refused before any job is submitted
