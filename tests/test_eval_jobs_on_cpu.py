@@ -228,7 +228,9 @@ def test_the_evaluation_job_runs_offline_from_the_hub_unless_told_otherwise(pape
     env.update(SLURM_JOB_ID="7", SLURM_JOB_NODELIST="n1", **({} if theirs is None else {"HF_HUB_OFFLINE": theirs}))
     assert subprocess.run(["bash", str(script)], env=env, cwd=tmp_path).returncode == 0
     calls = (tmp_path / "calls").read_text().splitlines()
+    # the run logs to W&B online (paper_main), so W&B must answer from the node before the evaluator starts
     assert [c.split(" HF=")[0].split()[:2] for c in calls] == [["-m", "fgrpo_verl.job.run_record"],
+                                                                ["-m", "fgrpo_verl.job.wandb_online"],
                                                                 ["-m", "fgrpo_verl.evaluation.eval_job"]]
     assert calls[-1].endswith(f"HF={seen}")
 
