@@ -38,7 +38,7 @@ def probes():
     started = {}
     for version in verl_compat.RELEASES:
         if version != verl_compat.FULL and not (REPO / ".verl-releases" / version / "verl").is_dir():
-            pytest.skip(f"verl {version} is not in .verl-releases/: run `make verl-releases` (make test does)")
+            pytest.fail(f"verl {version} is not in .verl-releases/: run `make verl-releases` (make test does)")
         started[version] = subprocess.Popen([sys.executable, str(PROBE)], env=_env(version), stdout=subprocess.PIPE,
                                             stderr=subprocess.PIPE, text=True, cwd=REPO)
     out = {}
@@ -83,3 +83,25 @@ def test_doctor_says_what_the_release_gets(probe):
         assert done["code"] == 1 and line.startswith(f"fgrpo-verl {command}: error: {needs}"), line
     assert refusals["doctor"]["stdout"].splitlines()[1].strip() == verl_compat.summary(probe["version"])
     assert refusals["cpu backend"].startswith(f"RuntimeError: backend=cpu (fgrpo_verl.backends.cpu) needs verl=={verl_compat.FULL}")
+
+
+def test_installing_fgrpo_verl_keeps_the_verl_a_user_has(tmp_path):
+    """pip's own resolver, offline, in an environment that holds verl 0.9.0 (and everything else of this venv): an
+    editable install of this checkout adds fgrpo-verl and replaces no verl. (0.8.0 wants numpy < 2, which this
+    venv's verl 0.9.1 stack does not have, so pip cannot be asked about it offline here.)"""
+    version = "0.9.0"
+    release = REPO / ".verl-releases" / version
+    if not (release / "verl").is_dir():
+        pytest.fail(f"verl {version} is not in .verl-releases/: run `make verl-releases` (make test does)")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    purelib = next((venv / "lib").glob("python*/site-packages"))
+    # the user's verl first, then the packages this venv has (pip itself included)
+    packages = [p for p in sys.path if p.endswith("site-packages")]
+    (purelib / "user_env.pth").write_text("\n".join([str(release), *packages]) + "\n")
+    done = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--dry-run", "--no-index",
+                           "--no-build-isolation", "--quiet", "--report", "-", "-e", str(REPO)],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    assert [item["metadata"]["name"] for item in report["install"]] == ["fgrpo-verl"], report["install"]
