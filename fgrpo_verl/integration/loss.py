@@ -147,12 +147,4 @@ plugin.mark(compute_policy_loss_fgrpo, f"policy_loss:{LOSS_MODE}")
 def register() -> None:
     """Register ``fgrpo`` in verl's policy-loss registry (which silently overwrites, so the duplicate policy of
     ``fgrpo_verl.integration.plugin`` is what keeps us from replacing another plugin's loss, or it ours)."""
-    from verl.trainer.ppo import core_algos
-
-    plugin.register(
-        core_algos.POLICY_LOSS_REGISTRY,
-        LOSS_MODE,
-        compute_policy_loss_fgrpo,
-        "policy loss",
-        add=lambda name, fn: core_algos.register_policy_loss(name)(fn),
-    )
+    plugin.register_in_core_algos("policy loss", LOSS_MODE, compute_policy_loss_fgrpo)

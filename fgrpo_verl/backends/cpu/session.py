@@ -27,15 +27,7 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from collections.abc import Mapping
-
-
-def _hydra_quoted(value: str) -> str:
-    """``value`` as a single-quoted Hydra override string: Hydra unescapes only quotes and the backslashes
-    that precede a quote or end the string."""
-    value = re.sub(r"(\\+)(?='|$)", lambda m: m.group(1) * 2, value)
-    return "'" + value.replace("'", "\\'") + "'"
 
 
 class RaySession:
@@ -114,9 +106,6 @@ class RaySession:
         which has the parent's environment. Whatever the run's workers must see (``VERL_FILE_LOGGER_PATH``,
         ``WANDB_*``, ...) has to travel in ``runtime_env.env_vars``, as ``backend=cpu``'s own variables do.
         """
-        overrides = ["ray_kwargs.ray_init.num_cpus=null", "ray_kwargs.ray_init.num_gpus=null"]
-        for name, value in (env_vars or {}).items():
-            if not isinstance(name, str) or not name.isidentifier():
-                raise ValueError(f"env var name {name!r} is invalid: expected letters, digits and _ only")
-            overrides.append(f"++ray_kwargs.ray_init.runtime_env.env_vars.{name}={_hydra_quoted(str(value))}")
-        return overrides
+        from fgrpo_verl.job.tracking import ray_env_overrides
+
+        return ["ray_kwargs.ray_init.num_cpus=null", "ray_kwargs.ray_init.num_gpus=null", *ray_env_overrides(env_vars or {})]
