@@ -15,6 +15,7 @@ Selected with ``trainer.v1.trainer_mode=fgrpo_sync`` (fgrpo-verl's default; ``fg
   closes the last step's row the same way when verl's loop returns.
 - ``_save_checkpoint`` / ``on_step_begin`` / ``fit``: a restart resumes from step k only once step k is logged
   (``fgrpo_verl/job/resume_point.py``; verl saves a step before it validates and logs it).
+- ``on_step_end``: on the Slurm job's stop request, a checkpoint and the end of the loop (``job/preempt.py``).
 - ``on_init_end``: with ``trainer.save_per_epoch``, ``save_freq`` = verl's steps per epoch of the data it kept
   (``fgrpo_verl/job/save_per_epoch.py``).
 - ``fit``: after a normal end, finishes W&B and stops its service process (``fgrpo_verl.job.tracking.close_wandb``).
@@ -132,6 +133,11 @@ class FocalMetricsMixin:
         self._fgrpo_step_logged()  # the previous step's
         super().on_step_begin()
 
+    def on_step_end(self):
+        super().on_step_end()
+        # on the Slurm job's stop request (time limit), checkpoint at the step boundary and leave the loop
+        stop_at_step_boundary(self)
+
     def on_init_end(self):
         # verl has built its data loader: a checkpoint each epoch of what it kept (job/save_per_epoch.py)
         save_per_epoch.apply(self)
@@ -170,10 +176,6 @@ class FocalMetricsMixin:
             # loggers get the fgrpo/mu_hat_q* quantiles. Same step as the scalars, so W&B merges them into one row.
             histogram = mu_hat_histogram(torch.cat([m for m, _ in mu_hat]), max(n for _, n in mu_hat))
             tracking.log(data={MU_HAT_HISTOGRAM: histogram}, step=global_steps, backend=["wandb"])
-
-
-# on the Slurm job's stop request (time limit), checkpoint at the step boundary and leave the loop
-stop_at_step_boundary(FocalMetricsMixin)
 
 
 @contextlib.contextmanager

@@ -35,7 +35,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import os
 
 from wrapt import register_post_import_hook
 from fgrpo_verl.backends.vllm_cpu_engine import WEIGHT_SYNC_TIMEOUT_ENV, weight_sync_timeout_s

@@ -49,15 +49,9 @@ class _Request:
 
 
 def _token_id_set(*values) -> frozenset[int]:
-    ids: set[int] = set()
-    for value in values:
-        if value is None:
-            continue
-        if isinstance(value, (list, tuple, set, frozenset)):
-            ids.update(int(v) for v in value)
-        else:
-            ids.add(int(value))
-    return frozenset(ids)
+    """The ids of ``values``, each an id, a collection of ids or None."""
+    many = [value if isinstance(value, (list, tuple, set, frozenset)) else [value] for value in values]
+    return frozenset(int(v) for ids in many for v in ids if v is not None)
 
 
 class HFRolloutServer:
