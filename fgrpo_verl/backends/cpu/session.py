@@ -29,6 +29,15 @@ import logging
 import os
 from collections.abc import Mapping
 
+# Overrides that make a small-model run in a session fast without changing what it computes (measured in
+# benchmarks/bench_cpu_step.py, docs/cpu_backend.md "Step time"). With bypass mode verl takes the old log-probs from
+# the rollout instead of a second forward pass of the actor: the rollout samples in fp32 with this step's weights, so
+# the two agree to ~1e-7 (the backend's e2e test measures it), and with one PPO epoch the update is the same. Not
+# defaults of the ``cpu`` config group: bypass mode turns off the rollout-vs-actor log-prob check
+# (``training/rollout_probs_diff_*``) that the backend's own tests rely on. Micro-batch sizes are left to the caller:
+# at the demo shape one micro-batch of 128 rollouts was not faster than two of 64 (docs/cpu_backend.md).
+FAST_OVERRIDES = ("algorithm.rollout_correction.bypass_mode=true",)
+
 
 class RaySession:
     """Start a local Ray cluster with the ``backend=cpu`` resources on enter; shut it down on exit.
@@ -108,4 +117,5 @@ class RaySession:
         """
         from fgrpo_verl.job.tracking import ray_env_overrides
 
-        return ["ray_kwargs.ray_init.num_cpus=null", "ray_kwargs.ray_init.num_gpus=null", *ray_env_overrides(env_vars or {})]
+        nulls = ["ray_kwargs.ray_init.num_cpus=null", "ray_kwargs.ray_init.num_gpus=null"]
+        return nulls + ray_env_overrides(env_vars or {})
