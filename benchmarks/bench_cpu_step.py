@@ -7,7 +7,7 @@ Shape (the demo's): ``--batch-size`` prompts x ``--n`` rollouts on 7x7 mazes, th
   runs) with their log-probs, score them, GRPO advantages, one PPO update (clipped ratio against the sampled
   log-probs, token-mean, one AdamW step). Median of ``--bare-repeats``.
 * **verl** (``python -m fgrpo_verl train backend=cpu``, or ``backend=cpu_vllm`` with ``--backend``, the demo's overrides without validation, plus
-  ``fgrpo_verl.backends.cpu.tuning.fast_overrides``, the same work as the bare step): the median of
+  ``fgrpo_verl.backends.cpu.session.FAST_OVERRIDES``, the same work as the bare step): the median of
   ``timing_s/step`` over steps 2.. (step 1 pays for lazy initialisation), the per-phase ``timing_s/*`` medians, the
   start-up (launch of the process to the start of step 1) and the teardown (last step line to exit).
 * **baseline** (``--baseline-dir DIR``, optional): the same verl run with another checkout's code and venv
@@ -85,7 +85,7 @@ def bare_step(model, optimizer, tokenizer, prompts, truths, n, max_tokens, gener
     grouped = scores.view(-1, n)
     adv = ((grouped - grouped.mean(1, keepdim=True)) / (grouped.std(1, keepdim=True) + 1e-6)).view(-1)
     ids, attn, positions, resp_mask, p_width = _padded_batch(rows, responses, tokenizer.pad_token_id)
-    # old log-probs = the sampler's, as verl's bypass mode (fast_overrides) does: same policy, same step
+    # old log-probs = the sampler's, as verl's bypass mode (FAST_OVERRIDES) does: same policy, same step
     old = torch.zeros_like(resp_mask)
     for i, sample in enumerate(samples):
         old[i, : len(sample.log_probs)] = torch.tensor(sample.log_probs)
@@ -135,7 +135,7 @@ def verl_overrides(build, args, run_dir: Path, tuned: bool) -> list[str]:
     """The demo's overrides (``fgrpo_verl.tasks.maze.rl.maze_overrides``) minus validation, plus file logging.
 
     Both runs use the micro-batch main's demo picks (the largest <= 64 dividing a step's rollouts); ``tuned``
-    adds this checkout's ``fast_overrides()`` and the ``--override``s.
+    adds this checkout's ``FAST_OVERRIDES`` and the ``--override``s.
     """
     import math
 
@@ -150,9 +150,9 @@ def verl_overrides(build, args, run_dir: Path, tuned: bool) -> list[str]:
     overrides = [o for o in overrides if not o.startswith(drop)] + [
         "trainer.test_freq=-1", "trainer.val_before_train=False", "trainer.logger=[console,file]"]
     if tuned:
-        from fgrpo_verl.backends.cpu.tuning import fast_overrides
+        from fgrpo_verl.backends.cpu.session import FAST_OVERRIDES
 
-        overrides += [*fast_overrides(), *args.override]
+        overrides += [*FAST_OVERRIDES, *args.override]
     return overrides
 
 

@@ -129,7 +129,7 @@ fgrpo_ray_up() {
 
     FGRPO_RAY_STEP_PIDS=()
     srun --overlap --nodes="${#FGRPO_NODES[@]}" --ntasks-per-node=1 --cpus-per-task="$step_cpus" \
-        "$py" -m fgrpo_verl.job.private_dir "$FGRPO_RAY_SESSION_DIR" || {
+        "$py" -m fgrpo_verl.job.node_net private-dir "$FGRPO_RAY_SESSION_DIR" || {
         fgrpo_fail "cannot create a private Ray session directory $FGRPO_RAY_SESSION_DIR on every node"
         return 1
     }
@@ -166,7 +166,7 @@ fgrpo_ray_wait() {
     local timeout=$1 start=$SECONDS missing i joined
     while true; do
         # bounded: a driver that cannot finish connecting must not hold the wait past its own timeout
-        joined=$(timeout 60 "${FGRPO_PYTHON:-python3}" -m fgrpo_verl.job.ray_nodes --address "$RAY_ADDRESS" \
+        joined=$(timeout 60 "${FGRPO_PYTHON:-python3}" -m fgrpo_verl.job.node_net alive --address "$RAY_ADDRESS" \
             2>/dev/null || true)
         missing=()
         for ((i = 0; i < ${#FGRPO_NODES[@]}; i++)); do

@@ -1,5 +1,5 @@
 """benchmarks/bench_cpu_step.py at a tiny shape (runs, not timed), and the pieces it uses: the shared Ray
-session and the tuning overrides."""
+session and its speed overrides."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def test_bench_cpu_step_runs_at_a_tiny_shape(tmp_path):
     assert len(verl["steps_s"]) == 2 and all(s > 0 for s in verl["steps_s"])
     assert verl["startup_s"] > 0 and verl["teardown_s"] >= 0 and verl["wall_s"] > verl["startup_s"]
     assert set(verl["phases_s"]) >= {"gen", "adv", "update_actor"} and verl["phases_s"]["gen"] > 0
-    # bypass mode (fast_overrides): no second actor forward for the old log-probs. verl logs the entropy and the
+    # bypass mode (FAST_OVERRIDES): no second actor forward for the old log-probs. verl logs the entropy and the
     # rollout-vs-actor log-prob diff only from that forward (the shared maze run, without bypass, logs both)
     logged = [json.loads(line)["data"] for line in (tmp_path / "w" / "verl" / "metrics.jsonl").read_text().splitlines()]
     assert logged and not [k for m in logged for k in m if k == "actor/entropy" or k.startswith("training/rollout_probs_diff")]
@@ -52,19 +52,13 @@ def test_bench_rejects_a_missing_baseline_checkout(tmp_path):
     assert proc.returncode == 2 and "--baseline-dir" in proc.stderr and "make venv" in proc.stderr
 
 
-def test_fast_overrides_skip_the_old_log_prob_forward():
-    from fgrpo_verl.backends.cpu.tuning import fast_overrides
-
-    assert fast_overrides() == ["algorithm.rollout_correction.bypass_mode=true"]
-
-
 def test_fast_overrides_compose_and_pass_verl_validation():
-    from fgrpo_verl.backends.cpu.tuning import fast_overrides
+    from fgrpo_verl.backends.cpu.session import FAST_OVERRIDES
     from fgrpo_verl.config.compose import compose
     from fgrpo_verl.integration.validation import validate
 
     cfg = compose(["backend=cpu", "data.train_batch_size=16", "actor_rollout_ref.actor.ppo_mini_batch_size=16",
-                   "actor_rollout_ref.rollout.n=8", *fast_overrides()])
+                   "actor_rollout_ref.rollout.n=8", *FAST_OVERRIDES])
     validate(cfg)
     assert cfg.algorithm.rollout_correction.bypass_mode is True
 

@@ -58,7 +58,7 @@ GLOO = (
     "assert 0 < free <= total\n"
     "assert torch.ones(2).to(m.current_device()).device.type == 'cpu'\n"
     "try:\n"
-    "    verl_patches._ORIGINALS['initialize_global_process_group_ray']()\n"
+    "    verl_patches.ORIGINALS['initialize_global_process_group_ray']()\n"
     "except ValueError as e:\n"
     "    print('verl string rejected', 'Duplicate device type cpu' in str(e))\n"
     "initialize_global_process_group_ray()\n"

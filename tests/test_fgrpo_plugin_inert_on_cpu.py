@@ -73,8 +73,8 @@ def test_import_verl_is_inert_and_a_platform_plugin_loaded_after_ours_is_detecte
     ours, alone = _probe("auto", toy_platform_dist), _probe("toy", toy_platform_dist)
     plugins = ours["plugins"]
     assert plugins.index("fgrpo") < plugins.index("toy"), plugins
-    # Only our small modules (the plugin, verl_compat, validation, backends) and the post-import hook library's
-    # own (wrapt, pure Python plus one C extension, no dependency) join verl's.
+    # Only our small modules (the plugin, verl_compat, validation, its config reader, backends) and the post-import
+    # hook library's own (wrapt, pure Python plus one C extension, no dependency) join verl's.
     extra = {m for m in set(ours["modules"]) - set(alone["modules"]) if m != "wrapt" and not m.startswith("wrapt.")}
     assert extra and all(m == "fgrpo_verl" or m.startswith("fgrpo_verl.") for m in extra), sorted(extra)
     assert len(extra) <= 8, sorted(extra)

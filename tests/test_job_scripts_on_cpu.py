@@ -47,7 +47,7 @@ exec sleep 300
 # started, as a real GCS answers only then: the head's start goes through node_net's Python start-up first) and the
 # trainer (recorded)
 PY = """#!/bin/bash
-if [[ $1 == -m && $2 == fgrpo_verl.job.ray_nodes ]]; then
+if [[ $1 == -m && $2 == fgrpo_verl.job.node_net && $3 == alive ]]; then
     if grep -q '^RAY ' "$FAKE_LOG" 2>/dev/null; then echo 127.0.0.1; fi
     exit 0
 fi

@@ -58,7 +58,7 @@ def test_two_node_job_forms_one_ray_cluster_and_runs_work_on_each_node(slurm, tm
         tmp_path / "probe.sbatch",
         f"""fgrpo_ray_up
 python {REPO}/tests/slurm_jobs/ray_probe.py
-if env -u RAY_AUTH_TOKEN python -m fgrpo_verl.job.ray_nodes --address "$RAY_ADDRESS" --timeout 5 >/dev/null 2>&1; then
+if env -u RAY_AUTH_TOKEN python -m fgrpo_verl.job.node_net alive --address "$RAY_ADDRESS" --timeout 5 >/dev/null 2>&1; then
     echo "AUTH without token: accepted"
 else
     echo "AUTH without token: rejected"

@@ -109,7 +109,7 @@ def test_env_and_overrides():
         "WANDB_MODE": "offline",
     }
     overrides = tracking.ray_env_overrides(env)
-    assert '+ray_kwargs.ray_init.runtime_env.env_vars.WANDB_TAGS="algo:fgrpo,gamma:1"' in overrides
+    assert "++ray_kwargs.ray_init.runtime_env.env_vars.WANDB_TAGS='algo:fgrpo,gamma:1'" in overrides
     from fgrpo_verl.config.compose import compose
 
     cfg = compose(overrides + tracking.experiment_overrides("p", "e"))

@@ -26,10 +26,12 @@ _PREFIX = "fgrpo_verl.backends."
 BACKENDS = {"cpu": _PREFIX + "cpu", "cpu_vllm": _PREFIX + "cpu_vllm", "gpu_hf": _PREFIX + "gpu_hf"}
 
 
-def selected_backends() -> list[str]:
-    """Backend names whose modules ``$VERL_USE_EXTERNAL_MODULES`` lists; an unknown ``fgrpo_verl.backends.*``
-    module there raises (verl would fail with a bare ModuleNotFoundError)."""
-    modules = [m.strip() for m in os.environ.get(EXTERNAL_MODULES_ENV, "").split(",") if m.strip()]
+def selected_backends(modules: str | None = None) -> list[str]:
+    """Backend names whose modules ``modules`` (a ``VERL_USE_EXTERNAL_MODULES`` value; by default this process's)
+    lists; an unknown ``fgrpo_verl.backends.*`` module there raises (verl would fail with a bare
+    ModuleNotFoundError)."""
+    modules = os.environ.get(EXTERNAL_MODULES_ENV, "") if modules is None else str(modules)
+    modules = [m.strip() for m in modules.split(",") if m.strip()]
     by_module = {module: name for name, module in BACKENDS.items()}
     selected = []
     for module in modules:

@@ -157,9 +157,5 @@ plugin.mark(compute_policy_loss_ds_grpo, f"policy_loss:{NAME}")
 
 def register() -> None:
     """Put the ``ds_grpo`` estimator and loss in verl's registries (``fgrpo_verl.integration.plugin``'s duplicate policy)."""
-    from verl.trainer.ppo import core_algos
-
-    plugin.register(core_algos.ADV_ESTIMATOR_REGISTRY, NAME, compute_ds_grpo_outcome_advantage,
-                    "advantage estimator", add=lambda name, fn: core_algos.register_adv_est(name)(fn))
-    plugin.register(core_algos.POLICY_LOSS_REGISTRY, NAME, compute_policy_loss_ds_grpo, "policy loss",
-                    add=lambda name, fn: core_algos.register_policy_loss(name)(fn))
+    plugin.register_in_core_algos("advantage estimator", NAME, compute_ds_grpo_outcome_advantage)
+    plugin.register_in_core_algos("policy loss", NAME, compute_policy_loss_ds_grpo)

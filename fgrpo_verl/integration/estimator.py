@@ -8,7 +8,6 @@ The math lives in :mod:`fgrpo_verl.focal`.
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import logging
 import sys
@@ -105,26 +104,11 @@ def _registered_sink() -> contextvars.ContextVar:
     return _RESULT_SINK
 
 
-@contextlib.contextmanager
 def capture_results():
     """Collect ``(FocalSettings, FocalResult)`` of every ``fgrpo`` estimator call made inside the block."""
-    sink: list = []
-    var = _registered_sink()
-    token = var.set(sink)
-    try:
-        yield sink
-    finally:
-        var.reset(token)
+    return plugin.collecting(_registered_sink())
 
 
 def register() -> None:
     """Put ``fgrpo`` in verl's registry (``fgrpo_verl.integration.plugin``'s duplicate policy)."""
-    from verl.trainer.ppo import core_algos
-
-    plugin.register(
-        core_algos.ADV_ESTIMATOR_REGISTRY,
-        ESTIMATOR_NAME,
-        compute_fgrpo_outcome_advantage,
-        "advantage estimator",
-        add=lambda name, fn: core_algos.register_adv_est(name)(fn),
-    )
+    plugin.register_in_core_algos("advantage estimator", ESTIMATOR_NAME, compute_fgrpo_outcome_advantage)

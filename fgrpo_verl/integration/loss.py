@@ -75,10 +75,7 @@ def _check_base_mode(base: Any) -> None:
 
 def base_loss_mode(config) -> str:
     """The base mode from the actor config, failing loudly if the ``_target_`` was not our config class."""
-    policy_loss = getattr(config, "policy_loss", None)
-    base = getattr(policy_loss, "base_loss_mode", None) if policy_loss is not None else None
-    if base is None and hasattr(policy_loss, "get"):
-        base = policy_loss.get("base_loss_mode")
+    base = getattr(getattr(config, "policy_loss", None), "base_loss_mode", None)
     if base is None:
         raise ValueError(
             f"policy loss `{LOSS_MODE}` needs {BASE_KEY}; set actor_rollout_ref.actor.policy_loss._target_="
@@ -147,12 +144,4 @@ plugin.mark(compute_policy_loss_fgrpo, f"policy_loss:{LOSS_MODE}")
 def register() -> None:
     """Register ``fgrpo`` in verl's policy-loss registry (which silently overwrites, so the duplicate policy of
     ``fgrpo_verl.integration.plugin`` is what keeps us from replacing another plugin's loss, or it ours)."""
-    from verl.trainer.ppo import core_algos
-
-    plugin.register(
-        core_algos.POLICY_LOSS_REGISTRY,
-        LOSS_MODE,
-        compute_policy_loss_fgrpo,
-        "policy loss",
-        add=lambda name, fn: core_algos.register_policy_loss(name)(fn),
-    )
+    plugin.register_in_core_algos("policy loss", LOSS_MODE, compute_policy_loss_fgrpo)

@@ -21,6 +21,8 @@ stays what verl calls), a name held by anything else is refused naming the holde
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import importlib
 import logging
@@ -93,6 +95,27 @@ def register(registry: dict, name: str, obj, kind: str, add: Callable | None = N
     else:
         add(name, obj)
     return obj
+
+
+def register_in_core_algos(kind: str, name: str, obj) -> None:
+    """:func:`register` in verl's advantage-estimator registry (``kind`` "advantage estimator") or policy-loss
+    registry ("policy loss"), through verl's decorator for it."""
+    from verl.trainer.ppo import core_algos
+
+    registry, add = ((core_algos.ADV_ESTIMATOR_REGISTRY, core_algos.register_adv_est) if kind == "advantage estimator"
+                     else (core_algos.POLICY_LOSS_REGISTRY, core_algos.register_policy_loss))
+    register(registry, name, obj, kind, add=lambda name, obj: add(name)(obj))
+
+
+@contextlib.contextmanager
+def collecting(var: contextvars.ContextVar):
+    """Within the block, ``var`` holds a new list (what the code that reads ``var`` appends to), yielded."""
+    sink: list = []
+    token = var.set(sink)
+    try:
+        yield sink
+    finally:
+        var.reset(token)
 
 
 def run_step(what: str, target: str, strict: bool, _module=None) -> bool:

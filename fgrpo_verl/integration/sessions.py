@@ -14,7 +14,6 @@ untouched. With one output per session (every single-turn run) the rows are pass
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 
 import torch
@@ -64,15 +63,9 @@ def advantage_of_final_outputs(compute_advantage, data, batch_keys, **kwargs):
     return data
 
 
-@contextlib.contextmanager
 def capture_final_rows():
     """Collect, per advantage call inside the block, the final-output rows used (None: all rows)."""
-    sink: list = []
-    token = _FINAL_ROWS.set(sink)
-    try:
-        yield sink
-    finally:
-        _FINAL_ROWS.reset(token)
+    return plugin.collecting(_FINAL_ROWS)
 
 
 def register() -> None:

@@ -15,6 +15,7 @@ Selected with ``trainer.v1.trainer_mode=fgrpo_sync`` (fgrpo-verl's default; ``fg
   closes the last step's row the same way when verl's loop returns.
 - ``_save_checkpoint`` / ``on_step_begin`` / ``fit``: a restart resumes from step k only once step k is logged
   (``fgrpo_verl/job/resume_point.py``; verl saves a step before it validates and logs it).
+- ``on_step_end``: on the Slurm job's stop request, a checkpoint and the end of the loop (``job/preempt.py``).
 - ``on_init_end``: with ``trainer.save_per_epoch``, ``save_freq`` = verl's steps per epoch of the data it kept
   (``fgrpo_verl/job/save_per_epoch.py``).
 - ``fit``: after a normal end, finishes W&B and stops its service process (``fgrpo_verl.job.tracking.close_wandb``).
@@ -29,8 +30,10 @@ reads ``config.trainer.v1.<config's trainer_mode>`` itself (rollout skip) finds 
 
 This module imports verl's v1 trainer stack, so nothing imports it up front: ``fgrpo_verl.integration.plugin``
 imports it when verl's ``verl.trainer.ppo.v1`` is imported (every process that can build a trainer does), and
-importing it registers the trainers (:func:`register`, at the end). The hooks above must still exist on verl's
-classes (a renamed private method would make the metrics vanish silently), which :func:`register` checks first.
+importing it registers the trainers (:func:`register`, at the end). The hooks above must exist on verl's classes
+with the parameters they pass on (a renamed private method would make the metrics vanish silently): the trainer
+modes are offered on verl 0.9.1 only (``fgrpo_verl.verl_compat``), and tests/test_fgrpo_trainer_hooks_on_cpu.py
+holds every hook to that release's signatures.
 """
 
 from __future__ import annotations
@@ -44,7 +47,6 @@ from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
 from fgrpo_verl.focal import FocalSettings
-from fgrpo_verl import verl_compat
 from fgrpo_verl.integration import plugin, sessions
 from fgrpo_verl.integration.estimator import capture_results
 from fgrpo_verl.integration.loss import METRIC_PREFIX as LOSS_PREFIX
@@ -131,6 +133,11 @@ class FocalMetricsMixin:
         self._fgrpo_step_logged()  # the previous step's
         super().on_step_begin()
 
+    def on_step_end(self):
+        super().on_step_end()
+        # on the Slurm job's stop request (time limit), checkpoint at the step boundary and leave the loop
+        stop_at_step_boundary(self)
+
     def on_init_end(self):
         # verl has built its data loader: a checkpoint each epoch of what it kept (job/save_per_epoch.py)
         save_per_epoch.apply(self)
@@ -169,10 +176,6 @@ class FocalMetricsMixin:
             # loggers get the fgrpo/mu_hat_q* quantiles. Same step as the scalars, so W&B merges them into one row.
             histogram = mu_hat_histogram(torch.cat([m for m, _ in mu_hat]), max(n for _, n in mu_hat))
             tracking.log(data={MU_HAT_HISTOGRAM: histogram}, step=global_steps, backend=["wandb"])
-
-
-# on the Slurm job's stop request (time limit), checkpoint at the step boundary and leave the loop
-stop_at_step_boundary(FocalMetricsMixin)
 
 
 @contextlib.contextmanager
@@ -245,48 +248,11 @@ TRAINERS = (FocalSyncTrainer, FocalColocateAsyncTrainer, FocalSeparateAsyncTrain
 for _cls in TRAINERS:
     plugin.mark(_cls, f"trainer:{_cls.name}")
 
-# verl methods the mixin overrides -> the parameters it passes on: all must exist on verl's base class.
-HOOKED = {
-    "_compute_advantage": ("batch", "metrics"),
-    "_update_actor": ("batch", "metrics"),
-    "_val_metrics_update": ("data_sources", "sample_uids", "reward_extra_infos_dict", "sample_turns", "expected_acc_counts"),
-    "_compute_metrics": ("batch", "metrics", "timing_raw", "global_steps", "epoch"),
-    "on_step_begin": (),
-    "on_step_end": (),
-    "on_init_end": (),
-    "_save_checkpoint": (),
-    "fit": ("agent_loop_manager",),
-}
-
-
-def check_hooks(base=PPOTrainerSync) -> None:
-    """Raise when verl's trainer lacks a method the mixin hooks, or its parameters changed (the metrics would
-    vanish silently, or the hook would crash mid-run)."""
-    import inspect
-
-    problems = []
-    for name, params in HOOKED.items():
-        method = getattr(base, name, None)
-        if not callable(method):
-            problems.append(f"no {name}")
-            continue
-        have = list(inspect.signature(method).parameters)[1:]
-        if have != list(params):
-            problems.append(f"{name}({', '.join(have)}) instead of ({', '.join(params)})")
-    if problems:
-        raise RuntimeError(
-            f"verl's {base.__name__} has {'; '.join(problems)}: fgrpo-verl's trainer hooks do not fit this verl "
-            f"(supported: verl=={verl_compat.FULL}); use trainer.v1.trainer_mode=sync (no fgrpo/* metrics)"
-        )
-
 
 def register() -> None:
     """Register the trainers in verl's ``TRAINER_REGISTRY`` (``fgrpo_verl.integration.plugin``'s duplicate policy)."""
-    check_hooks()
     for cls in TRAINERS:
-        plugin.register(
-            TRAINER_REGISTRY, cls.name, cls, "trainer mode", add=lambda name, c: register_trainer(name)(c)
-        )
+        plugin.register(TRAINER_REGISTRY, cls.name, cls, "trainer mode", add=lambda name, c: register_trainer(name)(c))
 
 
 register()

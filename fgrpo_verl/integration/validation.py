@@ -19,10 +19,10 @@ import re
 import sys
 import warnings
 
-from omegaconf import OmegaConf
-
 from fgrpo_verl import verl_compat
+from fgrpo_verl.backends import EXTERNAL_MODULES_ENV, selected_backends
 from fgrpo_verl.integration import plugin
+from fgrpo_verl.job.tracking import select, wandb_configured
 
 logger = logging.getLogger("fgrpo_verl")
 
@@ -42,13 +42,6 @@ def _warn_once(message: str) -> None:
         logger.warning("fgrpo-verl: %s", message)
 
 
-def _select(config, key: str, default=None):
-    try:
-        return OmegaConf.select(config, key, default=default, throw_on_resolution_failure=False)
-    except Exception:  # noqa: BLE001  (a path through a non-mapping: nothing there)
-        return default
-
-
 def check_fgrpo(config) -> None:
     """What verl does not know about: the ``algorithm.fgrpo`` block, and what the run needs around it."""
     algorithm = config.get("algorithm") if hasattr(config, "get") else None
@@ -64,7 +57,7 @@ def check_fgrpo(config) -> None:
 
     settings, _ = settings_of(algorithm)
     check_gae_gamma_unused(algorithm, settings.gamma)
-    n = _select(config, "actor_rollout_ref.rollout.n")
+    n = select(config, "actor_rollout_ref.rollout.n")
     if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
         raise ValueError(f"actor_rollout_ref.rollout.n={n!r} is invalid: the group size must be an integer >= 1 "
                          "(the paper: 8)")
@@ -91,15 +84,15 @@ def single_rollout_effect(settings) -> str:
 def check_loss_and_metrics(config) -> None:
     """The ``fgrpo`` loss needs its config class (verl's would fail at the first actor update, after Ray started); the
     ``fgrpo/*`` and ``actor/fgrpo/*`` metrics need the trainer mode and the loss: say what to add, once."""
-    base = _select(config, f"{LOSS_KEY}.base_loss_mode")
-    if _select(config, f"{LOSS_KEY}.loss_mode") == "fgrpo" and base is None:
+    base = select(config, f"{LOSS_KEY}.base_loss_mode")
+    if select(config, f"{LOSS_KEY}.loss_mode") == "fgrpo" and base is None:
         raise ValueError(f"{LOSS_KEY}.loss_mode=fgrpo needs {LOSS_KEY}._target_={LOSS_TARGET} and "
                          f"+{LOSS_KEY}.base_loss_mode=vanilla (or cispo, ...: the loss it returns unchanged)")
     missing = []
-    mode = str(_select(config, "trainer.v1.trainer_mode", ""))
+    mode = str(select(config, "trainer.v1.trainer_mode", ""))
     if not verl_compat.supports(verl_compat.TRAINER_MODES):
         missing.append(f"the fgrpo/* step metrics (they need verl {verl_compat.FULL})")
-    elif _select(config, "trainer.use_v1", True) and not mode.startswith("fgrpo_"):
+    elif select(config, "trainer.use_v1", True) and not mode.startswith("fgrpo_"):
         missing.append(f"the fgrpo/* step metrics (add trainer.v1.trainer_mode=fgrpo_{mode or 'sync'})")
     if base is None:
         missing.append(f"the actor/fgrpo/* loss metrics (add {LOSS_KEY}.loss_mode=fgrpo "
@@ -125,27 +118,21 @@ def check_gae_gamma_unused(algorithm, focal_gamma: float) -> None:
         )
 
 
-def selected_backends(config) -> list[str]:
-    """fgrpo-verl's backend modules the run's workers import (``VERL_USE_EXTERNAL_MODULES``: the config's Ray
-    environment, else this process's)."""
-    modules = _select(config, f"{RAY_ENV_KEY}.VERL_USE_EXTERNAL_MODULES") or os.environ.get("VERL_USE_EXTERNAL_MODULES", "")
-    return [m.strip() for m in str(modules).split(",") if m.strip().startswith("fgrpo_verl.backends.")]
-
-
 def check_before_ray(config) -> None:
     """What a run that starts here needs before verl starts Ray: a release with the selected backend, an accelerator
     or the CPU backend, its data files, W&B set up when it logs there."""
-    backends = selected_backends(config)
+    # the config's Ray environment, else this process's
+    backends = selected_backends(select(config, f"{RAY_ENV_KEY}.{EXTERNAL_MODULES_ENV}") or None)
     if backends:
-        verl_compat.require(verl_compat.CPU_BACKEND, f"{', '.join(backends)} (the backend= group)")
+        verl_compat.require(verl_compat.CPU_BACKEND, f"backend={', '.join(backends)}")
     check_data_files(config)
     check_wandb_usable(config)
     import ray
     from verl.utils.device import is_cuda_available, is_npu_available
 
     # a run that joins a running cluster gets that cluster's accelerators, not this machine's
-    local = not (ray.is_initialized() or os.environ.get("RAY_ADDRESS") or _select(config, "ray_kwargs.ray_init.address"))
-    on_cpu = any(module.startswith("fgrpo_verl.backends.cpu") for module in backends)
+    local = not (ray.is_initialized() or os.environ.get("RAY_ADDRESS") or select(config, "ray_kwargs.ray_init.address"))
+    on_cpu = any(name.startswith("cpu") for name in backends)
     if local and not on_cpu and not (is_cuda_available or is_npu_available):
         raise RuntimeError(
             "no GPU on this machine and no CPU backend selected: verl would start Ray and wait for a GPU that never "
@@ -168,7 +155,7 @@ def check_data_files(config) -> None:
     from omegaconf import ListConfig
 
     for key in DATA_FILE_KEYS:
-        value = _select(config, key)
+        value = select(config, key)
         if value is None:
             continue
         many = isinstance(value, (list, tuple, ListConfig))
@@ -191,11 +178,9 @@ def check_data_files(config) -> None:
 def check_wandb_usable(config) -> None:
     """``trainer.logger`` with wandb needs W&B set up here, or ``wandb.init`` fails in the TaskRunner after Ray and
     the workers started (without a terminal it cannot ask for a key)."""
-    from fgrpo_verl.job.tracking import wandb_configured
+    from fgrpo_verl.job.wandb_online import logs_to_wandb
 
-    loggers = _select(config, "trainer.logger") or []
-    loggers = [loggers] if isinstance(loggers, str) else list(loggers)
-    if "wandb" in loggers and not wandb_configured():
+    if logs_to_wandb(select(config, "trainer.logger")) and not wandb_configured():
         raise RuntimeError(
             "trainer.logger includes wandb, but W&B is not set up on this machine (no WANDB_API_KEY, `wandb login` "
             "or WANDB_MODE): run `wandb login`, or set WANDB_MODE=offline (runs are written under ./wandb; "
@@ -215,7 +200,7 @@ def register() -> None:
     @functools.wraps(original)
     def validate_config(config, *args, **kwargs):
         check_fgrpo(config)
-        if _select(config, "algorithm.adv_estimator") == "fgrpo":
+        if select(config, "algorithm.adv_estimator") == "fgrpo":
             check_before_ray(config)
         return original(config, *args, **kwargs)
 
@@ -232,7 +217,7 @@ _GPUS_PER_NODE_OFFERED = 8
 
 def _int(config, key: str) -> int | None:
     """``key``'s value when it is an integer (not a bool); None otherwise (absent, null, unresolvable, text)."""
-    value = _select(config, key)
+    value = select(config, key)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
@@ -258,7 +243,7 @@ def check_gpu_batch_sizes(config) -> None:
     ``data.train_batch_size`` that pass. verl's rule reads neither the rollout's tensor parallelism nor Ulysses
     sequence parallelism (the preflight checks those, fgrpo_verl/preflight/). Values that are not integers
     are left to verl; a GPU count below 1 is refused (verl divides by it)."""
-    if _select(config, f"{ACTOR}.use_dynamic_bsz", False):
+    if select(config, f"{ACTOR}.use_dynamic_bsz", False):
         return  # verl checks no batch divisibility with dynamic batch sizes
     per_node, nodes = _int(config, "trainer.n_gpus_per_node"), _int(config, "trainer.nnodes")
     for key, value in (("trainer.n_gpus_per_node", per_node), ("trainer.nnodes", nodes)):
@@ -268,7 +253,7 @@ def check_gpu_batch_sizes(config) -> None:
     if None in (per_node, nodes, batch, n):
         return
     megatron = None
-    if _select(config, f"{ACTOR}.strategy") == "megatron":
+    if select(config, f"{ACTOR}.strategy") == "megatron":
         parallel = [_int(config, key) for key in MEGATRON_KEYS]
         if None in parallel or min(parallel) < 1:
             return

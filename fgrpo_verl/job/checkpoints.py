@@ -32,34 +32,45 @@ import re
 from pathlib import Path
 
 STEPS_FILE = "fgrpo_steps.json"
+# verl's resume point
+TRACKER = "latest_checkpointed_iteration.txt"
 EVAL_DIR = "fgrpo_eval"
 RESULT = "result.json"
 _STEP_DIR = re.compile(r"^global_step_(\d+)$")
 
 
-def write_json(path: Path, data) -> None:
+def write_text(path: Path, text: str) -> None:
     """Atomically (a reader never sees half a file): a temporary file renamed over ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
 
 
-def read_json(path: Path) -> dict | None:
+def write_json(path: Path, data) -> None:
+    write_text(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
+def read_json(path: Path, fix: str = "move it away to redo what it records") -> dict | None:
     try:
         return json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:
-        raise ValueError(f"{path}: unreadable ({exc}); move it away to redo what it records") from exc
+        raise ValueError(f"{path}: unreadable ({exc}); {fix}") from exc
 
 
-def tracker_step(run_dir: Path) -> int:
-    """verl's resume point (0 when none)."""
-    from fgrpo_verl.job.resume_point import checkpointed_step
+def checkpointed_step(checkpoint_dir: Path) -> int:
+    """The run's resume point as verl's tracker file in ``checkpoint_dir`` names it (0 when none or unreadable): what
+    the launcher's ``--status`` and checkpoint evaluation read, outside the job (fgrpo_verl/job/resume_point.py)."""
+    try:
+        return int((Path(checkpoint_dir) / TRACKER).read_text().strip())
+    except (OSError, ValueError):
+        return 0
 
-    return checkpointed_step(run_dir)
+
+tracker_step = checkpointed_step
 
 
 def read_steps(run_dir: Path) -> dict | None:

@@ -1,4 +1,4 @@
-"""Network settings of a job's Ray nodes, chosen on the node itself (used by slurm/ray_cluster.sh).
+"""A job's Ray nodes set up on each node (slurm/ray_cluster.sh): network, session directory, who joined.
 
 - **Interface.** ``ray_cluster.sh`` gives every Ray node its Slurm ``NodeAddr`` as ``--node-ip-address``. verl's
   process groups do not use Ray's address: gloo (the CPU groups) picks an interface on its own, from the host
@@ -15,19 +15,33 @@
   node (the others learn them from the GCS): the node's block when free there, else ports the OS hands out.
   Binding is the test, on all addresses. Two jobs starting on one host in the same instant can still race; the
   loser's ``ray start`` then fails with "address already in use" and the job fails (relaunch it).
+- **Session directory.** Ray's session directory holds sockets and logs; on a shared node another user who
+  pre-creates it (or plants a symlink there) could read the logs or hijack the sockets. So the job creates it 0700
+  and refuses one that is a symlink, is owned by someone else or is open to group/others.
+- **Joined nodes.** While it waits for the allocated nodes to join, ``ray_cluster.sh`` polls ``alive``: a driver
+  connects with Ray's public ``ray.init(address=...)`` (to the Ray node of this host, the head's in a job), reads
+  ``ray.nodes()`` and leaves; about a second a poll. A GCS that is not listening yet is waited for with plain TCP
+  connects, for at most ``--timeout``: ``ray.init`` itself would wait for it for over a minute. Ray's token comes
+  from the environment (``RAY_AUTH_TOKEN``), as for every driver.
 
     python -m fgrpo_verl.job.node_net base JOB_ID        # prints the port base (FGRPO_RAY_PORT_BASE)
     python -m fgrpo_verl.job.node_net ifname IP          # prints the interface holding IP
     python -m fgrpo_verl.job.node_net exec --ip IP --base B --index I -- ray start ...
+    python -m fgrpo_verl.job.node_net private-dir DIR    # creates (or accepts) Ray's session directory
+    python -m fgrpo_verl.job.node_net alive --address HOST:PORT [--timeout S]   # prints the alive nodes' IPs
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import socket
+import stat
 import sys
+import time
 from collections.abc import Sequence
+from pathlib import Path
 
 FIRST_PORT = 20000
 BLOCK = 100
@@ -113,6 +127,46 @@ def interface_env(ip: str, environ=os.environ) -> dict[str, str]:
     return env
 
 
+def ensure_private_dir(path: str | Path) -> Path:
+    path = Path(path)
+    try:
+        path.mkdir(mode=0o700, parents=False)
+    except FileExistsError:
+        pass
+    except FileNotFoundError as exc:
+        raise ValueError(f"{path}: parent directory {path.parent} does not exist") from exc
+    info = os.lstat(path)
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        raise ValueError(f"{path}: not a plain directory (a symlink or a file): refusing to put Ray's session there")
+    if info.st_uid != os.geteuid():
+        raise ValueError(f"{path}: owned by uid {info.st_uid}, not by this job's user (uid {os.geteuid()})")
+    if info.st_mode & 0o077:
+        raise ValueError(f"{path}: mode {stat.S_IMODE(info.st_mode):o} lets other users in; expected 700")
+    return path
+
+
+def alive_node_ips(address: str, timeout_s: float = 10.0) -> list[str]:
+    """IPs of the alive nodes of the Ray cluster whose GCS is at ``address``; OSError when nothing listens there
+    within ``timeout_s`` (a head still starting gets that long)."""
+    host, _, port = address.rpartition(":")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            socket.create_connection((host, int(port)), timeout=timeout_s).close()
+            break
+        except OSError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.2)
+    import ray
+
+    ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
+    try:
+        return sorted({node["NodeManagerAddress"] for node in ray.nodes() if node["Alive"]})
+    finally:
+        ray.shutdown()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fgrpo_verl.job.node_net", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -125,8 +179,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("--base", type=int, required=True)
     run.add_argument("--index", type=int, required=True)
     run.add_argument("command", nargs=argparse.REMAINDER)
+    sub.add_parser("private-dir", help="create (or accept) a directory only this user can use").add_argument("dir")
+    alive = sub.add_parser("alive", help="print the IP of every alive node of a running Ray cluster")
+    alive.add_argument("--address", required=True, help="GCS address of the head node, HOST:PORT")
+    alive.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the GCS to answer")
     args = parser.parse_args(argv)
+    if args.command == "alive":
+        for ip in alive_node_ips(args.address, args.timeout):
+            print(ip)
+        return 0
     try:
+        if args.command == "private-dir":
+            ensure_private_dir(args.dir)
+            return 0
         if args.command == "base":
             print(port_base(args.job_id))
             return 0
@@ -139,9 +204,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ.update(interface_env(args.ip))
         ports = node_ports(args.base, args.index)
         command += [f"{flag}={port}" for flag, port in zip(NODE_PORT_FLAGS, ports)]
-    except ValueError as exc:
+    except (ValueError, OSError) as exc:
         print(f"fgrpo node_net: error: {exc}", file=sys.stderr)
-        return 2
+        return 1 if args.command == "private-dir" else 2
     os.execvp(command[0], command)
     return 127  # pragma: no cover - execvp does not return
 

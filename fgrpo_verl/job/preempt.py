@@ -29,7 +29,9 @@ def stop_requested() -> str | None:
     return path if path and os.path.exists(path) else None
 
 
-def _on_step_boundary(trainer) -> None:
+def stop_at_step_boundary(trainer) -> None:
+    """What the trainer runs after each step's checkpoint check (verl's ``on_step_end`` hook, right after it): the
+    numbered steps above when a stop is requested."""
     path = stop_requested()
     step, total = int(trainer.global_steps), int(trainer.total_training_steps)
     if path is None or step >= total:
@@ -41,15 +43,3 @@ def _on_step_boundary(trainer) -> None:
     with open(f"{path}.ack", "w", encoding="utf-8") as ack:
         ack.write(f"{step}\n")
     print(f"[fgrpo] stop requested ({path}): saved global_step_{step} of {total}; leaving the training loop")
-
-
-def stop_at_step_boundary(cls):
-    """Make trainer class (or mixin) ``cls`` check for a stop request after each step's checkpoint check
-    (verl's ``on_step_end`` hook, which runs right after it)."""
-
-    def on_step_end(self):
-        super(cls, self).on_step_end()
-        _on_step_boundary(self)
-
-    cls.on_step_end = on_step_end
-    return cls

@@ -38,17 +38,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-TRACKER = "latest_checkpointed_iteration.txt"
-
-
-def checkpointed_step(checkpoint_dir: Path) -> int:
-    """The run's resume point as its tracker file in ``checkpoint_dir`` names it (0 when none or unreadable): what
-    the launcher's ``--status`` and checkpoint evaluation read, outside the job."""
-    path = Path(checkpoint_dir) / TRACKER
-    try:
-        return int(path.read_text().strip())
-    except (OSError, ValueError):
-        return 0
+from fgrpo_verl.job.checkpoints import TRACKER, write_text
 
 
 def _tracker(trainer) -> Path:
@@ -61,12 +51,6 @@ def read_tracker(trainer) -> str | None:
         return _tracker(trainer).read_text(encoding="utf-8").strip()
     except FileNotFoundError:
         return None
-
-
-def _write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def _loadable(trainer, step: int) -> bool:
@@ -89,7 +73,7 @@ def hold_back(trainer, before: str | None) -> int | None:
     previous = int(before) if before.isdigit() else None
     if previous is None or previous >= step or not _loadable(trainer, previous):
         return None
-    _write(path, str(previous))
+    write_text(path, str(previous))
     return step
 
 
@@ -102,7 +86,7 @@ def release(trainer, step: int | None) -> None:
     """Step ``step`` is logged: the tracker says ``step``, and earlier checkpoints lose their optimizer states
     (module docstring; nothing to do for None)."""
     if step is not None:
-        _write(_tracker(trainer), str(int(step)))
+        write_text(_tracker(trainer), str(int(step)))
         if os.environ.get("FGRPO_KEEP_OPTIMIZER_STATES", "0") != "1":
             prune_optimizer_states(_tracker(trainer).parent, int(step))
 

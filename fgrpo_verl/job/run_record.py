@@ -9,24 +9,17 @@ resumed or overwritten.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
 
-from fgrpo_verl.job.checkpoints import write_json
+from fgrpo_verl.job.checkpoints import read_json, write_json
 
 RECORD = "fgrpo_run.json"
 
 
 def read_record(checkpoint_dir: Path) -> dict | None:
-    path = Path(checkpoint_dir) / RECORD
-    if not path.exists():
-        return None
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"{path}: unreadable run record ({exc}); move it away if the directory is yours") from exc
+    return read_json(Path(checkpoint_dir) / RECORD, "move it away if the directory is yours")
 
 
 def check_record(checkpoint_dir: Path, digest: str) -> dict | None:

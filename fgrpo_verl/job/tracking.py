@@ -133,16 +133,18 @@ def wandb_env(project: str, experiment: str, group: str | None = None, tags=(), 
     return env
 
 
-def ray_env_overrides(env: dict[str, str]) -> list[str]:
+def ray_env_overrides(env) -> list[str]:
     """Hydra overrides that put ``env`` into Ray's runtime_env, so every Ray actor (the TaskRunner included) sees it
-    on every node, whatever environment ``ray start`` had."""
+    on every node, whatever environment ``ray start`` had. Each value single-quoted: Hydra unescapes only quotes
+    and the backslashes that precede a quote or end the string."""
     out = []
     for key, value in env.items():
-        if not re.fullmatch(r"[A-Z_][A-Z0-9_]*", key) or '"' in value or "\\" in value:
-            raise ValueError(f"cannot pass {key}={value!r} as a Hydra override: key must be an env var name, value unquoted")
+        if not isinstance(key, str) or not key.isidentifier():
+            raise ValueError(f"env var name {key!r} is invalid: expected letters, digits and _ only")
         if "API_KEY" in key:
             raise ValueError(f"refusing to put {key} into the config (verl prints and logs it); export it instead")
-        out.append(f'+ray_kwargs.ray_init.runtime_env.env_vars.{key}="{value}"')
+        value = re.sub(r"(\\+)(?='|$)", lambda m: m.group(1) * 2, str(value)).replace("'", "\\'")
+        out.append(f"++ray_kwargs.ray_init.runtime_env.env_vars.{key}='{value}'")
     return out
 
 
@@ -175,10 +177,15 @@ def algo_label(base_loss_mode: str, clip_ratio_low: float, clip_ratio_high: floa
     return ("f" if float(format_gamma(gamma)) > 0 else "") + family
 
 
-def _select(config, key: str):
+def select(config, key: str, default=None):
+    """``key`` (dotted) of an OmegaConf ``config``, ``default`` where nothing is there (absent, a path through a
+    non-mapping, an interpolation that does not resolve): the one reader of config keys on the job's side."""
     from omegaconf import OmegaConf
 
-    return OmegaConf.select(config, key, throw_on_missing=True)
+    try:
+        return OmegaConf.select(config, key, default=default, throw_on_resolution_failure=False)
+    except Exception:  # noqa: BLE001  (a path through a non-mapping: nothing there)
+        return default
 
 
 BASE_LOSS_KEY = "actor_rollout_ref.actor.policy_loss.base_loss_mode"
@@ -190,13 +197,13 @@ def config_algo(config) -> str:
     checked where the config is validated (``fgrpo_verl.integration.loss.FocalPolicyLossConfig``)."""
     actor = config.actor_rollout_ref.actor
     mode = actor.policy_loss.loss_mode
-    base = _select(config, BASE_LOSS_KEY) if mode == "fgrpo" else mode
-    return algo_label(base, actor.clip_ratio_low, actor.clip_ratio_high, _select(config, GAMMA_KEY))
+    base = select(config, BASE_LOSS_KEY) if mode == "fgrpo" else mode
+    return algo_label(base, actor.clip_ratio_low, actor.clip_ratio_high, select(config, GAMMA_KEY))
 
 
 def config_seed(config) -> int:
     for key in SEED_KEYS:
-        value = _select(config, key)
+        value = select(config, key)
         if value is not None:
             return _int(key, value, 0)
     raise ValueError(f"no seed in the config: set one of {', '.join(SEED_KEYS)}")
@@ -205,14 +212,14 @@ def config_seed(config) -> int:
 def config_run_name(config, variant: str | None = None) -> str:
     """:func:`run_name` of a composed config; ``variant`` (a recipe run's ``variant``) is appended as ``-<variant>``
     for runs that differ only in settings the name does not show (e.g. the learning-rate and KL controls)."""
-    name = run_name(config_algo(config), _select(config, GAMMA_KEY), _select(config, N_KEY), str(_select(config, MODEL_KEY)),
+    name = run_name(config_algo(config), select(config, GAMMA_KEY), select(config, N_KEY), str(select(config, MODEL_KEY)),
                     config_seed(config))
     return name if variant is None else f"{name}-{_label('variant', variant)}"
 
 
 def config_run_tags(config) -> list[str]:
     """:func:`run_tags` of a composed config."""
-    return run_tags(config_algo(config), _select(config, GAMMA_KEY), _select(config, N_KEY))
+    return run_tags(config_algo(config), select(config, GAMMA_KEY), select(config, N_KEY))
 
 
 def commit_wandb_row(tracking, step: int | None) -> bool:
@@ -270,8 +277,8 @@ def check_env_run_name(config, experiment: str, project: str | None) -> None:
     match = _NAME_PARTS.match(experiment)
     fix = f"rerun `fgrpo-verl wandb-env` for this run, or unset {EXPERIMENT_ENV}"
     if match:
-        gamma = format_gamma(_select(config, GAMMA_KEY))
-        n = _select(config, N_KEY)
+        gamma = format_gamma(select(config, GAMMA_KEY))
+        n = select(config, N_KEY)
         if match.group("gamma") != gamma or str(match.group("n")) != str(n):
             raise ValueError(
                 f"{EXPERIMENT_ENV}={experiment} (from `fgrpo-verl wandb-env`) names gamma {match.group('gamma')}, "

@@ -136,24 +136,18 @@ def trim(wandb_root: Path, run_id: str, keep_through: int) -> list[tuple[Path, i
     return changed
 
 
-def untested_wandb() -> str | None:
-    """The installed wandb's version when it is outside :data:`TESTED_WANDB`, else None."""
-    from importlib.metadata import version
-
-    from packaging.specifiers import SpecifierSet
-
-    installed = version("wandb")
-    return None if installed in SpecifierSet(TESTED_WANDB) else installed
-
-
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 4 or args[0] != "trim" or not args[3].isdigit():
         print("usage: python -m fgrpo_verl.job.wandb_offline trim WANDB_ROOT RUN_ID KEEP_THROUGH_STEP", file=sys.stderr)
         return 2
-    untested = untested_wandb()
-    if untested is not None:
-        print(f"fgrpo: error: not trimming W&B's offline folders of run {args[2]}: wandb {untested} is installed and "
+    from importlib.metadata import version
+
+    from packaging.specifiers import SpecifierSet
+
+    installed = version("wandb")
+    if installed not in SpecifierSet(TESTED_WANDB):
+        print(f"fgrpo: error: not trimming W&B's offline folders of run {args[2]}: wandb {installed} is installed and "
               f"its offline format is tested for wandb{TESTED_WANDB} only (setup.py)", file=sys.stderr)
         return 1
     for path, dropped in trim(Path(args[1]), args[2], int(args[3])):

@@ -24,15 +24,6 @@ TIMEOUT_S = 10.0
 NOT_ONLINE = ("offline", "dryrun", "disabled")
 
 
-def wandb_host(environ: Mapping[str, str] = os.environ) -> str:
-    base = environ.get("WANDB_BASE_URL")
-    if not base:
-        import wandb
-
-        base = wandb.Settings().base_url
-    return str(base)
-
-
 def logs_to_wandb(loggers) -> bool:
     """Whether verl's ``trainer.logger`` (a list, or one name) has ``wandb``."""
     return "wandb" in ([loggers] if isinstance(loggers, str) else list(loggers or ()))
@@ -50,7 +41,11 @@ def check_wandb(loggers: Iterable[str] | str = ("wandb",), environ: Mapping[str,
     mode = environ.get("WANDB_MODE") or "online"
     if mode in NOT_ONLINE or environ.get("WANDB_DISABLED", "").lower() in ("true", "1"):
         return f"WANDB_MODE={mode}: not checked"
-    url = wandb_host(environ)
+    url = environ.get("WANDB_BASE_URL")
+    if not url:
+        import wandb
+
+        url = str(wandb.Settings().base_url)
     outcome: list[BaseException | None] = []
 
     def ask() -> None:

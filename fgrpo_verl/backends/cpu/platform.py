@@ -27,10 +27,6 @@ def _noop(*args, **kwargs) -> None:
     return None
 
 
-def _zero(*args, **kwargs) -> int:
-    return 0
-
-
 def _mem_get_info(*args, **kwargs) -> tuple[int, int]:
     """(free, total) bytes of host memory: what verl's memory logging asks of an accelerator."""
     vm = psutil.virtual_memory()
@@ -47,19 +43,16 @@ def _build_device_module() -> types.ModuleType:
     for name in ("current_device", "device_count", "is_available", "synchronize", "set_device", "current_stream",
                  "stream", "Stream", "Event"):
         setattr(module, name, getattr(torch.cpu, name))
-    module.empty_cache = _noop  # host memory is returned to the allocator by Python/torch itself
-    module.ipc_collect = _noop
-    module.set_per_process_memory_fraction = _noop
-    module.reset_peak_memory_stats = _noop
-    module.memory_allocated = _zero  # verl only logs these numbers
-    module.memory_reserved = _zero
-    module.max_memory_allocated = _zero
-    module.max_memory_reserved = _zero
+    # host memory is returned to the allocator by Python/torch itself
+    for name in ("empty_cache", "ipc_collect", "set_per_process_memory_fraction", "reset_peak_memory_stats"):
+        setattr(module, name, _noop)
+    # verl only logs these numbers
+    for name in ("memory_allocated", "memory_reserved", "max_memory_allocated", "max_memory_reserved"):
+        setattr(module, name, lambda *args, **kwargs: 0)
     module.mem_get_info = _mem_get_info
     module.get_rng_state = torch.get_rng_state  # checkpoints save/restore "device" RNG next to the CPU one
     module.set_rng_state = torch.set_rng_state
-    module.manual_seed = torch.manual_seed
-    module.manual_seed_all = torch.manual_seed
+    module.manual_seed = module.manual_seed_all = torch.manual_seed
     module.get_device_name = lambda *args, **kwargs: "cpu"
     return module
 
@@ -96,23 +89,17 @@ class PlatformCPU(PlatformBase):
     def device_count(self) -> int:
         return 1
 
-    def set_device(self, device_index: int) -> None:
-        return None
-
-    def synchronize(self, device_index: Optional[int] = None) -> None:
-        return None
-
     def manual_seed(self, seed: int) -> None:
         torch.manual_seed(seed)
 
-    def manual_seed_all(self, seed: int) -> None:
-        torch.manual_seed(seed)
+    manual_seed_all = manual_seed
 
-    def set_allocator_settings(self, settings: str) -> None:
-        return None  # expandable segments etc. are CUDA caching-allocator options
-
-    def empty_cache(self) -> None:
+    # nothing to select, wait for or free on the host; allocator settings (expandable segments etc.) are CUDA
+    # caching-allocator options; no profiler ranges
+    def set_device(self, *args, **kwargs) -> None:
         return None
+
+    synchronize = set_allocator_settings = empty_cache = profiler_start = profiler_stop = set_device
 
     def get_device_capability(self, device_index: int = 0) -> tuple[Optional[int], Optional[int]]:
         return None, None
@@ -128,17 +115,10 @@ class PlatformCPU(PlatformBase):
     def nvtx_range(self, msg: str):
         yield
 
-    def profiler_start(self) -> None:
-        return None
-
-    def profiler_stop(self) -> None:
-        return None
-
     def ray_resource_name(self) -> str:
-        return "GPU"  # logical: declared by ray_init.num_gpus in hydra_configs/backend/cpu.yaml
-
-    def ray_resource_options(self, num_gpus: float) -> dict[str, Any]:
-        return {"num_gpus": num_gpus}
+        # logical: declared by ray_init.num_gpus in hydra_configs/backend/cpu.yaml (verl's default resource options
+        # then ask for num_gpus)
+        return "GPU"
 
     def ray_noset_envvars(self) -> list[str]:
         return []

@@ -27,15 +27,16 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from collections.abc import Mapping
 
-
-def _hydra_quoted(value: str) -> str:
-    """``value`` as a single-quoted Hydra override string: Hydra unescapes only quotes and the backslashes
-    that precede a quote or end the string."""
-    value = re.sub(r"(\\+)(?='|$)", lambda m: m.group(1) * 2, value)
-    return "'" + value.replace("'", "\\'") + "'"
+# Overrides that make a small-model run in a session fast without changing what it computes (measured in
+# benchmarks/bench_cpu_step.py, docs/cpu_backend.md "Step time"). With bypass mode verl takes the old log-probs from
+# the rollout instead of a second forward pass of the actor: the rollout samples in fp32 with this step's weights, so
+# the two agree to ~1e-7 (the backend's e2e test measures it), and with one PPO epoch the update is the same. Not
+# defaults of the ``cpu`` config group: bypass mode turns off the rollout-vs-actor log-prob check
+# (``training/rollout_probs_diff_*``) that the backend's own tests rely on. Micro-batch sizes are left to the caller:
+# at the demo shape one micro-batch of 128 rollouts was not faster than two of 64 (docs/cpu_backend.md).
+FAST_OVERRIDES = ("algorithm.rollout_correction.bypass_mode=true",)
 
 
 class RaySession:
@@ -114,9 +115,7 @@ class RaySession:
         which has the parent's environment. Whatever the run's workers must see (``VERL_FILE_LOGGER_PATH``,
         ``WANDB_*``, ...) has to travel in ``runtime_env.env_vars``, as ``backend=cpu``'s own variables do.
         """
-        overrides = ["ray_kwargs.ray_init.num_cpus=null", "ray_kwargs.ray_init.num_gpus=null"]
-        for name, value in (env_vars or {}).items():
-            if not isinstance(name, str) or not name.isidentifier():
-                raise ValueError(f"env var name {name!r} is invalid: expected letters, digits and _ only")
-            overrides.append(f"++ray_kwargs.ray_init.runtime_env.env_vars.{name}={_hydra_quoted(str(value))}")
-        return overrides
+        from fgrpo_verl.job.tracking import ray_env_overrides
+
+        nulls = ["ray_kwargs.ray_init.num_cpus=null", "ray_kwargs.ray_init.num_gpus=null"]
+        return nulls + ray_env_overrides(env_vars or {})

@@ -29,7 +29,7 @@ import sys
 
 from wrapt import register_post_import_hook
 
-_ORIGINALS: dict[str, object] = {}
+ORIGINALS: dict[str, object] = {}
 # seconds between the replay buffer's TransferQueue polls on the cpu platform (verl: 2.0)
 CPU_POLL_INTERVAL_S = 0.02
 
@@ -44,7 +44,7 @@ def initialize_global_process_group_ray(timeout_second=None, backend=None):
     """verl's Ray-worker process-group init with ``backend="gloo"`` on the cpu platform."""
     if backend is None and _on_cpu_platform():
         backend = "gloo"
-    return _ORIGINALS["initialize_global_process_group_ray"](timeout_second=timeout_second, backend=backend)
+    return ORIGINALS["initialize_global_process_group_ray"](timeout_second=timeout_second, backend=backend)
 
 
 def apply_fsdp2(model, fsdp_kwargs, config):
@@ -54,7 +54,7 @@ def apply_fsdp2(model, fsdp_kwargs, config):
         from torch.distributed.fsdp import CPUOffloadPolicy
 
         fsdp_kwargs = {**fsdp_kwargs, "offload_policy": CPUOffloadPolicy(pin_memory=False)}
-    return _ORIGINALS["apply_fsdp2"](model, fsdp_kwargs, config)
+    return ORIGINALS["apply_fsdp2"](model, fsdp_kwargs, config)
 
 
 def replay_buffer_init(self, *args, **kwargs):
@@ -62,21 +62,21 @@ def replay_buffer_init(self, *args, **kwargs):
     cpu platform."""
     if "poll_interval" not in kwargs and len(args) < 6 and _on_cpu_platform():
         kwargs["poll_interval"] = CPU_POLL_INTERVAL_S
-    return _ORIGINALS["ReplayBuffer.__init__"](self, *args, **kwargs)
+    return ORIGINALS["ReplayBuffer.__init__"](self, *args, **kwargs)
 
 
-def _wrap(module, name: str, wrapper, importers=()) -> None:
+def wrap(module, name: str, wrapper, importers=()) -> None:
     """Set ``module.<name>`` (dotted: an attribute of a class in it) to ``wrapper``, keeping the original."""
     owner_name, _, attr = name.rpartition(".")
     owner = getattr(module, owner_name) if owner_name else module
     current = getattr(owner, attr)
     if current is wrapper:
         return
-    _ORIGINALS.setdefault(name, current)
+    ORIGINALS.setdefault(name, current)
     setattr(owner, attr, wrapper)
     for importer_name in importers:
         importer = sys.modules.get(importer_name)
-        if importer is not None and getattr(importer, name, None) is _ORIGINALS[name]:
+        if importer is not None and getattr(importer, name, None) is ORIGINALS[name]:
             # imported verl's original by name before the wrapper was installed
             setattr(importer, name, wrapper)
 
@@ -94,15 +94,15 @@ def install() -> None:
 
 def _patch_distributed(module) -> None:
     # verl builds "cpu:gloo,cpu:gloo" (invalid) on the cpu platform; no config knob reaches the string
-    _wrap(module, "initialize_global_process_group_ray", initialize_global_process_group_ray,
+    wrap(module, "initialize_global_process_group_ray", initialize_global_process_group_ray,
           ("verl.workers.engine_workers",))
 
 
 def _patch_fsdp_utils(module) -> None:
     # verl hard-codes CPUOffloadPolicy(pin_memory=True) for forward-only FSDP2 models; pinning needs a GPU
-    _wrap(module, "apply_fsdp2", apply_fsdp2, ("verl.workers.engine.fsdp.transformer_impl",))
+    wrap(module, "apply_fsdp2", apply_fsdp2, ("verl.workers.engine.fsdp.transformer_impl",))
 
 
 def _patch_replay_buffer(module) -> None:
     # verl polls TransferQueue every 2 s for a step's rollouts; no config reaches the interval
-    _wrap(module, "ReplayBuffer.__init__", replay_buffer_init)
+    wrap(module, "ReplayBuffer.__init__", replay_buffer_init)

@@ -33,11 +33,11 @@ exercised on CPU, and the first two bring their own reload logic.
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
-import os
 
 from wrapt import register_post_import_hook
+
+from fgrpo_verl.backends.cpu.verl_patches import ORIGINALS, wrap
 from fgrpo_verl.backends.vllm_cpu_engine import WEIGHT_SYNC_TIMEOUT_ENV, weight_sync_timeout_s
 
 VERL_VLLM_UTILS = "verl.workers.rollout.vllm_rollout.utils"
@@ -112,23 +112,19 @@ def _plain_update(self, peft_config, kwargs) -> bool:
     return not is_quantized_model(self.model_runner.vllm_config)
 
 
-def _wrap(update_weights_from_ipc):
-    @functools.wraps(update_weights_from_ipc)
-    def update_weights_from_ipc_on_cpu(self, peft_config=None, base_sync_done=False, **kwargs):
-        if not (_on_vllm_cpu() and _plain_update(self, peft_config, kwargs)):
-            return update_weights_from_ipc(self, peft_config=peft_config, base_sync_done=base_sync_done, **kwargs)
-        runner = self.model_runner
-        with _copied_buckets(), _layerwise_reload(runner.model, runner.vllm_config.model_config):
-            return update_weights_from_ipc(self, peft_config=peft_config, base_sync_done=base_sync_done, **kwargs)
-
-    update_weights_from_ipc_on_cpu.fgrpo_cpu_vllm = True
-    return update_weights_from_ipc_on_cpu
+UPDATE = "vLLMColocateWorkerExtension.update_weights_from_ipc"
+INIT_SOCKET = "BucketedWeightSender._init_socket"
 
 
-def _patch(module) -> None:
-    extension = module.vLLMColocateWorkerExtension
-    if not getattr(extension.update_weights_from_ipc, "fgrpo_cpu_vllm", False):
-        extension.update_weights_from_ipc = _wrap(extension.update_weights_from_ipc)
+def update_weights_from_ipc(self, peft_config=None, base_sync_done=False, **kwargs):
+    """verl's worker-side update; on vLLM's CPU platform, for a plain update, inside vLLM's layerwise reload with
+    copied buckets."""
+    original = ORIGINALS[UPDATE]
+    if not (_on_vllm_cpu() and _plain_update(self, peft_config, kwargs)):
+        return original(self, peft_config=peft_config, base_sync_done=base_sync_done, **kwargs)
+    runner = self.model_runner
+    with _copied_buckets(), _layerwise_reload(runner.model, runner.vllm_config.model_config):
+        return original(self, peft_config=peft_config, base_sync_done=base_sync_done, **kwargs)
 
 
 class _CheckedReplies:
@@ -155,23 +151,14 @@ class _CheckedReplies:
         return getattr(self._socket, name)
 
 
-def _patch_sender(module) -> None:
-    sender = module.BucketedWeightSender
-    init_socket = sender._init_socket
-    if getattr(init_socket, "fgrpo_cpu_vllm", False):
-        return
+def init_socket(self):
+    """verl's sender socket, with a bounded wait for each reply and the engine's error raised (:class:`_CheckedReplies`)."""
+    import zmq
 
-    @functools.wraps(init_socket)
-    def init_socket_with_checked_replies(self):
-        import zmq
-
-        init_socket(self)
-        timeout = weight_sync_timeout_s()
-        self.socket.setsockopt(zmq.RCVTIMEO, max(1, int(timeout * 1000)))
-        self.socket = _CheckedReplies(self.socket, timeout)
-
-    init_socket_with_checked_replies.fgrpo_cpu_vllm = True
-    sender._init_socket = init_socket_with_checked_replies
+    ORIGINALS[INIT_SOCKET](self)
+    timeout = weight_sync_timeout_s()
+    self.socket.setsockopt(zmq.RCVTIMEO, max(1, int(timeout * 1000)))
+    self.socket = _CheckedReplies(self.socket, timeout)
 
 
 class _ExpectedReloadWarning(logging.Filter):
@@ -190,6 +177,6 @@ def _quiet_layerwise(module) -> None:
 def install() -> None:
     """Wrap verl's worker-side weight update and its bucket sender when (or now, if) their modules are imported
     (idempotent)."""
-    register_post_import_hook(_patch, VERL_VLLM_UTILS)
-    register_post_import_hook(_patch_sender, VERL_BUCKETS)
+    register_post_import_hook(lambda module: wrap(module, UPDATE, update_weights_from_ipc), VERL_VLLM_UTILS)
+    register_post_import_hook(lambda module: wrap(module, INIT_SOCKET, init_socket), VERL_BUCKETS)
     register_post_import_hook(_quiet_layerwise, VLLM_LAYERWISE)

@@ -11,11 +11,9 @@
 
 from __future__ import annotations
 
-import logging
 import os
 
 import ray
-import torch
 from verl.plugin.platform import get_platform
 from verl.utils.device import get_device_name, get_resource_name
 from verl.workers.rollout.base import BaseRollout
@@ -23,10 +21,6 @@ from verl.workers.rollout.replica import RolloutReplica
 
 from fgrpo_verl.backends.hf_rollout import ROLLOUT_NAME
 from fgrpo_verl.backends.hf_rollout.server import HFRolloutServer
-
-logger = logging.getLogger(__name__)
-logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "INFO"))
-
 
 
 def _server_actor_name(replica_rank: int) -> str:
@@ -107,12 +101,9 @@ class HFServerAdapter(BaseRollout):
                 f"rollout.name={ROLLOUT_NAME} takes merged weights only: set actor_rollout_ref.model.lora.merge=True"
             )
         # Drain the whole generator: for FSDP each item is an all-gather, a collective every rank must join.
-        collected: dict[str, torch.Tensor] = {}
         if hasattr(weights, "__aiter__"):
-            async for name, tensor in weights:
-                collected[name] = tensor.detach().to("cpu", copy=True)
+            collected = {name: tensor.detach().to("cpu", copy=True) async for name, tensor in weights}
         else:
-            for name, tensor in weights:
-                collected[name] = tensor.detach().to("cpu", copy=True)
+            collected = {name: tensor.detach().to("cpu", copy=True) for name, tensor in weights}
         await self._server_handle().update_weights.remote(collected, global_steps=global_steps)
 

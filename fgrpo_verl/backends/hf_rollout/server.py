@@ -49,15 +49,9 @@ class _Request:
 
 
 def _token_id_set(*values) -> frozenset[int]:
-    ids: set[int] = set()
-    for value in values:
-        if value is None:
-            continue
-        if isinstance(value, (list, tuple, set, frozenset)):
-            ids.update(int(v) for v in value)
-        else:
-            ids.add(int(value))
-    return frozenset(ids)
+    """The ids of ``values``, each an id, a collection of ids or None."""
+    many = [value if isinstance(value, (list, tuple, set, frozenset)) else [value] for value in values]
+    return frozenset(int(v) for ids in many for v in ids if v is not None)
 
 
 class HFRolloutServer:
@@ -219,21 +213,13 @@ class HFRolloutServer:
     async def set_global_steps(self, global_steps: int):
         self.global_steps = global_steps
 
-    # ------------------------------------------------------------------ control calls (nothing to free or resume)
-    async def wake_up(self, tags: Optional[list[str]] = None):
+    # ------------------------------------------------------------------ control calls
+    async def _nothing(self, *args, **kwargs):
         return None
 
-    async def sleep(self):
-        return None
-
-    async def clear_kv_cache(self):
-        return None
-
-    async def release_kv_cache(self):
-        return None
-
-    async def resume_kv_cache(self):
-        return None
+    # nothing is cached between requests and the model stays resident: nothing to free, resume or profile
+    wake_up = sleep = clear_kv_cache = release_kv_cache = resume_kv_cache = resume_generation = _nothing
+    start_profile = stop_profile = _nothing
 
     async def wait_for_requests_to_drain(self):
         while self._pending or (self._model_lock is not None and self._model_lock.locked()):
@@ -254,13 +240,3 @@ class HFRolloutServer:
                 request.future.set_result(None)
                 return {"aborted": True, "request_id": request_id}
         return {"aborted": False, "request_id": request_id}
-
-    async def resume_generation(self):
-        return None
-
-    async def start_profile(self, **kwargs):
-        return None
-
-    async def stop_profile(self):
-        return None
-

@@ -62,8 +62,7 @@ def run(args, memory) -> int:
     # a progress bar per model load or save: dozens (every scored checkpoint), none of them news
     transformers_logging.disable_progress_bar()
 
-    from fgrpo_verl.backends.cpu.session import RaySession
-    from fgrpo_verl.backends.cpu.tuning import fast_overrides
+    from fgrpo_verl.backends.cpu.session import FAST_OVERRIDES, RaySession
     from fgrpo_verl.job.checkpoints import checkpoint_dir
     from fgrpo_verl.pass_at_k import ks_up_to
     from fgrpo_verl.tasks.maze.model import save_model_dir
@@ -111,12 +110,12 @@ def run(args, memory) -> int:
     results: dict[str, dict[int, dict]] = {c.name: {} for c in cfgs}
     failed = []
     # On the cpu backend one Ray cluster serves all runs, with the backend's speed overrides (same computation,
-    # fgrpo_verl.backends.cpu.tuning). The runs go one at a time: verl's TransferQueue names its controller actor in
+    # fgrpo_verl.backends.cpu.session). The runs go one at a time: verl's TransferQueue names its controller actor in
     # a fixed Ray namespace (``transfer_queue``), so two runs in one cluster at once share it and corrupt each
     # other's batches (docs/raremode.md).
     with contextlib.ExitStack() as stack:
         session = stack.enter_context(RaySession()) if args.backend == "cpu" else None
-        session_overrides = [] if session is None else fast_overrides()
+        session_overrides = [] if session is None else list(FAST_OVERRIDES)
         for seed in range(args.seeds):  # seed-major: an interrupted demo still has complete pairs
             for cfg in cfgs:
                 t_run = time.time()
