@@ -546,7 +546,8 @@ def test_shared_composition_equals_hydra_for_every_selection_of_every_recipe():
                 lists.append(overrides)
     lists += [
         ["backend=cpu", "algo=dapo", "+ray_kwargs.ray_init.runtime_env.env_vars.X=1", "~trainer.v1.fgrpo_sync",
-         "trainer.logger=[console,file]", "++algorithm.fgrpo.gamma=2", "data.train_files=${oc.env:HOME}/x"],
+         "trainer.logger=[console,file]", "++algorithm.fgrpo.gamma=2", "data.train_files=${oc.env:HOME}/x",
+         "+note=top-level", "~custom_reward_function", "data=legacy_data"],
         ["algorithm.fgrpo.gamma=0", "algo=cispo", "actor_rollout_ref.rollout.n=4"],  # values before selections
     ]
     composer = SharedComposer()

@@ -17,24 +17,13 @@ import sys
 
 from fgrpo_verl.cli.errors import DEBUG_FLAG, report_errors, strip_debug_flag
 
-# sub-command name -> module under fgrpo_verl.cli
-COMMANDS = {
-    "train": "train",
-    "doctor": "doctor",
-    "launch": "launch",
-    "recipes": "recipes",
-    "prepare-deepscaler": "prepare_deepscaler",
-    "prepare-benchmarks": "prepare_benchmarks",
-    "eval": "eval",
-    "report": "report",
-    "rare-nll": "rare_nll",
-    "wandb-env": "wandb_env",
-    "job-env": "job_env",
-    "demo": "demo",
-    "tail-miss": "tail_miss",
-    "m-gamma": "m_gamma",
-    "simulate": "simulate",
-}
+# the sub-commands, in --help's order; each is the module of its name under fgrpo_verl.cli, with '_' for '-'
+COMMANDS = ("train", "doctor", "launch", "recipes", "prepare-deepscaler", "prepare-benchmarks", "eval", "report",
+            "rare-nll", "wandb-env", "job-env", "demo", "tail-miss", "m-gamma", "simulate")
+
+
+def _module(command: str):
+    return importlib.import_module(f"fgrpo_verl.cli.{command.replace('-', '_')}")
 
 
 def version() -> str:
@@ -68,14 +57,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=version())
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name, module_name in COMMANDS.items():
-        module = importlib.import_module(f"fgrpo_verl.cli.{module_name}")
+    for name in COMMANDS:
+        module = _module(name)
         epilog = getattr(module, "epilog", None)
         p = sub.add_parser(name, help=module.HELP, description=module.HELP, epilog=epilog() if epilog else None,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         module.add_arguments(p)
         p.set_defaults(_run=module.run)
     return parser
+
+
+# verl's platform detection, which logs where it finds no accelerator (train holds it, doctor quiets it)
+PLATFORM_LOGGER = "verl.plugin.platform.platform_manager"
 
 
 def quiet_verl_import_notices() -> None:
@@ -88,7 +81,7 @@ def quiet_verl_import_notices() -> None:
 
     warnings.filterwarnings("ignore", message=r"\w+ engine is not available", category=UserWarning)
     # and its INFO "Platform override from VERL_PLATFORM: cpu" on every backend=cpu command (its WARNINGs stay)
-    logging.getLogger("verl.plugin.platform.platform_manager").addFilter(lambda r: r.levelno >= logging.WARNING)
+    logging.getLogger(PLATFORM_LOGGER).addFilter(lambda r: r.levelno >= logging.WARNING)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,20 +89,19 @@ def main(argv: list[str] | None = None) -> int:
     quiet_verl_import_notices()
     argv, debug = strip_debug_flag(argv)
     command = argv[0] if argv and argv[0] in COMMANDS else None
-    with report_errors(command, debug) as outcome:
-        outcome.code = _dispatch(argv, debug)
-    return outcome.code
+    return report_errors(command, debug, lambda: _dispatch(argv, debug))
 
 
 def _dispatch(argv: list[str], debug: bool) -> int:
     # A sub-command with PASS_THROUGH = True (train) takes every later argument verbatim, Hydra's own flags
     # (`--cfg job`, `--info`) included, which argparse would reject or split from their values.
     if argv and argv[0] in COMMANDS and not set(argv[1:2]) & {"-h", "--help"}:
-        module = importlib.import_module(f"fgrpo_verl.cli.{COMMANDS[argv[0]]}")
+        module = _module(argv[0])
         if getattr(module, "PASS_THROUGH", False):
             return int(module.run(argparse.Namespace(command=argv[0], overrides=argv[1:], debug=debug)) or 0)
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.debug = debug
     return int(args._run(args) or 0)
 
 

@@ -198,15 +198,12 @@ FLAGS = {"zone_threshold": "--zone-threshold", "num_actions": "--actions", "num_
 
 
 def run(args) -> int:
-    from fgrpo_verl.cli.errors import with_flag_names
+    from fgrpo_verl.cli.errors import flag_names
     from fgrpo_verl.evaluation.frontier import check_levels
 
-    # errors: fgrpo_verl/cli/errors.py (exit 2); the theory modules' argument names become the flags that set them
-    try:
+    with flag_names(FLAGS):
         config = _config(args)
         q_levels = None if args.q_levels is None else check_levels("--q-levels", args.q_levels)
-    except ValueError as err:
-        raise ValueError(with_flag_names(str(err), FLAGS)) from err
     from fgrpo_verl.theory.categorical import simulate
 
     result = simulate(config, progress=not args.no_progress)

@@ -81,15 +81,20 @@ class Run:
         backend = str((aro.model.get("fused_kernel_options") or {}).get("impl_backend"))
         self.head = ("logits" if not bool(aro.model.get("use_fused_kernels", False)) else
                      "torch" if backend == "liger" and not liger_installed() else backend)
-        self.refusals: list[tuple] = []
+        self.refusals: list[str] = []
         self.notes: list[str] = []
 
     def refuse(self, key: str, value, problem: str, fix: str) -> None:
-        self.refusals.append((key, value, problem, fix))
+        self.refusals.append(refusal(key, value, problem, fix))
 
     def fixed(self, section: str) -> bool:
         """Whether the pass of ``section`` runs, on fixed micro-batches (the reference's only in its own worker)."""
         return (section != "ref" or self.ref_worker) and not memory.dynamic(self.config, section)
+
+
+def refusal(key: str, value, problem: str, fix: str) -> str:
+    """One line: the key and its value, what is wrong, the fix."""
+    return f"{key}={value}: {problem}; {fix}"
 
 
 def liger_installed() -> bool:
