@@ -12,10 +12,14 @@ shows the traceback instead.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import logging
+import logging.handlers
+import os
 import sys
 
-from fgrpo_verl.cli.errors import DEBUG_FLAG, report_errors, strip_debug_flag
+from fgrpo_verl.cli.errors import DEBUG_FLAG, report_errors
 
 # the sub-commands, in --help's order; each is the module of its name under fgrpo_verl.cli, with '_' for '-'
 COMMANDS = ("train", "doctor", "launch", "recipes", "prepare-deepscaler", "prepare-benchmarks", "eval", "report",
@@ -67,8 +71,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# verl's platform detection, which logs where it finds no accelerator (train holds it, doctor quiets it)
+# verl's platform detection, which warns in a process without an accelerator (a login node, a CPU machine)
 PLATFORM_LOGGER = "verl.plugin.platform.platform_manager"
+
+
+@contextlib.contextmanager
+def held_platform_notices(keep: int = logging.NOTSET):
+    """Hold what verl's platform detection logs inside the block; pass on what is at level ``keep`` or above when
+    the block succeeds, drop it all when the block raises. ``train``: before a config error those lines only bury
+    the error, which says what to fix; ``doctor`` (ERRORs only): its ``platform`` check reports the outcome."""
+    platform_logger, held = logging.getLogger(PLATFORM_LOGGER), logging.handlers.BufferingHandler(capacity=2**31)
+    propagate, platform_logger.propagate = platform_logger.propagate, False
+    platform_logger.addHandler(held)
+    try:
+        yield
+    finally:
+        platform_logger.removeHandler(held)
+        platform_logger.propagate = propagate
+    for record in held.buffer:  # not reached when the block raised
+        if record.levelno >= keep:
+            platform_logger.handle(record)
 
 
 def quiet_verl_import_notices() -> None:
@@ -76,7 +98,6 @@ def quiet_verl_import_notices() -> None:
     engine that is not installed (torchtitan, veomni, automodel, mindspeed, megatron): five warnings that nothing
     here uses or can act on. Ignored in fgrpo-verl's own command processes (not by the plugin, which leaves other
     verl runs as they are; Ray workers print theirs into the run's log)."""
-    import logging
     import warnings
 
     warnings.filterwarnings("ignore", message=r"\w+ engine is not available", category=UserWarning)
@@ -87,7 +108,9 @@ def quiet_verl_import_notices() -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     quiet_verl_import_notices()
-    argv, debug = strip_debug_flag(argv)
+    # tracebacks instead of one-line errors: --debug anywhere, or Hydra's own switch, which verl users know
+    debug = DEBUG_FLAG in argv or os.environ.get("HYDRA_FULL_ERROR") == "1"
+    argv = [a for a in argv if a != DEBUG_FLAG]
     command = argv[0] if argv and argv[0] in COMMANDS else None
     return report_errors(command, debug, lambda: _dispatch(argv, debug))
 

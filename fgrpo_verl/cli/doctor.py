@@ -8,7 +8,6 @@ are not repeated: the ``platform`` line says what verl resolved and what it mean
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import sys
 import traceback
@@ -124,25 +123,6 @@ def _config_checks(overrides: list[str]) -> list[tuple[str, Callable[[], str]]]:
     return [("config composes + verl validate_config", config), ("W&B host", wandb_host)]
 
 
-@contextlib.contextmanager
-def _quiet_platform():
-    """verl's accelerator auto-detection WARNINGs while the checks import verl (the ``platform`` check reports the
-    outcome); a filter, not a level: verl sets its logger's level when the module is imported, inside the checks.
-    The engines that are not installed are quiet in every command (fgrpo_verl/cli/__init__.py)."""
-    from fgrpo_verl.cli import PLATFORM_LOGGER
-
-    platform_logger = logging.getLogger(PLATFORM_LOGGER)
-
-    def errors_only(record):
-        return record.levelno >= logging.ERROR
-
-    platform_logger.addFilter(errors_only)
-    try:
-        yield
-    finally:
-        platform_logger.removeFilter(errors_only)
-
-
 def _preflight(recipe: str, only: list[str] | None, overrides: list[str]) -> tuple[str, Callable[[], str]]:
     """The launcher's plan of ``recipe`` as ``launch --dry-run`` makes it (compose, validate_config, preflight)."""
     from pathlib import Path
@@ -169,6 +149,7 @@ def _preflight(recipe: str, only: list[str] | None, overrides: list[str]) -> tup
 
 def run(args: argparse.Namespace) -> int:
     from fgrpo_verl import verl_compat
+    from fgrpo_verl.cli import held_platform_notices
     from fgrpo_verl.cli.launch import split_only
 
     # `--only a b x=1`: run names a, b and the override x=1, as for `launch`
@@ -188,7 +169,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"  {verl_compat.summary()}")
     # the checks below (train's config, the trainer modes, Ray) are the full release's: one line, nothing started
     verl_compat.require(verl_compat.TRAIN, "this command")
-    with _quiet_platform():
+    # verl's accelerator auto-detection WARNINGs while the checks import verl: the `platform` check says the outcome
+    with held_platform_notices(keep=logging.ERROR):
         for name, check in checks:
             try:
                 detail = check()

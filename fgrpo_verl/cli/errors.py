@@ -18,19 +18,12 @@ re-raises instead, so Python prints the full traceback.
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 from collections.abc import Callable, Iterator
 
 DEBUG_FLAG = "--debug"
 USER_ERRORS = (ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
 ENVIRONMENT_ERRORS = (RuntimeError, ImportError, ConnectionError, TimeoutError, OSError)
-
-
-def strip_debug_flag(argv: list[str]) -> tuple[list[str], bool]:
-    """``argv`` without ``--debug``, and whether tracebacks were asked for (``--debug`` or HYDRA_FULL_ERROR=1)."""
-    debug = DEBUG_FLAG in argv or os.environ.get("HYDRA_FULL_ERROR") == "1"
-    return [a for a in argv if a != DEBUG_FLAG], debug
 
 
 @contextlib.contextmanager

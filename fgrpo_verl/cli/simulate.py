@@ -83,10 +83,9 @@ def _config(args):
 
 
 def _curve_ns(ns):
-    if all(n in ns for n in PAPER_CURVES):
-        return PAPER_CURVES
-    picks = sorted({ns[round(i * (len(ns) - 1) / 3)] for i in range(4)})
-    return picks
+    """The N of Fig. 2's curve panels: the paper's where the grid has them, else four spread over it."""
+    spread = sorted({ns[round(i * (len(ns) - 1) / 3)] for i in range(4)})
+    return PAPER_CURVES if all(n in ns for n in PAPER_CURVES) else spread
 
 
 def equal_q_pos(result, levels=None) -> list:

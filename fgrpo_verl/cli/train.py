@@ -31,16 +31,14 @@ W&B names: ``FGRPO_PROJECT_NAME`` / ``FGRPO_EXPERIMENT_NAME`` (exported by ``fgr
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
-import logging.handlers
 import os
 import re
 import sys
 import time
 from pathlib import Path
 
-from fgrpo_verl.cli import PLATFORM_LOGGER
+from fgrpo_verl.cli import held_platform_notices
 
 HELP = (
     "Run verl's PPO trainer (main_ppo) with fgrpo-verl's config; every verl Hydra override is accepted, and Hydra's "
@@ -85,19 +83,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def split_output_flags(args: list[str]) -> tuple[list[str], bool | None]:
-    """``(args without --quiet / --verbose, quiet?)``; None when neither is given (quiet on a terminal)."""
-    given = {OUTPUT_FLAGS[a] for a in args if a in OUTPUT_FLAGS}
-    if len(given) > 1:
+def split_args(args: list[str]) -> tuple[list[str], list[str], bool | None]:
+    """``(hydra_flags, overrides, quiet?)``. ``--quiet`` / ``--verbose`` are fgrpo-verl's (quiet None when neither is
+    given: quiet on a terminal); any other argument starting with ``-`` is Hydra's flag, and so is the argument after
+    it when that is not an override (``--cfg job``, ``--info defaults``); Hydra itself checks the flags."""
+    quiet, flags, overrides = {OUTPUT_FLAGS[a] for a in args if a in OUTPUT_FLAGS}, [], []
+    if len(quiet) > 1:
         raise ValueError("--quiet and --verbose contradict each other: give one")
-    return [a for a in args if a not in OUTPUT_FLAGS], (given.pop() if given else None)
-
-
-def split_hydra_args(args: list[str]) -> tuple[list[str], list[str]]:
-    """``(hydra_flags, overrides)``: an argument starting with ``-`` is Hydra's flag, and so is the argument after it
-    when that is not an override (``--cfg job``, ``--info defaults``); Hydra itself checks the flags."""
-    flags, overrides = [], []
-    for arg in args:
+    for arg in (a for a in args if a not in OUTPUT_FLAGS):
         if arg in ("-m", "--multirun"):
             raise ValueError(
                 "fgrpo-verl train runs one job; for a sweep (several gamma, seeds, ...) use `fgrpo-verl launch "
@@ -108,7 +101,7 @@ def split_hydra_args(args: list[str]) -> tuple[list[str], list[str]]:
                              "for a config of your own run verl's `python -m verl.trainer.main_ppo`")
         takes_value = flags and flags[-1].startswith("-") and "=" not in arg and not arg.startswith(("~", "-"))
         (flags if arg.startswith("-") or takes_value else overrides).append(arg)
-    return flags, overrides
+    return flags, overrides, (quiet.pop() if quiet else None)
 
 
 def export_ray_env_vars(config) -> dict[str, str]:
@@ -187,23 +180,6 @@ def check_env_names(overrides: list[str], config) -> None:
               file=sys.stderr)
 
 
-@contextlib.contextmanager
-def platform_warnings_after_success():
-    """Hold what verl's platform detection logs inside the block; pass it on when the block succeeds, drop it when
-    the block raises (the error says what to fix). It warns in a process without an accelerator (a login node, a
-    CPU machine); before a config error those lines only bury the error."""
-    platform_logger, held = logging.getLogger(PLATFORM_LOGGER), logging.handlers.BufferingHandler(capacity=2**31)
-    propagate, platform_logger.propagate = platform_logger.propagate, False
-    platform_logger.addHandler(held)
-    try:
-        yield
-    finally:
-        platform_logger.removeHandler(held)
-        platform_logger.propagate = propagate
-    for record in held.buffer:  # not reached when the block raised
-        platform_logger.handle(record)
-
-
 def prepare(overrides: list[str], inspect_only: bool = False):
     """Steps 1-4 of the module docstring but a run's own checks (``check_before_ray``); returns the composed,
     validated config. ``inspect_only``: compose and export only (Hydra's --info)."""
@@ -255,10 +231,9 @@ def run(args: argparse.Namespace) -> int:
     from fgrpo_verl.integration.validation import check_before_ray
     from fgrpo_verl.job import ray_start
 
-    passed, quiet = split_output_flags(list(args.overrides))
-    flags, overrides = split_hydra_args(passed)
+    flags, overrides, quiet = split_args(list(args.overrides))
     overrides = with_env_run_names(overrides)
-    with platform_warnings_after_success():
+    with held_platform_notices():
         config = prepare(overrides, inspect_only=any(f in COMPOSE_ONLY for f in flags))
         if not flags:
             # not for Hydra's flags: they print a config, which may name another machine's files
