@@ -15,6 +15,7 @@ per N the highest level every configuration's mean curve reaches and the midpoin
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 from pathlib import Path
 
@@ -131,22 +132,17 @@ def write_outputs(result, out: Path, zone_threshold: float, q_levels=None) -> di
     cfg = result.config
     out.mkdir(parents=True, exist_ok=True)
     ns, configs = list(cfg.group_sizes), cfg.configurations
+    runs = list(itertools.product(enumerate(ns), enumerate(configs)))  # ((N's index, N), (its index, RunConfig))
     with open(out / "final.csv", "w") as f:
         f.write("n,gamma,seed,q_pos,m_ret,anchor,entropy,config,lr\n")
-        for i, n in enumerate(ns):
-            for gi, c in enumerate(configs):
-                for s in range(cfg.seeds):
-                    f.write(
-                        f"{n},{c.gamma:g},{s},{result.q_pos[-1, i, gi, s]:.6f},{result.m_ret[-1, i, gi, s]:.6f},"
-                        f"{result.anchor[-1, i, gi, s]:.6g},{result.final_entropy[i, gi, s]:.4f},{c.name},{c.lr:g}\n"
-                    )
+        for ((i, n), (gi, c)), s in itertools.product(runs, range(cfg.seeds)):
+            f.write(f"{n},{c.gamma:g},{s},{result.q_pos[-1, i, gi, s]:.6f},{result.m_ret[-1, i, gi, s]:.6f},"
+                    f"{result.anchor[-1, i, gi, s]:.6g},{result.final_entropy[i, gi, s]:.4f},{c.name},{c.lr:g}\n")
     q_mean, m_mean = result.q_pos.mean(-1), result.m_ret.mean(-1)
     with open(out / "curves.csv", "w") as f:
         f.write("step,n,gamma,q_pos_mean,m_ret_mean,config,lr\n")
-        for t in range(q_mean.shape[0]):
-            for i, n in enumerate(ns):
-                for gi, c in enumerate(configs):
-                    f.write(f"{t},{n},{c.gamma:g},{q_mean[t, i, gi]:.6f},{m_mean[t, i, gi]:.6f},{c.name},{c.lr:g}\n")
+        for t, ((i, n), (gi, c)) in itertools.product(range(q_mean.shape[0]), runs):
+            f.write(f"{t},{n},{c.gamma:g},{q_mean[t, i, gi]:.6f},{m_mean[t, i, gi]:.6f},{c.name},{c.lr:g}\n")
     zone = concentration_zone(ns, m_mean[-1, :, 0], threshold=zone_threshold)
     curve_ns = _curve_ns(ns)
     pngs = plot_simulation(result, out, curve_ns, zone)
@@ -181,8 +177,7 @@ def write_outputs(result, out: Path, zone_threshold: float, q_levels=None) -> di
                 "m_ret_max_over_seeds": float(result.m_ret[-1, i, gi].max()),
                 "entropy_mean": float(np.mean(result.final_entropy[i, gi])),
             }
-            for i, n in enumerate(ns)
-            for gi, c in enumerate(configs)
+            for (i, n), (gi, c) in runs
         ],
         "equal_q_pos": equal_q_pos(result, q_levels),
         "plots": [p.name for p in pngs],

@@ -120,9 +120,9 @@ class SharedComposer:
        cache of parsed YAML files lives for one composition: it edits what it parsed while it builds the defaults
        list, so sharing its cache across compositions leaks one run's selections into the next; a deep copy of it
        per composition costs more than parsing again, measured);
-    2. the run's value overrides (``a.b=1``, ``+a.b=1``, ``~a.b``, ``+note=1``) applied to a copy of it with Hydra's override
-       parser and ``OmegaConf.update`` (:func:`_apply_values`), which is what Hydra itself does after merging the
-       defaults list.
+    2. the run's value overrides (``a.b=1``, ``+a.b=1``, ``~a.b``, ``+note=1``) applied to a copy of it with Hydra's
+       override parser and ``OmegaConf.update`` (:func:`_apply_values`), which is what Hydra itself does after
+       merging the defaults list.
 
     Then ``algorithm.fgrpo`` is typed by its schema (fgrpo_verl/config/schema.py): ``gamma=0`` and ``gamma=0.0``
     compose to one config.

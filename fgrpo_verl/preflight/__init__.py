@@ -58,9 +58,9 @@ def _estimate(run: rules.Run, refused: set[str], strict: bool) -> None:
     run.notes.append(note)
     for warning in memory.warnings(est, run.config, {_CERTAIN[r] for r in refused if r in _CERTAIN}):
         if strict:
-            run.refusals.append(f"{rules.refusal(*warning)} (an estimate; refused because {MEMORY_ENV}=refuse)")
+            run.refusals.append(f"{warning} (an estimate; refused because {MEMORY_ENV}=refuse)")
         else:
-            run.notes.append(f"warning: {rules.refusal(*warning)} (an estimate: {MEMORY_ENV}=refuse refuses it)")
+            run.notes.append(f"warning: {warning} (an estimate: {MEMORY_ENV}=refuse refuses it)")
 
 
 def run(config, workdir: Path, require_model: bool = False, env=None) -> Report:

@@ -53,7 +53,7 @@ def table() -> list[str]:
 
 
 class Run:
-    """One run's config as the rules read it, and what they found: (key, value, problem, fix) refusals, notes."""
+    """One run's config as the rules read it, and what they found: refusals (a line each), notes."""
 
     def __init__(self, config, workdir: Path, env, require_model: bool = False):
         from verl.trainer.ppo.utils import need_reference_policy
@@ -85,16 +85,12 @@ class Run:
         self.notes: list[str] = []
 
     def refuse(self, key: str, value, problem: str, fix: str) -> None:
-        self.refusals.append(refusal(key, value, problem, fix))
+        """One line: the key and its value, what is wrong, the fix."""
+        self.refusals.append(f"{key}={value}: {problem}; {fix}")
 
     def fixed(self, section: str) -> bool:
         """Whether the pass of ``section`` runs, on fixed micro-batches (the reference's only in its own worker)."""
         return (section != "ref" or self.ref_worker) and not memory.dynamic(self.config, section)
-
-
-def refusal(key: str, value, problem: str, fix: str) -> str:
-    """One line: the key and its value, what is wrong, the fix."""
-    return f"{key}={value}: {problem}; {fix}"
 
 
 def liger_installed() -> bool:
