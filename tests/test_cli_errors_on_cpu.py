@@ -64,18 +64,20 @@ def test_a_bug_exits_1_with_an_internal_error_line_and_a_bad_config_exits_2(tmp_
 def test_a_multi_line_user_error_is_printed_whole_without_a_traceback(capsys):
     refusal = "\n".join(f"recipe r, run n{i}-g0p0: trainer.nnodes=2 needs 2 nodes, the cluster group has 1"
                         for i in range(3))
-    with report_errors("launch", debug=False) as outcome:
+    def refuse():
         raise ValueError(refusal)
-    assert outcome.code == 2
+
+    assert report_errors("launch", False, refuse) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and "more lines" not in err
     assert err.strip().splitlines() == [f"fgrpo-verl launch: error: {line}" for line in refusal.splitlines()]
 
 
 def test_a_one_line_user_error_stays_one_line(capsys):
-    with report_errors("report", debug=False) as outcome:
+    def refuse():
         raise ValueError("--significance-iterations must be >= 1, got 0")
-    assert outcome.code == 2
+
+    assert report_errors("report", False, refuse) == 2
     assert capsys.readouterr().err == "fgrpo-verl report: error: --significance-iterations must be >= 1, got 0\n"
 
 

@@ -546,7 +546,8 @@ def test_shared_composition_equals_hydra_for_every_selection_of_every_recipe():
                 lists.append(overrides)
     lists += [
         ["backend=cpu", "algo=dapo", "+ray_kwargs.ray_init.runtime_env.env_vars.X=1", "~trainer.v1.fgrpo_sync",
-         "trainer.logger=[console,file]", "++algorithm.fgrpo.gamma=2", "data.train_files=${oc.env:HOME}/x"],
+         "trainer.logger=[console,file]", "++algorithm.fgrpo.gamma=2", "data.train_files=${oc.env:HOME}/x",
+         "+note=top-level", "~custom_reward_function", "data=legacy_data"],
         ["algorithm.fgrpo.gamma=0", "algo=cispo", "actor_rollout_ref.rollout.n=4"],  # values before selections
     ]
     composer = SharedComposer()
@@ -712,11 +713,11 @@ def test_quiet_terminal_sends_every_process_output_to_the_log_and_echoes_ours(tm
 def test_train_is_quiet_on_a_terminal_and_passes_everything_through_otherwise(monkeypatch):
     from fgrpo_verl.cli import train
 
-    assert train.split_output_flags(["a=1", "--quiet"]) == (["a=1"], True)
-    assert train.split_output_flags(["--verbose", "a=1"]) == (["a=1"], False)
-    assert train.split_output_flags(["a=1"]) == (["a=1"], None)
+    assert train.split_args(["a=1", "--quiet"]) == ([], ["a=1"], True)
+    assert train.split_args(["--verbose", "a=1", "--cfg", "job"]) == (["--cfg", "job"], ["a=1"], False)
+    assert train.split_args(["a=1"]) == ([], ["a=1"], None)
     with pytest.raises(ValueError, match="contradict"):
-        train.split_output_flags(["--quiet", "--verbose"])
+        train.split_args(["--quiet", "--verbose"])
 
 
 def test_eval_without_vllm_says_what_to_install_or_use(tmp_path, monkeypatch, capsys):

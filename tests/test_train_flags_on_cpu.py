@@ -3,7 +3,7 @@ overrides composed and validated by fgrpo-verl first (fgrpo_verl/cli/train.py)."
 
 import pytest
 
-from fgrpo_verl.cli.train import split_hydra_args
+from fgrpo_verl.cli.train import split_args
 
 
 @pytest.mark.parametrize("args, flags, overrides", [
@@ -13,7 +13,7 @@ from fgrpo_verl.cli.train import split_hydra_args
     (["--package", "algorithm", "--cfg", "job", "algo=grpo"], ["--package", "algorithm", "--cfg", "job"], ["algo=grpo"]),
 ])
 def test_hydras_flags_keep_their_values_and_the_overrides_are_the_rest(args, flags, overrides):
-    assert split_hydra_args(args) == (flags, overrides)
+    assert split_args(args) == (flags, overrides, None)
 
 
 @pytest.mark.parametrize("arg, message", [
@@ -24,4 +24,4 @@ def test_hydras_flags_keep_their_values_and_the_overrides_are_the_rest(args, fla
 def test_a_sweep_or_another_config_is_refused_saying_where_to_go(arg, message):
     # ValueErrors: the CLI prints them as one `error:` line with exit status 2 (fgrpo_verl/cli/errors.py)
     with pytest.raises(ValueError, match=message):
-        split_hydra_args(["algo=grpo", arg])
+        split_args(["algo=grpo", arg])

@@ -10,12 +10,13 @@ are answered by the fresh process that answers that module's other ``train`` mis
 from __future__ import annotations
 
 import logging
+import logging.handlers
 
 import pytest
 
 
 def test_held_platform_lines_pass_on_success_and_are_dropped_on_error(monkeypatch):
-    from fgrpo_verl.cli.train import PLATFORM_LOGGER, platform_warnings_after_success
+    from fgrpo_verl.cli import PLATFORM_LOGGER, held_platform_notices
 
     platform_logger = logging.getLogger(PLATFORM_LOGGER)
     # an in-process Hydra run earlier in the session may have disabled every existing logger (its logging config)
@@ -32,14 +33,19 @@ def test_held_platform_lines_pass_on_success_and_are_dropped_on_error(monkeypatc
     parent.addHandler(handler)
     try:
         with pytest.raises(ValueError, match="bad"):
-            with platform_warnings_after_success():
+            with held_platform_notices():
                 platform_logger.warning("no accelerator (dropped)")
                 raise ValueError("bad")
         assert seen == []
-        with platform_warnings_after_success():
+        with held_platform_notices():
             platform_logger.warning("no accelerator (kept)")
             assert seen == []  # held while the checks run
         assert seen == ["no accelerator (kept)"]
+        with held_platform_notices(keep=logging.ERROR):  # doctor's: its platform check says what verl resolved
+            platform_logger.warning("no accelerator (doctor drops it)")
+            platform_logger.error("a broken platform (doctor shows it)")
+        assert seen == ["no accelerator (kept)", "a broken platform (doctor shows it)"]
     finally:
         parent.removeHandler(handler)
-    assert platform_logger.propagate and not [h for h in platform_logger.handlers if type(h).__name__ == "Hold"]
+    assert platform_logger.propagate and not [h for h in platform_logger.handlers
+                                              if isinstance(h, logging.handlers.BufferingHandler)]

@@ -150,11 +150,10 @@ def _mean(values):
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.task != "raremode":
-        for flag, value in (("--report-equal-q", args.report_equal_q), ("--q-levels", args.q_levels),
-                            ("--ds-grpo", args.ds_grpo or None)):
-            if value is not None:
-                raise ValueError(f"{flag} is a [raremode] option: it has no meaning for --task {args.task}")
+    given = [flag for flag, value in (("--report-equal-q", args.report_equal_q), ("--q-levels", args.q_levels),
+                                      ("--ds-grpo", args.ds_grpo or None)) if value is not None]
+    if args.task != "raremode" and given:
+        raise ValueError(f"{given[0]} is a [raremode] option: it has no meaning for --task {args.task}")
     if args.threads < 1:
         raise ValueError(f"--threads must be >= 1, got {args.threads}")
     from fgrpo_verl.job.tracking import wandb_configured

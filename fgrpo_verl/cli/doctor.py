@@ -8,6 +8,7 @@ are not repeated: the ``platform`` line says what verl resolved and what it mean
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import traceback
 from collections.abc import Callable
@@ -95,42 +96,31 @@ def _platform() -> str:
             "(docs/cpu_backend.md)")
 
 
-def _compose(overrides: list[str]) -> Callable[[], str]:
-    def check() -> str:
+def _config_checks(overrides: list[str]) -> list[tuple[str, Callable[[], str]]]:
+    """The config composed and validated as ``train`` would, then whether W&B answers from here when it logs
+    online (fgrpo_verl/job/wandb_online.py, which jobs run on their node)."""
+    composed = []
+
+    def config() -> str:
         from fgrpo_verl.config.compose import compose
         from fgrpo_verl.integration.validation import validate
 
-        cfg = compose(overrides)
-        validate(cfg)
-        f = cfg.algorithm.fgrpo
+        composed.append(compose(overrides))
+        validate(composed[0])
+        cfg, f = composed[0], composed[0].algorithm.fgrpo
         return (
             f"adv_estimator={cfg.algorithm.adv_estimator}, gamma={f.gamma}, success_threshold={f.success_threshold}, "
             f"smoothing_alpha={f.smoothing_alpha}, base={f.base}"
         )
 
-    return check
+    def wandb_host() -> str:
+        from fgrpo_verl.job.wandb_online import check_wandb
 
+        if not composed:
+            return "not checked: the config does not compose (above)"
+        return check_wandb(composed[0].trainer.get("logger"))
 
-class _QuietVerl:
-    """verl's notices while the checks import it: the engines that are not installed (UserWarnings) and the
-    accelerator auto-detection (WARNINGs of its platform manager); the ``platform`` check reports the outcome."""
-
-    def __enter__(self):
-        import logging
-        import warnings
-
-        self._warnings = warnings.catch_warnings()
-        self._warnings.__enter__()
-        warnings.filterwarnings("ignore", message=r"\w+ engine is not available", category=UserWarning)
-        # a filter, not a level: verl sets its logger's level when the module is imported (inside the checks)
-        self._logger = logging.getLogger("verl.plugin.platform.platform_manager")
-        self._filter = lambda record: record.levelno >= logging.ERROR
-        self._logger.addFilter(self._filter)
-        return self
-
-    def __exit__(self, *exc):
-        self._logger.removeFilter(self._filter)
-        self._warnings.__exit__(*exc)
+    return [("config composes + verl validate_config", config), ("W&B host", wandb_host)]
 
 
 def _preflight(recipe: str, only: list[str] | None, overrides: list[str]) -> tuple[str, Callable[[], str]]:
@@ -157,47 +147,30 @@ def _preflight(recipe: str, only: list[str] | None, overrides: list[str]) -> tup
     return name, check
 
 
-def _wandb_host(overrides: list[str]) -> str:
-    """Whether W&B answers from here when the config logs to it online (fgrpo_verl/job/wandb_online.py, which
-    jobs run on their node)."""
-    from fgrpo_verl.config.compose import compose
-    from fgrpo_verl.job.wandb_online import check_wandb
-
-    try:
-        loggers = compose(overrides).trainer.get("logger")
-    except ValueError:
-        return "not checked: the config does not compose (above)"
-    return check_wandb(loggers)
-
-
 def run(args: argparse.Namespace) -> int:
+    from fgrpo_verl import verl_compat
+    from fgrpo_verl.cli import held_platform_notices
     from fgrpo_verl.cli.launch import split_only
 
-    try:
-        # `--only a b x=1`: run names a, b and the override x=1, as for `launch`
-        only, overrides = split_only(args.only, args.overrides)
-    except ValueError as exc:
-        print(f"fgrpo-verl doctor: error: {exc}", file=sys.stderr)
-        return 2
+    # `--only a b x=1`: run names a, b and the override x=1, as for `launch`
+    only, overrides = split_only(args.only, args.overrides)
     checks: list[tuple[str, Callable[[], str]]] = [
         ("versions", _versions),
         ("registry (driver)", _registry_driver),
         ("platform", _platform),
-        ("config composes + verl validate_config", _compose(overrides)),
-        ("W&B host", lambda: _wandb_host(overrides)),
+        *_config_checks(overrides),
     ]
     if args.recipe is not None:
         checks.append(_preflight(args.recipe, only, overrides))
     if not args.no_ray:
         checks.append(("registry (Ray actor)", registry_in_ray_actor))
-    from fgrpo_verl import verl_compat
-
     failures, input_failures = 0, 0
     print("fgrpo-verl doctor")
     print(f"  {verl_compat.summary()}")
     # the checks below (train's config, the trainer modes, Ray) are the full release's: one line, nothing started
     verl_compat.require(verl_compat.TRAIN, "this command")
-    with _QuietVerl():
+    # verl's accelerator auto-detection WARNINGs while the checks import verl: the `platform` check says the outcome
+    with held_platform_notices(keep=logging.ERROR):
         for name, check in checks:
             try:
                 detail = check()
@@ -206,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
                 failures += 1
                 input_failures += name.startswith("config") and isinstance(exc, ValueError)
                 print(f"  [FAIL] {name}: {type(exc).__name__}: {exc}")
-                if "--verbose" in sys.argv:
+                if args.debug:
                     traceback.print_exc()
     print("all checks passed" if not failures else f"{failures} check(s) failed")
     if not failures:

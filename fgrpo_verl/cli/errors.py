@@ -18,31 +18,28 @@ re-raises instead, so Python prints the full traceback.
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 
 DEBUG_FLAG = "--debug"
 USER_ERRORS = (ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
 ENVIRONMENT_ERRORS = (RuntimeError, ImportError, ConnectionError, TimeoutError, OSError)
 
 
-def strip_debug_flag(argv: list[str]) -> tuple[list[str], bool]:
-    """``argv`` without ``--debug``, and whether tracebacks were asked for (``--debug`` or HYDRA_FULL_ERROR=1)."""
-    debug = DEBUG_FLAG in argv or os.environ.get("HYDRA_FULL_ERROR") == "1"
-    return [a for a in argv if a != DEBUG_FLAG], debug
-
-
-def with_flag_names(message: str, flags: dict[str, str]) -> str:
-    """``message`` of a library function (which names its arguments: ``num_actions=0 is invalid``) with each name
-    replaced by the command-line flag that sets it (``--actions 0 is invalid``)."""
+@contextlib.contextmanager
+def flag_names(flags: dict[str, str]) -> Iterator[None]:
+    """Within: a ``ValueError`` of a library function (which names its arguments: ``num_actions=0 is invalid``) is
+    raised again with each name replaced by the command-line flag that sets it (``--actions 0 is invalid``)."""
     import re
 
-    for name, flag in flags.items():
-        message = re.sub(rf"(?<![\w-]){name}=", f"{flag} ", message)
-        message = re.sub(rf"(?<![\w-]){name}\b", flag, message)
-    return message
+    try:
+        yield
+    except ValueError as err:
+        message = str(err)
+        for name, flag in flags.items():
+            message = re.sub(rf"(?<![\w-]){name}=", f"{flag} ", message)
+            message = re.sub(rf"(?<![\w-]){name}\b", flag, message)
+        raise ValueError(message) from err
 
 
 def message_lines(exc: BaseException) -> list[str]:
@@ -60,44 +57,28 @@ def one_line(exc: BaseException) -> str:
     return lines[0] if len(lines) == 1 else f"{lines[0]} (+{len(lines) - 1} more lines with --debug)"
 
 
-@dataclass
-class Outcome:
-    code: int = 0
-
-
-@contextlib.contextmanager
-def report_errors(command: str | None, debug: bool) -> Iterator[Outcome]:
-    """Run a command's body; turn what it raises into the line and the exit status of the module docstring."""
-    outcome = Outcome()
+def report_errors(command: str | None, debug: bool, body: Callable[[], int]) -> int:
+    """``body()``'s exit status, or what it raises turned into the line and the exit status of the module docstring."""
     prog = "fgrpo-verl" + (f" {command}" if command else "")
     try:
-        yield outcome
-    except KeyboardInterrupt:
-        if debug:
-            raise
-        print(f"\n{prog}: interrupted", file=sys.stderr)
-        outcome.code = 130
+        return body()
     except SystemExit as exc:
-        # argparse and `sys.exit("message")`: argparse has printed its usage line already
-        if isinstance(exc.code, str):
-            print(f"{prog}: error: {exc.code}", file=sys.stderr)
-            outcome.code = 2
+        if not isinstance(exc.code, str):  # argparse, which has printed its line already
+            return 0 if exc.code is None else int(exc.code)
+        lines, code = [f"error: {exc.code}"], 2  # `sys.exit("message")`
+    except (KeyboardInterrupt, Exception) as exc:
+        if debug:
+            raise
+        if isinstance(exc, KeyboardInterrupt):
+            print(file=sys.stderr)  # off the terminal's ^C line
+            lines, code = ["interrupted"], 130
+        elif isinstance(exc, USER_ERRORS):
+            lines, code = [f"error: {line}" for line in message_lines(exc)], 2
+        elif isinstance(exc, ENVIRONMENT_ERRORS):
+            lines, code = [f"error: {one_line(exc)}"], 1
         else:
-            outcome.code = 0 if exc.code is None else int(exc.code)
-    except USER_ERRORS as exc:
-        if debug:
-            raise
-        for line in message_lines(exc):
-            print(f"{prog}: error: {line}", file=sys.stderr)
-        outcome.code = 2
-    except ENVIRONMENT_ERRORS as exc:
-        if debug:
-            raise
-        print(f"{prog}: error: {one_line(exc)}", file=sys.stderr)
-        outcome.code = 1
-    except Exception as exc:
-        if debug:
-            raise
-        print(f"{prog}: internal error: {type(exc).__name__}: {one_line(exc)} (rerun with {DEBUG_FLAG} for the "
-              "traceback, and please report it)", file=sys.stderr)
-        outcome.code = 1
+            lines, code = [f"internal error: {type(exc).__name__}: {one_line(exc)} (rerun with {DEBUG_FLAG} for the "
+                           "traceback, and please report it)"], 1
+    for line in lines:
+        print(f"{prog}: {line}", file=sys.stderr)
+    return code

@@ -15,7 +15,6 @@ def run(args) -> int:
     from fgrpo_verl.evaluation.options import EvalOptions, eval_options
     from fgrpo_verl.evaluation.pipeline import run_eval
 
-    # errors: fgrpo_verl/cli/errors.py (a ValueError is the input's: exit 2; a missing tool: exit 1)
     try:
         return run_eval(eval_options(**{k: v for k, v in vars(args).items() if k in EvalOptions.model_fields}))
     except ModuleNotFoundError as err:

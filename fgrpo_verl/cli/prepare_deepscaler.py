@@ -22,7 +22,6 @@ def run(args: argparse.Namespace) -> int:
     from fgrpo_verl.config.errors import require_files
     from fgrpo_verl.data.deepscaler import prepare_files
 
-    # errors: fgrpo_verl/cli/errors.py (a ValueError is the input's: exit 2)
     require_files("--input", args.input)
     require_files("--val-input", args.val_input)
     results = prepare_files(args.input, args.tokenizer, args.out_dir, args.val_input, args.max_prompt_tokens)

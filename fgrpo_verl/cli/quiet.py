@@ -62,52 +62,37 @@ def last_error(log_path: Path, tail_bytes: int = 200_000) -> str | None:
     return None
 
 
-class _Follower(threading.Thread):
-    """Reads the log file as it grows; echoes what :func:`step_summary` / :func:`worth_echoing` keep.
+def _echo(line: str, total_steps: int | None, out, err) -> None:
+    """A step's line to ``out`` as :func:`step_summary` shortens it, what :func:`worth_echoing` keeps to ``err``."""
+    summary = step_summary(line, total_steps)
+    text, stream = (summary, out) if summary is not None else (worth_echoing(line), err)
+    if text is not None:
+        stream.write(text + "\n")
+        stream.flush()
 
-    :meth:`finish` gives it the log's size when the command's output ended: it echoes up to there and returns. A
-    child process that outlives the command (a Ray worker) may go on appending; that is the log's, not the
-    terminal's, and must not keep the follower (and so the command's exit) waiting."""
 
-    def __init__(self, path: Path, offset: int, out, err, total_steps: int | None):
-        super().__init__(daemon=True)
-        self.path, self.offset, self.out, self.err, self.total = path, offset, out, err, total_steps
-        self.stop = threading.Event()
-        self.end: int | None = None
-
-    def finish(self, end: int) -> None:
-        self.end = end
-        self.stop.set()
-
-    def _echo(self, line: str) -> None:
-        summary = step_summary(line, self.total)
-        if summary is not None:
-            self.out.write(summary + "\n")
-            self.out.flush()
-            return
-        text = worth_echoing(line)
-        if text is not None:
-            self.err.write(text + "\n")
-            self.err.flush()
-
-    def run(self) -> None:
-        with open(self.path, "rb") as f:
-            f.seek(self.offset)
-            pending = b""
-            while True:
-                end = self.end
-                chunk = f.read(65536 if end is None else max(0, min(65536, end - f.tell())))
-                if chunk:
-                    pending += chunk
-                    *lines, pending = pending.split(b"\n")
-                    for raw in lines:
-                        self._echo(raw.decode(errors="replace"))
-                    continue
-                if end is not None:
-                    if pending:
-                        self._echo(pending.decode(errors="replace"))
-                    return
-                self.stop.wait(0.2)
+def _follow(path: Path, offset: int, end: list, stop: threading.Event, echo) -> None:
+    """Read the log file from ``offset`` as it grows and ``echo`` each line, until ``stop`` is set: then up to
+    ``end[0]``, the log's size when the command's output ended. A child process that outlives the command (a Ray
+    worker) may go on appending; that is the log's, not the terminal's, and must not keep the follower (and so the
+    command's exit) waiting."""
+    with open(path, "rb") as f:
+        f.seek(offset)
+        pending = b""
+        while True:
+            last = end[0] if stop.is_set() else None
+            chunk = f.read(65536 if last is None else max(0, min(65536, last - f.tell())))
+            if chunk:
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for raw in lines:
+                    echo(raw.decode(errors="replace"))
+                continue
+            if last is not None:
+                if pending:
+                    echo(pending.decode(errors="replace"))
+                return
+            stop.wait(0.2)
 
 
 @contextlib.contextmanager
@@ -121,13 +106,14 @@ def quiet_terminal(log_path: Path, total_steps: int | None = None) -> Iterator[N
     with open(log_path, "ab") as log:
         log.write(f"==== fgrpo-verl train, {time.strftime('%Y-%m-%d %H:%M:%S')}: {' '.join(sys.argv)}\n".encode())
         log.flush()
-        offset = log.tell()
         saved_out, saved_err = os.dup(1), os.dup(2)
         out = os.fdopen(os.dup(saved_out), "w", buffering=1)
         err = os.fdopen(os.dup(saved_err), "w", buffering=1)
         os.dup2(log.fileno(), 1)
         os.dup2(log.fileno(), 2)
-        follower = _Follower(log_path, offset, out, err, total_steps)
+        end, stop = [], threading.Event()
+        follower = threading.Thread(target=_follow, daemon=True, args=(
+            log_path, log.tell(), end, stop, lambda line: _echo(line, total_steps, out, err)))
         follower.start()
         try:
             yield
@@ -141,7 +127,8 @@ def quiet_terminal(log_path: Path, total_steps: int | None = None) -> Iterator[N
             # nothing of this process writes to the log now: the follower echoes up to here, and its files close
             # only once it has returned. No timeout: one that expired would close them under a write in progress
             # and drop the tail (a slow terminal is slow for the command's own last lines too)
-            follower.finish(os.fstat(log.fileno()).st_size)
+            end.append(os.fstat(log.fileno()).st_size)
+            stop.set()
             follower.join()
             out.close()
             err.close()

@@ -38,7 +38,6 @@ def run(args) -> int:
     from fgrpo_verl.evaluation.rare_nll import build_rare_set, delta_nll, read_rare_set, write_rare_set
     from fgrpo_verl.evaluation.report import write_csv
 
-    # errors: fgrpo_verl/cli/errors.py (a ValueError is the input's: exit 2)
     require_files("--rare-set", [args.rare_set] if args.rare_set else [])
     require_files("--rollouts", args.rollouts)
     if args.max_tokens_per_batch < 1:

@@ -30,7 +30,6 @@ def run(args: argparse.Namespace) -> int:
     from fgrpo_verl.report.build import build_report
     from fgrpo_verl.launch.recipe import load_recipe
 
-    # errors: fgrpo_verl/cli/errors.py (a ValueError is the input's: exit 2, printed whole)
     if args.significance_iterations < 1:
         raise ValueError(f"--significance-iterations must be >= 1, got {args.significance_iterations}")
     out = Path(args.out) if args.out else Path("reports") / load_recipe(args.recipe).name

@@ -15,6 +15,7 @@ per N the highest level every configuration's mean curve reaches and the midpoin
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 from pathlib import Path
 
@@ -83,10 +84,9 @@ def _config(args):
 
 
 def _curve_ns(ns):
-    if all(n in ns for n in PAPER_CURVES):
-        return PAPER_CURVES
-    picks = sorted({ns[round(i * (len(ns) - 1) / 3)] for i in range(4)})
-    return picks
+    """The N of Fig. 2's curve panels: the paper's where the grid has them, else four spread over it."""
+    spread = sorted({ns[round(i * (len(ns) - 1) / 3)] for i in range(4)})
+    return PAPER_CURVES if all(n in ns for n in PAPER_CURVES) else spread
 
 
 def equal_q_pos(result, levels=None) -> list:
@@ -132,22 +132,17 @@ def write_outputs(result, out: Path, zone_threshold: float, q_levels=None) -> di
     cfg = result.config
     out.mkdir(parents=True, exist_ok=True)
     ns, configs = list(cfg.group_sizes), cfg.configurations
+    runs = list(itertools.product(enumerate(ns), enumerate(configs)))  # ((N's index, N), (its index, RunConfig))
     with open(out / "final.csv", "w") as f:
         f.write("n,gamma,seed,q_pos,m_ret,anchor,entropy,config,lr\n")
-        for i, n in enumerate(ns):
-            for gi, c in enumerate(configs):
-                for s in range(cfg.seeds):
-                    f.write(
-                        f"{n},{c.gamma:g},{s},{result.q_pos[-1, i, gi, s]:.6f},{result.m_ret[-1, i, gi, s]:.6f},"
-                        f"{result.anchor[-1, i, gi, s]:.6g},{result.final_entropy[i, gi, s]:.4f},{c.name},{c.lr:g}\n"
-                    )
+        for ((i, n), (gi, c)), s in itertools.product(runs, range(cfg.seeds)):
+            f.write(f"{n},{c.gamma:g},{s},{result.q_pos[-1, i, gi, s]:.6f},{result.m_ret[-1, i, gi, s]:.6f},"
+                    f"{result.anchor[-1, i, gi, s]:.6g},{result.final_entropy[i, gi, s]:.4f},{c.name},{c.lr:g}\n")
     q_mean, m_mean = result.q_pos.mean(-1), result.m_ret.mean(-1)
     with open(out / "curves.csv", "w") as f:
         f.write("step,n,gamma,q_pos_mean,m_ret_mean,config,lr\n")
-        for t in range(q_mean.shape[0]):
-            for i, n in enumerate(ns):
-                for gi, c in enumerate(configs):
-                    f.write(f"{t},{n},{c.gamma:g},{q_mean[t, i, gi]:.6f},{m_mean[t, i, gi]:.6f},{c.name},{c.lr:g}\n")
+        for t, ((i, n), (gi, c)) in itertools.product(range(q_mean.shape[0]), runs):
+            f.write(f"{t},{n},{c.gamma:g},{q_mean[t, i, gi]:.6f},{m_mean[t, i, gi]:.6f},{c.name},{c.lr:g}\n")
     zone = concentration_zone(ns, m_mean[-1, :, 0], threshold=zone_threshold)
     curve_ns = _curve_ns(ns)
     pngs = plot_simulation(result, out, curve_ns, zone)
@@ -182,8 +177,7 @@ def write_outputs(result, out: Path, zone_threshold: float, q_levels=None) -> di
                 "m_ret_max_over_seeds": float(result.m_ret[-1, i, gi].max()),
                 "entropy_mean": float(np.mean(result.final_entropy[i, gi])),
             }
-            for i, n in enumerate(ns)
-            for gi, c in enumerate(configs)
+            for (i, n), (gi, c) in runs
         ],
         "equal_q_pos": equal_q_pos(result, q_levels),
         "plots": [p.name for p in pngs],
@@ -198,15 +192,12 @@ FLAGS = {"zone_threshold": "--zone-threshold", "num_actions": "--actions", "num_
 
 
 def run(args) -> int:
-    from fgrpo_verl.cli.errors import with_flag_names
+    from fgrpo_verl.cli.errors import flag_names
     from fgrpo_verl.evaluation.frontier import check_levels
 
-    # errors: fgrpo_verl/cli/errors.py (exit 2); the theory modules' argument names become the flags that set them
-    try:
+    with flag_names(FLAGS):
         config = _config(args)
         q_levels = None if args.q_levels is None else check_levels("--q-levels", args.q_levels)
-    except ValueError as err:
-        raise ValueError(with_flag_names(str(err), FLAGS)) from err
     from fgrpo_verl.theory.categorical import simulate
 
     result = simulate(config, progress=not args.no_progress)

@@ -35,12 +35,12 @@ def _check_rho(rhos) -> None:
 
 
 def run(args) -> int:
-    from fgrpo_verl.cli.errors import with_flag_names
+    from fgrpo_verl.cli.errors import flag_names
     from fgrpo_verl.theory.tail_miss import active_probability, tail_miss_probability
 
     table = args.mu is not None and args.n is not None and (args.tau is not None or args.rho is not None)
     rows = []
-    try:  # errors: fgrpo_verl/cli/errors.py (exit 2), with the theory's names as the flags
+    with flag_names(FLAGS):
         if args.plot is None and not table:
             raise ValueError("give --mu, --tau (or --rho) and --n; or --plot PATH for the figure")
         if args.plot is not None:
@@ -61,8 +61,6 @@ def run(args) -> int:
             tail = float(tail_miss_probability(mu, tau, n))  # checks n before int() below
             rows.append({"mu": mu, "tau": tau, "n": int(n), "active": float(active_probability(mu, n)),
                          "tail_miss": tail})
-    except ValueError as err:
-        raise ValueError(with_flag_names(str(err), FLAGS)) from err
     if not table:
         return 0
     if args.json:

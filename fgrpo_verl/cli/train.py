@@ -31,13 +31,14 @@ W&B names: ``FGRPO_PROJECT_NAME`` / ``FGRPO_EXPERIMENT_NAME`` (exported by ``fgr
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import os
 import re
 import sys
 import time
 from pathlib import Path
+
+from fgrpo_verl.cli import held_platform_notices
 
 HELP = (
     "Run verl's PPO trainer (main_ppo) with fgrpo-verl's config; every verl Hydra override is accepted, and Hydra's "
@@ -82,22 +83,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def split_output_flags(args: list[str]) -> tuple[list[str], bool | None]:
-    """``(args without --quiet / --verbose, quiet?)``; None when neither is given (quiet on a terminal)."""
-    quiet = None
-    for flag, value in OUTPUT_FLAGS.items():
-        if flag in args:
-            if quiet is not None and quiet != value:
-                raise ValueError("--quiet and --verbose contradict each other: give one")
-            quiet = value
-    return [a for a in args if a not in OUTPUT_FLAGS], quiet
-
-
-def split_hydra_args(args: list[str]) -> tuple[list[str], list[str]]:
-    """``(hydra_flags, overrides)``: an argument starting with ``-`` is Hydra's flag, and so is the argument after it
-    when that is not an override (``--cfg job``, ``--info defaults``); Hydra itself checks the flags."""
-    flags, overrides = [], []
-    for arg in args:
+def split_args(args: list[str]) -> tuple[list[str], list[str], bool | None]:
+    """``(hydra_flags, overrides, quiet?)``. ``--quiet`` / ``--verbose`` are fgrpo-verl's (quiet None when neither is
+    given: quiet on a terminal); any other argument starting with ``-`` is Hydra's flag, and so is the argument after
+    it when that is not an override (``--cfg job``, ``--info defaults``); Hydra itself checks the flags."""
+    quiet, flags, overrides = {OUTPUT_FLAGS[a] for a in args if a in OUTPUT_FLAGS}, [], []
+    if len(quiet) > 1:
+        raise ValueError("--quiet and --verbose contradict each other: give one")
+    for arg in (a for a in args if a not in OUTPUT_FLAGS):
         if arg in ("-m", "--multirun"):
             raise ValueError(
                 "fgrpo-verl train runs one job; for a sweep (several gamma, seeds, ...) use `fgrpo-verl launch "
@@ -108,7 +101,7 @@ def split_hydra_args(args: list[str]) -> tuple[list[str], list[str]]:
                              "for a config of your own run verl's `python -m verl.trainer.main_ppo`")
         takes_value = flags and flags[-1].startswith("-") and "=" not in arg and not arg.startswith(("~", "-"))
         (flags if arg.startswith("-") or takes_value else overrides).append(arg)
-    return flags, overrides
+    return flags, overrides, (quiet.pop() if quiet else None)
 
 
 def export_ray_env_vars(config) -> dict[str, str]:
@@ -137,43 +130,32 @@ def export_ray_env_vars(config) -> dict[str, str]:
     return exported
 
 
-def check_driver_platform(exported: dict[str, str]) -> str | None:
-    """With an exported ``VERL_PLATFORM``: the device of the platform verl resolves in this process, or an error
-    if it is another platform. Without one, nothing is resolved here (verl's auto-detection decides later)."""
+def check_driver_platform(exported: dict[str, str]) -> None:
+    """With an exported ``VERL_PLATFORM``, an error if the platform verl resolves in this process is another one.
+    Without one, nothing is resolved here (verl's auto-detection decides later)."""
     from verl.plugin.platform import platform_manager
     from verl.plugin.platform.platform_manager import PlatformRegistry
 
     wanted = exported.get("VERL_PLATFORM", "").strip().lower()
-    if not wanted:
-        return None
     resolved_early = platform_manager._current_platform
-    platform = platform_manager.get_platform()
-    if type(platform) is not PlatformRegistry.get(wanted):
+    platform = platform_manager.get_platform() if wanted else None
+    if wanted and type(platform) is not PlatformRegistry.get(wanted):
         raise RuntimeError(
             f"verl's platform in the driver is {type(platform).__name__} ({platform.device_name}), but the config "
             f"exports VERL_PLATFORM={wanted} (registered: {', '.join(PlatformRegistry.registered_names())})"
             + (": it was resolved before fgrpo-verl train exported the environment" if resolved_early else "")
         )
-    return platform.device_name
-
-
-# Keys an algo= preset sets whose verl default makes a poor run: (key, verl's default, why). rollout.n=1 is said by
-# the config check, with what it does to this run (fgrpo_verl/integration/validation.py).
-PRESET_KEYS = (("data.train_batch_size", 1024, "verl's default prompts per step"),)
 
 
 def warn_without_algo_preset(overrides: list[str], config) -> None:
-    """WARNING when no ``algo=`` preset is selected and a key it would set is still at verl's default."""
-    from omegaconf import OmegaConf
-
-    if any(re.match(r"^[+~]*algo(=|$)", o) for o in overrides):
-        return
-    left = [f"{key}={default} ({why})" for key, default, why in PRESET_KEYS
-            if OmegaConf.select(config, key, default=None) == default]
-    if left:
+    """WARNING when no ``algo=`` preset is selected and a key it would set is still at verl's default: the prompts
+    per step (rollout.n=1 is said by the config check, with what it does to this run:
+    fgrpo_verl/integration/validation.py)."""
+    if not any(re.match(r"^[+~]*algo(=|$)", o) for o in overrides) and config.data.get("train_batch_size") == 1024:
         logger.warning(
-            "fgrpo-verl train: no algo= preset selected, so verl's defaults apply: %s. Add algo=grpo (or dapo, "
-            "cispo) for the paper's settings, or set these keys yourself.", "; ".join(left)
+            "fgrpo-verl train: no algo= preset selected, so verl's defaults apply: data.train_batch_size=1024 (verl's "
+            "default prompts per step). Add algo=grpo (or dapo, cispo) for the paper's settings, or set it "
+            "yourself."
         )
 
 
@@ -182,14 +164,9 @@ def with_env_run_names(overrides: list[str]) -> list[str]:
     ``FGRPO_EXPERIMENT_NAME`` (``fgrpo-verl wandb-env``), for the keys the command line does not set."""
     from fgrpo_verl.job.tracking import env_run_names
 
-    project, experiment = env_run_names()
-    keys = {re.sub(r"^[+~]+", "", o.split("=", 1)[0]).strip() for o in overrides}
-    added = []
-    if project is not None and "trainer.project_name" not in keys:
-        added.append(f"trainer.project_name={project}")
-    if experiment is not None and "trainer.experiment_name" not in keys:
-        added.append(f"trainer.experiment_name={experiment}")
-    return [*overrides, *added]
+    named = dict(zip(("trainer.project_name", "trainer.experiment_name"), env_run_names()))
+    keys = {o.split("=", 1)[0].strip().lstrip("+~") for o in overrides}
+    return [*overrides, *(f"{key}={value}" for key, value in named.items() if value is not None and key not in keys)]
 
 
 def check_env_names(overrides: list[str], config) -> None:
@@ -201,34 +178,6 @@ def check_env_names(overrides: list[str], config) -> None:
         check_env_run_name(config, experiment, str(config.trainer.project_name) if project is not None else None)
         print(f"fgrpo-verl train: W&B run {config.trainer.project_name}/{experiment} (from {EXPERIMENT_ENV})",
               file=sys.stderr)
-
-
-# verl's platform detection warns in a process without an accelerator (a login node, a CPU machine); before a
-# config error those lines only bury the error, so they are held until the config passed
-PLATFORM_LOGGER = "verl.plugin.platform.platform_manager"
-
-
-@contextlib.contextmanager
-def platform_warnings_after_success():
-    """Hold what verl's platform detection logs inside the block; pass it on when the block succeeds, drop it when
-    the block raises (the error says what to fix)."""
-    held: list[logging.LogRecord] = []
-
-    class Hold(logging.Handler):
-        def emit(self, record):
-            held.append(record)
-
-    platform_logger = logging.getLogger(PLATFORM_LOGGER)
-    handler, propagate = Hold(), platform_logger.propagate
-    platform_logger.addHandler(handler)
-    platform_logger.propagate = False
-    try:
-        yield
-    finally:
-        platform_logger.removeHandler(handler)
-        platform_logger.propagate = propagate
-    for record in held:  # not reached when the block raised
-        platform_logger.handle(record)
 
 
 def prepare(overrides: list[str], inspect_only: bool = False):
@@ -252,13 +201,6 @@ def prepare(overrides: list[str], inspect_only: bool = False):
         check_env_names(overrides, config)
         validate(config)
     return config
-
-
-def _hydra_argv(flags: list[str], overrides: list[str]) -> list[str]:
-    from fgrpo_verl.config.paths import CONFIG_NAME, config_dir
-
-    # overrides before flags: `--info` takes an optional topic and would read an override after it as one
-    return [sys.argv[0], "--config-path", str(config_dir()), "--config-name", CONFIG_NAME, *overrides, *flags]
 
 
 def strict_registration_override(config) -> list[str]:
@@ -285,19 +227,20 @@ def _run_main_ppo(argv: list[str]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from fgrpo_verl.config.paths import CONFIG_NAME, config_dir
+    from fgrpo_verl.integration.validation import check_before_ray
     from fgrpo_verl.job import ray_start
 
-    from fgrpo_verl.integration.validation import check_before_ray
-
-    passed, quiet = split_output_flags(list(args.overrides))
-    flags, overrides = split_hydra_args(passed)
+    flags, overrides, quiet = split_args(list(args.overrides))
     overrides = with_env_run_names(overrides)
-    with platform_warnings_after_success():
+    with held_platform_notices():
         config = prepare(overrides, inspect_only=any(f in COMPOSE_ONLY for f in flags))
         if not flags:
             # not for Hydra's flags: they print a config, which may name another machine's files
             check_before_ray(config)
-    argv = _hydra_argv(flags, overrides if flags else [*overrides, *strict_registration_override(config)])
+            overrides += strict_registration_override(config)
+    # overrides before flags: `--info` takes an optional topic and would read an override after it as one
+    argv = [sys.argv[0], "--config-path", str(config_dir()), "--config-name", CONFIG_NAME, *overrides, *flags]
     if flags:
         # verl's `import verl` adds a stderr handler to the root logger; Hydra's --info logs through its own
         # handler, so every line came twice (once as "INFO:<time>:...")

@@ -11,23 +11,15 @@ see its docstring for what is shared and why the result is the same.
 
 from __future__ import annotations
 
-import contextlib
 import copy
+import functools
 import importlib.util
-import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
-from fgrpo_verl.config.errors import (
-    ConfigError,
-    already_exists,
-    check_value_types,
-    explain,
-    missing_key,
-    omegaconf_reason,
-)
-from fgrpo_verl.config.schema import typed_fgrpo
+from fgrpo_verl.config.errors import ConfigError, check_kind, explain, missing_key, omegaconf_reason
 from fgrpo_verl.config.paths import CONFIG_NAME, config_dir
+from fgrpo_verl.config.schema import typed_fgrpo
 
 
 def verl_config_dir() -> Path:
@@ -39,25 +31,15 @@ def verl_config_dir() -> Path:
     return Path(spec.origin).parent / "trainer" / "config"
 
 
-def _searchpath() -> str:
-    return f"hydra.searchpath=[file://{verl_config_dir()}]"
-
-
-@contextlib.contextmanager
-def _hydra(config_name: str) -> Iterator[None]:
+def _compose_raw(overrides: Sequence[str], config_name: str):
+    from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(config_dir()), version_base=None):
-        yield
-
-
-def _compose_raw(overrides: Sequence[str], config_name: str):
-    from hydra import compose as hydra_compose
-
-    with _hydra(config_name):
-        return hydra_compose(config_name=config_name, overrides=[_searchpath(), *overrides])
+        searchpath = f"hydra.searchpath=[file://{verl_config_dir()}]"
+        return hydra_compose(config_name=config_name, overrides=[searchpath, *overrides])
 
 
 def compose(overrides: Sequence[str] = (), config_name: str = CONFIG_NAME):
@@ -76,22 +58,26 @@ def compose(overrides: Sequence[str] = (), config_name: str = CONFIG_NAME):
 
 # --- many runs at once -----------------------------------------------------------------------------------------
 
-# An override that only sets a value (Hydra applies these after the defaults list is merged): a dotted key, no
-# config group path ('/') or package ('@'), not Hydra's own settings. Everything else selects configs.
-_VALUE_KEY = re.compile(r"^[+~]{0,2}(?!hydra\.)[A-Za-z_][\w-]*(\.[\w-]+)+$")
+@functools.cache
+def _group_names() -> frozenset[str]:
+    """The config groups at the top of the search path (fgrpo-verl's, verl's, Hydra's own)."""
+    return frozenset({"hydra", *(d.name for root in (config_dir(), verl_config_dir()) for d in root.iterdir()
+                                 if d.is_dir())})
 
 
 def is_value_override(override: str) -> bool:
-    """True for ``a.b=1`` / ``+a.b=1`` / ``++a.b=1`` / ``~a.b`` (a config value); False for a config group
-    selection (``algo=grpo``), a top-level key, or a ``hydra.*`` setting."""
-    return bool(_VALUE_KEY.match(override.split("=", 1)[0].strip()))
+    """True for ``a.b=1`` / ``+a.b=1`` / ``++a.b=1`` / ``~a.b`` / ``+note=1`` (a config value, which Hydra applies
+    after merging the defaults list); False for a config group selection (``algo=grpo``, ``+group/option=x``,
+    ``group@package=x``) or a ``hydra.*`` setting."""
+    key = override.split("=", 1)[0].strip().lstrip("+~")
+    return not ("/" in key or "@" in key or key in _group_names() or key.startswith("hydra."))
 
 
-def _apply_values(config, values: list[str], overrides: list[str], compose_raw) -> None:
+def _apply_values(config, values: list[str], base) -> None:
     """Apply the value overrides ``values`` (``a.b=1``, ``+a.b=1``, ``++a.b=1``, ``~a.b``) to ``config`` as Hydra
     does after merging its defaults list: parsed by Hydra's override parser, set with ``OmegaConf.update`` (the
-    config is in struct mode, so a key it lacks needs ``+``). Each one that cannot apply raises a one-line
-    :class:`ConfigError` naming it (``compose_raw``: Hydra's compose, to list the keys that do exist)."""
+    config is in struct mode, so a key it lacks needs ``+``). Each one that cannot apply, or that changes the kind
+    of its key's value in ``base`` (:func:`check_kind`), raises a one-line :class:`ConfigError` naming it."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from omegaconf import OmegaConf, open_dict
     from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
@@ -105,23 +91,23 @@ def _apply_values(config, values: list[str], overrides: list[str], compose_raw) 
         try:
             if override.is_delete():
                 if not present:
-                    raise ConfigError(missing_key(typed, key, overrides, compose_raw, "cannot delete: "))
+                    raise missing_key(typed, key, config, "cannot delete: ")
                 if value is not None and value != OmegaConf.select(config, key):
                     raise ConfigError(f"{typed}: {key} is {OmegaConf.select(config, key)!r}, not {value!r}: not deleted")
                 parent, _, last = key.rpartition(".")
                 with open_dict(config):
-                    del OmegaConf.select(config, parent)[last]
-            elif override.is_add() and present and not isinstance(value, (dict, list)):
-                raise ConfigError(already_exists(typed, key))
-            elif override.is_add() or override.is_force_add():
-                OmegaConf.update(config, key, value, merge=True, force_add=True)
-            else:
-                try:
-                    OmegaConf.update(config, key, value, merge=True)
-                except (ConfigAttributeError, ConfigKeyError) as exc:
-                    raise ConfigError(missing_key(typed, key, overrides, compose_raw)) from exc
+                    del (OmegaConf.select(config, parent) if parent else config)[last]
+                continue
+            if override.is_add() and present and not isinstance(value, (dict, list)):
+                raise ConfigError(f"{typed}: {key} already exists, so '+' (add a new key) does not apply; set it "
+                                  f"with {typed.lstrip('+')}")
+            try:
+                OmegaConf.update(config, key, value, merge=True, force_add=override.is_add() or override.is_force_add())
+            except (ConfigAttributeError, ConfigKeyError) as exc:
+                raise missing_key(typed, key, config) from exc
         except OmegaConfBaseException as exc:
             raise ConfigError(f"{typed}: {omegaconf_reason(exc)}") from exc
+        check_kind(typed, OmegaConf.select(base, key, throw_on_resolution_failure=False), value)
 
 
 class SharedComposer:
@@ -130,13 +116,13 @@ class SharedComposer:
     ``compose(overrides)`` here returns what :func:`compose` returns, in two steps:
 
     1. the config of the run's *selections* (every override that is not a plain value: config groups such as
-       ``algo=grpo``, top-level keys), composed by Hydra once per distinct selection list and kept (Hydra's own
+       ``algo=grpo``), composed by Hydra once per distinct selection list and kept (Hydra's own
        cache of parsed YAML files lives for one composition: it edits what it parsed while it builds the defaults
        list, so sharing its cache across compositions leaks one run's selections into the next; a deep copy of it
        per composition costs more than parsing again, measured);
-    2. the run's value overrides (``a.b=1``, ``+a.b=1``, ``~a.b``) applied to a copy of it with Hydra's override
-       parser and ``OmegaConf.update`` (:func:`_apply_values`), which is what Hydra itself does after merging the
-       defaults list.
+    2. the run's value overrides (``a.b=1``, ``+a.b=1``, ``~a.b``, ``+note=1``) applied to a copy of it with Hydra's
+       override parser and ``OmegaConf.update`` (:func:`_apply_values`), which is what Hydra itself does after
+       merging the defaults list.
 
     Then ``algorithm.fgrpo`` is typed by its schema (fgrpo_verl/config/schema.py): ``gamma=0`` and ``gamma=0.0``
     compose to one config.
@@ -149,9 +135,6 @@ class SharedComposer:
         self.config_name = config_name
         self._selected: dict[tuple[str, ...], object] = {}
 
-    def _raw(self, overrides):
-        return _compose_raw(overrides, self.config_name)
-
     def compose(self, overrides: Sequence[str]):
         overrides = list(overrides)
         selections = tuple(o for o in overrides if not is_value_override(o))
@@ -159,16 +142,12 @@ class SharedComposer:
         try:
             base = self._selected.get(selections)
             if base is None:
-                base = self._selected[selections] = self._raw(selections)
+                base = self._selected[selections] = _compose_raw(selections, self.config_name)
             config = copy.deepcopy(base)
-            _apply_values(config, values, overrides, self._raw)
+            _apply_values(config, values, base)
         except ConfigError:
             raise
         except Exception as exc:
-            error = explain(exc, overrides, self._raw)
-            if error is None:
-                raise
-            raise error from exc
-        check_value_types(base, config, values)
+            raise (explain(exc) or exc) from exc
         typed_fgrpo(config, overrides)
         return config

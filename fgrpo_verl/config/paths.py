@@ -12,29 +12,20 @@ PACKAGE_DIR = Path(fgrpo_verl.__file__).resolve().parent
 CONFIG_NAME = "fgrpo_trainer"
 
 
-def config_dir() -> Path:
-    """Absolute path of the directory that holds ``fgrpo_trainer.yaml``.
-
-    A wheel ships ``hydra_configs/`` as ``fgrpo_verl/hydra_configs``; an editable install or a checkout on
-    ``PYTHONPATH`` reads the repository's top-level ``hydra_configs/``.
-    """
-    package = PACKAGE_DIR
-    for candidate in (package / "hydra_configs", package.parent / "hydra_configs"):
-        if (candidate / f"{CONFIG_NAME}.yaml").is_file():
-            return candidate
-    raise FileNotFoundError(
-        f"{CONFIG_NAME}.yaml not found in {package / 'hydra_configs'} (wheel) or {package.parent / 'hydra_configs'} "
-        "(checkout): reinstall fgrpo-verl"
-    )
-
-
 def _shipped_dir(name: str, marker: str) -> Path:
-    """``name/`` shipped inside the wheel as ``fgrpo_verl/<name>``, or at the root of a source checkout."""
+    """``name/`` shipped inside the wheel as ``fgrpo_verl/<name>``, or at the root of a source checkout (an editable
+    install, or a checkout on ``PYTHONPATH``)."""
     package = PACKAGE_DIR
     for candidate in (package / name, package.parent / name):
         if (candidate / marker).is_file():
             return candidate
-    raise FileNotFoundError(f"{marker} not found in {package / name} (wheel) or {package.parent / name} (checkout)")
+    raise FileNotFoundError(f"{marker} not found in {package / name} (wheel) or {package.parent / name} (checkout): "
+                            "reinstall fgrpo-verl")
+
+
+def config_dir() -> Path:
+    """Absolute path of the directory that holds ``fgrpo_trainer.yaml`` (``hydra_configs/``)."""
+    return _shipped_dir("hydra_configs", f"{CONFIG_NAME}.yaml")
 
 
 def slurm_dir() -> Path:

@@ -25,25 +25,8 @@ MEMORY_MODES = ("warn", "refuse")
 _CERTAIN = {"vLLM start": "start", "model states": "update"}
 
 
-@dataclass(frozen=True)
-class Refusal:
-    key: str
-    value: object
-    problem: str
-    fix: str
-    estimate: bool = False  # the memory estimate's, refused only with FGRPO_PREFLIGHT_MEMORY=refuse
-
-    def line(self) -> str:
-        text = f"{self.key}={self.value}: {self.problem}; {self.fix}"
-        return f"{text} (an estimate; refused because {MEMORY_ENV}=refuse)" if self.estimate else text
-
-
 class PreflightError(ValueError):
     """One or more refusals; ``str()`` is one line per refusal."""
-
-    def __init__(self, refusals: list[Refusal]):
-        self.refusals = list(refusals)
-        super().__init__("\n".join(r.line() for r in self.refusals))
 
 
 @dataclass(frozen=True)
@@ -56,13 +39,13 @@ class Report:
         return "preflight: " + "; ".join(self.notes)
 
 
-def _estimate(run: rules.Run, refused: set[str], strict: bool) -> list[Refusal]:
-    """The memory estimate's note (each phase, of the GPU) and its warnings, as refusals when ``strict``."""
+def _estimate(run: rules.Run, refused: set[str], strict: bool) -> None:
+    """The memory estimate's note (each phase, of the GPU) and its warnings, refusals when ``strict``."""
     if not run.capacity:
         if run.on_gpu:
             run.notes.append("memory not estimated (" + ("model architecture unknown here" if run.arch is None else
                                                          "no slurm.gpu_memory_gib: select a cluster group") + ")")
-        return []
+        return
     head = run.head if run.head in ("logits", *rules.FUSED_BACKENDS) else "logits"  # refused; counted as logits
     est = memory.estimate(run.config, run.arch, run.world, run.ref_worker, head)
     phases = ", ".join(f"{name} {memory.gib(total)}" for name, total in est.phases.items())
@@ -73,13 +56,11 @@ def _estimate(run: rules.Run, refused: set[str], strict: bool) -> list[Refusal]:
         note += (f"; KV cache holds {min(int(max(room, 0.0) // (per_token * run.length)), int(seqs))} full-length "
                  f"sequences at once (max_num_seqs={seqs})")
     run.notes.append(note)
-    found = [Refusal(*w, estimate=True) for w in memory.warnings(est, run.config, {_CERTAIN[r] for r in refused
-                                                                                  if r in _CERTAIN})]
-    if not strict:
-        run.notes.extend(f"warning: {w.key}={w.value}: {w.problem}; {w.fix} (an estimate: {MEMORY_ENV}=refuse "
-                         "refuses it)" for w in found)
-        return []
-    return found
+    for warning in memory.warnings(est, run.config, {_CERTAIN[r] for r in refused if r in _CERTAIN}):
+        if strict:
+            run.refusals.append(f"{warning} (an estimate; refused because {MEMORY_ENV}=refuse)")
+        else:
+            run.notes.append(f"warning: {warning} (an estimate: {MEMORY_ENV}=refuse refuses it)")
 
 
 def run(config, workdir: Path, require_model: bool = False, env=None) -> Report:
@@ -87,24 +68,19 @@ def run(config, workdir: Path, require_model: bool = False, env=None) -> Report:
     memory estimate; ``require_model``: the model must be loadable offline here (a submit, a job start); ``env``: the
     job's environment (default: this process's). Raises :class:`PreflightError`."""
     env = os.environ if env is None else env
-    checks = rules.Run(config, Path(workdir), env, require_model)
-    refusals, failed, mode = [], set(), env.get(MEMORY_ENV, "").strip() or "warn"
-    if mode not in MEMORY_MODES:
-        refusals.append(Refusal(MEMORY_ENV, repr(env.get(MEMORY_ENV)), "not one of its values (warn, refuse, or "
-                                "unset)", f"unset it (the memory estimate warns), or set {MEMORY_ENV}=refuse to "
-                                "refuse a run over it"))
+    checks, failed, mode = rules.Run(config, Path(workdir), env, require_model), set(), env.get(MEMORY_ENV, "").strip()
+    if (mode or "warn") not in MEMORY_MODES:
+        checks.refuse(MEMORY_ENV, repr(env.get(MEMORY_ENV)), "not one of its values (warn, refuse, or unset)",
+                      f"unset it (the memory estimate warns), or set {MEMORY_ENV}=refuse to refuse a run over it")
     for r in rules.RULES:
-        if failed.intersection(r.needs):
-            failed.add(r.check)
-            continue
         before = len(checks.refusals)
-        r.run(checks)
-        if len(checks.refusals) > before:
+        if not failed.intersection(r.needs):
+            r.run(checks)
+        if failed.intersection(r.needs) or len(checks.refusals) > before:
             failed.add(r.check)
-    refusals += [Refusal(*found) for found in checks.refusals]
-    refusals += _estimate(checks, failed, mode == "refuse")
-    if refusals:
-        raise PreflightError(refusals)
+    _estimate(checks, failed, mode == "refuse")
+    if checks.refusals:
+        raise PreflightError("\n".join(checks.refusals))
     return Report(tuple(checks.notes))
 
 

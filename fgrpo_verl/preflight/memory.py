@@ -215,9 +215,9 @@ def _smaller(est: Estimate, p: Pass, length: int) -> tuple[int, float] | None:
     return (low, at(low)) if low else None
 
 
-def warnings(est: Estimate, config, skip: set) -> list[tuple[str, object, str, str]]:
-    """(key, value, problem, fix) of each phase over the GPU (but those in ``skip``: a certain rule refused them):
-    the setting whose change would fit it, with the value that does where one exists."""
+def warnings(est: Estimate, config, skip: set) -> list[str]:
+    """A line ``key=value: problem; fix`` for each phase over the GPU (but those in ``skip``: a certain rule refused
+    them): the setting whose change would fit it, with the value that does where one exists."""
     rollout, fsdp = config.actor_rollout_ref.rollout, "actor_rollout_ref.actor.fsdp_config"
     length = int(config.data.max_prompt_length) + int(config.data.max_response_length)
     over, found = f"> {gib(est.capacity)} GiB (slurm.gpu_memory_gib)", []
@@ -225,10 +225,10 @@ def warnings(est: Estimate, config, skip: set) -> list[tuple[str, object, str, s
         total = est.phases[phase]
         if phase not in skip and est.vllm and total > est.capacity:
             fits = math.floor((est.capacity - total + est.vllm) / est.capacity * 100) / 100
-            found.append(("actor_rollout_ref.rollout.gpu_memory_utilization", rollout.gpu_memory_utilization,
-                          f"the {phase} phase needs {gib(total)} GiB per GPU ({gib(est.states[phase])} GiB of FSDP "
-                          f"states, vLLM's {gib(est.vllm)} GiB, CUDA contexts) {over}",
-                          (f"lower it to {fits:.2f}, or " if fits > 0 else "") + f"set {fsdp}.{offload}=true"))
+            found.append(f"actor_rollout_ref.rollout.gpu_memory_utilization={rollout.gpu_memory_utilization}: the "
+                         f"{phase} phase needs {gib(total)} GiB per GPU ({gib(est.states[phase])} GiB of FSDP states, "
+                         f"vLLM's {gib(est.vllm)} GiB, CUDA contexts) {over}; "
+                         + (f"lower it to {fits:.2f}, or " if fits > 0 else "") + f"set {fsdp}.{offload}=true")
     for p, total in est.passes:
         if p.name in skip or total <= est.capacity:
             continue
@@ -240,7 +240,7 @@ def warnings(est: Estimate, config, skip: set) -> list[tuple[str, object, str, s
         if not bool(config.actor_rollout_ref.model.get("use_fused_kernels", False)):
             fix += ", or set actor_rollout_ref.model.use_fused_kernels=true"
         packed = "packed to its token budget" if p.budget else "of full-length sequences"
-        found.append((p.key, p.value, f"the {p.name} phase needs {gib(total)} GiB per GPU ({gib(est.states[p.name])} "
-                      f"GiB of FSDP states, one micro-batch {packed}: {p.tokens(p.value, length)} tokens per GPU) "
-                      f"{over}", fix))
+        found.append(f"{p.key}={p.value}: the {p.name} phase needs {gib(total)} GiB per GPU ({gib(est.states[p.name])} "
+                     f"GiB of FSDP states, one micro-batch {packed}: {p.tokens(p.value, length)} tokens per GPU) "
+                     f"{over}; {fix}")
     return found

@@ -72,22 +72,17 @@ def _is_hub_id(path: str) -> bool:
     return path.count("/") == 1 and not path.startswith((".", "/", "~"))
 
 
-def cached_snapshot(repo_id: str) -> Path | None:
-    """The directory of ``repo_id``'s snapshot in the local Hugging Face cache (the one ``config.json`` resolves
-    to, offline), None when it is not cached."""
-    from huggingface_hub import try_to_load_from_cache
-
-    found = try_to_load_from_cache(repo_id, "config.json")
-    return Path(found).parent if isinstance(found, str) else None
-
-
 def model_dir(path: str, workdir: Path = Path(".")) -> Path | None:
     """The local directory holding ``path``'s files: the path itself (relative to ``workdir``, where the job
-    runs), or its Hub snapshot; None when neither."""
+    runs), or its snapshot in the local Hugging Face cache (the one ``config.json`` resolves to, offline); None when
+    neither."""
+    from huggingface_hub import try_to_load_from_cache
+
     local = Path(workdir) / os.path.expanduser(path)
     if local.is_dir():
         return local
-    return cached_snapshot(path) if _is_hub_id(path) else None
+    found = try_to_load_from_cache(path, "config.json") if _is_hub_id(path) else None
+    return Path(found).parent if isinstance(found, str) else None
 
 
 def missing_model(path: str, workdir: Path = Path(".")) -> tuple[str, str] | None:

@@ -53,7 +53,7 @@ def table() -> list[str]:
 
 
 class Run:
-    """One run's config as the rules read it, and what they found: (key, value, problem, fix) refusals, notes."""
+    """One run's config as the rules read it, and what they found: refusals (a line each), notes."""
 
     def __init__(self, config, workdir: Path, env, require_model: bool = False):
         from verl.trainer.ppo.utils import need_reference_policy
@@ -81,11 +81,12 @@ class Run:
         backend = str((aro.model.get("fused_kernel_options") or {}).get("impl_backend"))
         self.head = ("logits" if not bool(aro.model.get("use_fused_kernels", False)) else
                      "torch" if backend == "liger" and not liger_installed() else backend)
-        self.refusals: list[tuple] = []
+        self.refusals: list[str] = []
         self.notes: list[str] = []
 
     def refuse(self, key: str, value, problem: str, fix: str) -> None:
-        self.refusals.append((key, value, problem, fix))
+        """One line: the key and its value, what is wrong, the fix."""
+        self.refusals.append(f"{key}={value}: {problem}; {fix}")
 
     def fixed(self, section: str) -> bool:
         """Whether the pass of ``section`` runs, on fixed micro-batches (the reference's only in its own worker)."""
