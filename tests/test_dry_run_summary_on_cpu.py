@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 @pytest.fixture(scope="module")
 def paper_main_dry_run(tmp_path_factory):
     """``launch paper_main --dry-run --script-dir DIR`` in a folder with none of the sweep's inputs (in-process:
-    the command's own code, one verl validation process for the 36 runs)."""
+    the command's own code, each of the 36 runs checked with verl as it is planned)."""
     import contextlib
     import io
     import os
@@ -93,6 +93,9 @@ def test_a_submit_refuses_what_the_dry_run_lists(paper_main_dry_run, capsys):
         os.chdir(cwd)
     err = capsys.readouterr().err
     assert rc == 2 and "training data data/deepscaler/train.parquet not found" in err, err
+    # in the words the dry run listed it
+    (listed,) = [line for line in paper_main_dry_run["out"].splitlines() if line.startswith("- training data")]
+    assert listed[2:].rsplit(" [", 1)[0] in err, (listed, err)
 
 
 def _config(kl: bool = False, in_reward: bool = False, batch: int = 4, n: int = 2):

@@ -13,9 +13,11 @@ import yaml
 from fgrpo_verl.evaluation.cost import CostAssumptions, pass_gpu_hours
 from fgrpo_verl.evaluation.model_presets import eval_setting, known_model
 from fgrpo_verl.evaluation.plan import Plan
-from fgrpo_verl.launch import eval_baseline, eval_dry_run, eval_memory, eval_submit
+from fgrpo_verl.launch import eval_baseline, eval_memory, eval_submit, queue
 from fgrpo_verl.launch import eval_jobs as ej
 from fgrpo_verl.launch.eval_spec import load_eval_spec
+from fgrpo_verl.launch.recipe import load_recipe
+from fgrpo_verl.launch.summary import eval_cost, eval_lines, eval_total
 
 BENCH = {"AIME24": "b/AIME24.jsonl", "MATH500": "b/MATH500.jsonl", "GPQA": "b/GPQA.jsonl"}
 
@@ -51,7 +53,7 @@ def test_defaults_follow_the_paper():
     ({"tables": ["table9"]}, r"evaluation\.tables\[0\]: expected one of \['table1', .*got 'table9'"),
     ({"cost": {"mean_response_fraction": 2}}, r"evaluation\.cost\.mean_response_fraction must be <= 1.0, got 2$"),
     ({"seed": -1}, r"evaluation\.seed must be >= 0, got -1"),
-    ({"resources": {"gpus": 8}}, "unknown resources key"),
+    ({"resources": {"gpus": 8}}, r"^r\.yaml: evaluation\.resources\.gpus: unknown key; valid keys: \['time'"),
     # the schema's types: nothing is converted ("32" is not a count), and the error names the key's full path
     ({"selection": {"n": "32"}}, r"^r\.yaml: evaluation\.selection\.n: expected an integer, got '32'$"),
     ({"temperature": "0.6"}, r"evaluation\.temperature: expected a number, got '0\.6'"),
@@ -91,16 +93,17 @@ def test_benchmark_paths_and_scorers_expand_environment_variables(monkeypatch):
                                           "C": {"file": "c.jsonl", "scorer": "${MY_SCORER}"}}, "select_by": "A"}, "r")
     assert s.benchmarks["A"].file == "/data/b/A.jsonl" and s.benchmarks["B"].file == "x/B.jsonl"
     assert s.benchmarks["C"].unset == ["MY_SCORER"]
-    problems = ej.submission_problems(s, Path("/nonexistent"))
-    assert any("MY_SCORER" in p for p in problems) and any("A.jsonl not found" in p for p in problems)
+    problems = ej.benchmark_problems(s, Path("/nonexistent"))
+    assert any("MY_SCORER not set" in p for p in problems)
+    assert any(p.startswith("benchmark file(s) of A, B not found in /data/b, /nonexistent/x: ") for p in problems)
 
 
-def test_submission_problems_name_missing_files_and_unresolvable_scorers(tmp_path):
+def test_benchmark_problems_name_missing_files_and_unresolvable_scorers(tmp_path):
     (tmp_path / "a.jsonl").write_text('{"id": 1, "problem": "1+1", "answer": "2"}\n')
     s = load_eval_spec({"benchmarks": {"A": "a.jsonl", "B": {"file": "a.jsonl", "scorer": "no_such_mod:fn"}},
                            "select_by": "A"}, "r")
-    problems = ej.submission_problems(s, tmp_path)
-    assert len(problems) == 1 and "scorer 'no_such_mod:fn' does not resolve" in problems[0]
+    problems = ej.benchmark_problems(s, tmp_path)
+    assert len(problems) == 1 and "benchmark B: scorer 'no_such_mod:fn' does not resolve here" in problems[0]
 
 
 def _pair(setting):
@@ -160,8 +163,7 @@ def test_each_run_is_evaluated_with_its_base_models_preset_and_length(paper_main
     for name, job in jobs.items():
         sampling = job.evaluation.jobs[0].plan.sampling
         assert (sampling.prompt_preset, sampling.max_new_tokens) == expected[name.split("-")[0]], name
-        assert f"preset {sampling.prompt_preset}, {sampling.max_new_tokens} new tokens" in \
-            job.evaluation.setting_line
+        assert f"preset {sampling.prompt_preset}, {sampling.max_new_tokens} new tokens" in eval_lines(job)[0]
 
 
 def test_training_time_validation_is_on_where_the_paper_used_it(paper_main):
@@ -196,7 +198,7 @@ def test_the_job_script_carries_singleton_and_a_plan_that_reads_back(paper_main,
     final = job.evaluation.jobs[1]
     assert '#SBATCH --dependency="singleton"' in final.text and "afterany" not in final.text.split("\n#\n")[0]
     assert "<" not in final.text.split("\n#\n")[0]  # no placeholder left in a directive
-    lines = eval_dry_run.dry_run_lines(job)
+    lines = eval_lines(job)
     assert (f"### submitted as: sbatch --parsable --dependency=afterany:<selection job>,afterany:<baseline selection"
             f" job>,singleton <script dir>/{job.job_name}-final.sbatch") in lines
     assert lines[lines.index(next(x for x in lines if x.endswith("-final.sbatch"))) + 1] == final.text
@@ -242,15 +244,16 @@ def test_the_dry_run_prints_each_protocols_gpu_hours_from_the_configs(paper_main
     # selection: 10 checkpoints (one per epoch) x the six math benchmarks' published sizes (1,547 problems) x 32;
     # final: 1 x the eight counted benchmarks (2,286; SynLogic's size is unknown here) x 1024; 8192 tokens, 7.62B
     sel, fin = pass_gpu_hours(1547, 32, 8192, 7.62e9, a), pass_gpu_hours(2286, 1024, 8192, 7.62e9, a)
-    assert qwen.hours["select"] == pytest.approx(10 * sel + fin)
-    assert qwen.hours["full"] == pytest.approx(10 * fin)
+    lines, hours = eval_cost(qwen)
+    assert hours["select"] == pytest.approx(10 * sel + fin)
+    assert hours["full"] == pytest.approx(10 * fin)
     assert fin == pytest.approx(2286 * 1024 * 0.25 * 8192 / 5000 / 3600)
-    assert any("['SynLogic'] left out" in line for line in qwen.cost_lines)
+    assert any("['SynLogic'] left out" in line for line in lines)
     # Qwen3: half the length, fewer parameters
     qwen3 = jobs["qwen3_4b_base-grpo-g0p0"].evaluation
-    assert qwen3.hours["full"] == pytest.approx(10 * pass_gpu_hours(2286, 1024, 4096, 4.02e9, a))
-    total = eval_dry_run.dry_run_total(list(jobs.values()))
-    select = sum(j.evaluation.hours["select"] for j in jobs.values())
+    assert eval_cost(qwen3)[1]["full"] == pytest.approx(10 * pass_gpu_hours(2286, 1024, 4096, 4.02e9, a))
+    total = eval_total(list(jobs.values()))
+    select = sum(eval_cost(j.evaluation)[1]["select"] for j in jobs.values())
     assert f"protocol select {select:,.0f} GPU-hours" in total[0]
     assert "mean response = 0.25 x max_new_tokens" in total[1]
 
@@ -377,20 +380,20 @@ def test_evaluation_jobs_request_the_host_memory_of_verls_model_merger(paper_mai
         assert '#SBATCH --mem="68G"' in e.text
     assert any(line.startswith("### eval job memory: --mem=68G = the larger of verl's model merger, (6 + 4/16) B x "
                                "7.62B params, and (after it) 8 vLLM engine(s) x 8 GiB")
-               for line in eval_dry_run.dry_run_lines(job))
+               for line in eval_lines(job))
     # a memory option of the recipe's own (sbatch refuses two): no --mem beside it; --mem-bind is no amount
     theirs = spec(resources={"extra": ["--mem-per-gpu=64G"]})
     mem, line = eval_memory.eval_memory(theirs, job.config, 7.62e9)
     assert mem is None and "--mem-per-gpu=64G" in line
     assert eval_memory.eval_memory(spec(resources={"extra": ["--mem-bind=local"]}), job.config, 7.62e9)[0] == "68G"
-    with pytest.raises(ValueError, match=r"^r.yaml: evaluation.resources: resources mem=200G and --mem-per-cpu=4G: sbatch "
+    with pytest.raises(ValueError, match=r"^r.yaml: evaluation: resources mem=200G and --mem-per-cpu=4G: sbatch "
                                          r"takes one memory option; keep one$"):
         spec(resources={"mem": "200G", "extra": ["--mem-per-cpu=4G"]})
     # one rank holds the whole model: its shard is loaded twice
     assert eval_memory.eval_host_memory(1e9, 1) == f"{math.ceil(10e9 / 2**30 + 4)}G"
     mine = spec(resources={"mem": "300G"})
     assert eval_memory.eval_memory(mine, job.config, 7.62e9)[0] == "300G"
-    text = ej.render_eval_job(job.evaluation.recipe, job, "selection", job.evaluation.jobs[0].plan, mine,
+    text = ej.render_eval_job(load_recipe("paper_main"), job, "selection", job.evaluation.jobs[0].plan, mine,
                               Path("/l"), Path("/w"), eval_memory.eval_memory(mine, job.config, 7.62e9)[0])
     assert '#SBATCH --mem="300G"' in text
     mem, line = eval_memory.eval_memory(spec(), job.config, None)
@@ -422,10 +425,22 @@ def test_a_finished_and_evaluated_run_gets_no_evaluation_job(tmp_path):
                                                                                                       "final"]
 
 
-def test_queue_entries_of_evaluation_jobs_are_not_training():
-    record = {"jobs": ["5"], "eval_jobs": [{"id": "7", "phase": "selection"}]}
-    assert eval_submit.split_queue([("5", "RUNNING"), ("7", "PENDING")], record) == ([("5", "RUNNING")], [("7", "PENDING")])
-    assert eval_submit.split_queue([("5", "RUNNING")], None) == ([("5", "RUNNING")], [])
+def test_queue_entries_of_evaluation_jobs_are_not_training(tmp_path, monkeypatch):
+    """A run's jobs share its name (singleton): the ids its record holds as evaluation jobs are not its training."""
+    import os
+
+    from fgrpo_verl.job.run_record import write_record
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "squeue").write_text("#!/bin/sh\nprintf '5|r|RUNNING\\n7|r|PENDING\\n8|bare|RUNNING\\n'\n")
+    (bin_dir / "squeue").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    write_record(tmp_path / "r", "a" * 64, "r", [], job_id="5")
+    write_record(tmp_path / "r", "a" * 64, "r", [], eval_job=("7", "selection"))
+    found = queue.queued({"r": tmp_path / "r", "bare": tmp_path / "bare"})
+    assert found["r"][:2] == ([("5", "RUNNING")], [("7", "PENDING")]) and found["r"][2]["jobs"] == ["5"]
+    assert found["bare"] == ([("8", "RUNNING")], [], None)
 
 
 def test_launch_refuses_evaluation_that_cannot_run_before_submitting_anything(tmp_path):
@@ -435,7 +450,7 @@ def test_launch_refuses_evaluation_that_cannot_run_before_submitting_anything(tm
     _, jobs = plan_jobs("paper_main", ["qwen25_7b-grpo-g0p0"], [], tmp_path / "logs", tmp_path)
     with pytest.raises(ValueError) as err:
         ej.check_submission(jobs)
-    assert "AIME24.jsonl not found" in str(err.value) and "--no-eval" in str(err.value)
+    assert "benchmark file(s) of AIME24, " in str(err.value) and "--no-eval" in str(err.value)
     _, bare = plan_jobs("paper_main", ["qwen25_7b-grpo-g0p0"], [], tmp_path / "logs", tmp_path, evaluation=False)
     assert bare[0].evaluation is None
     ej.check_submission(bare)
@@ -500,21 +515,22 @@ def _job(name, gamma, lr=1e-6):
 def test_the_baseline_is_the_run_with_the_same_config_but_gamma_0():
     """Values are compared as composition leaves them (γ a float: a recipe's ``0`` and ``0.0`` are one config)."""
     focal, base, other = _job("exp-focal", 0.5), _job("exp-base", 0.0), _job("exp-other", 0.0, lr=2e-6)
-    assert eval_baseline.find_baseline(focal, [focal, other, base]) is base
-    assert eval_baseline.find_baseline(_job("exp-focal-1", 1.0), [base]) is base
-    assert eval_baseline.find_baseline(focal, [focal, other]) is None  # a different lr is another experiment
-    assert eval_baseline.find_baseline(base, [focal, other, base]) is None  # a γ = 0 run has none
+    found = eval_baseline.find_baselines([focal, _job("exp-focal-1", 1.0), base], [focal, other, base])
+    assert found == {"exp-focal": base, "exp-focal-1": base, "exp-base": None}  # a γ = 0 run has none
+    # a different lr is another experiment
+    assert eval_baseline.find_baselines([focal], [focal, other]) == {"exp-focal": None}
 
 
-def test_the_dry_run_says_when_a_focal_run_has_no_baseline():
+def test_the_dry_run_says_when_a_focal_run_has_no_baseline(tmp_path):
+    evaluation = ej.RunEvaluation(_fake("x", 0, tmp_path).evaluation.jobs, spec(), tmp_path, {}, None)
     focal = _job("exp-focal", 0.5)
-    focal.evaluation = SimpleNamespace(baseline=None, jobs=(), cost_lines=(), setting_line="setting", memory_line="")
-    lines = eval_dry_run.dry_run_lines(focal)
+    focal.evaluation = evaluation
+    lines = eval_lines(focal)
     assert any(line.startswith("### no γ = 0 baseline for exp-focal in the recipe") and "no compute limit" in line
                for line in lines), lines
     control = _job("exp-control", 0.0)
-    control.evaluation = focal.evaluation
-    assert not any("baseline" in line for line in eval_dry_run.dry_run_lines(control))
+    control.evaluation = evaluation
+    assert not any("baseline" in line for line in eval_lines(control))
 
 
 @pytest.mark.parametrize("resources, named", [
@@ -525,5 +541,5 @@ def test_a_training_jobs_resources_take_one_memory_option_too(resources, named):
     from fgrpo_verl.launch.recipe import Resources
 
     with pytest.raises(ValueError, match=rf"^recipes/x.yaml: resources {named}: sbatch takes one memory option"):
-        Resources.from_dict(resources, "recipes/x.yaml")
-    assert Resources.from_dict({"mem": "200G", "extra": ["--mem-bind=local"]}, "recipes/x.yaml").mem == "200G"
+        Resources.parse(resources, "recipes/x.yaml")
+    assert Resources.parse({"mem": "200G", "extra": ["--mem-bind=local"]}, "recipes/x.yaml").mem == "200G"

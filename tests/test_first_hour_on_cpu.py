@@ -54,15 +54,6 @@ def _one_error_line(done, command: str) -> str:
 BATCH = r"""
 import json, os, sys, tempfile
 from fgrpo_verl.cli import main
-from fgrpo_verl.launch.validator import Validator
-
-validators = []  # those that check in a second process
-real_init = Validator.__init__
-def counting_init(self, *args, **kwargs):
-    real_init(self, *args, **kwargs)
-    if self.background:
-        validators.append(args)
-Validator.__init__ = counting_init
 
 results = []
 environment = dict(os.environ)
@@ -78,7 +69,6 @@ for argv, env in json.loads(open(sys.argv[1]).read()):
     if platform_manager is not None:
         assert hasattr(platform_manager, "_current_platform"), "verl keeps its resolved platform elsewhere now"
         platform_manager._current_platform = None
-    started = len(validators)
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         sys.stdout.flush(), sys.stderr.flush()
         keep = os.dup(1), os.dup(2)
@@ -92,7 +82,6 @@ for argv, env in json.loads(open(sys.argv[1]).read()):
         out.seek(0), err.seek(0)
         ray = sys.modules.get("ray")
         results.append({"returncode": rc, "stdout": out.read().decode(), "stderr": err.read().decode(),
-                        "verl_imported": "verl" in sys.modules, "validators": len(validators) - started,
                         "ray_started": bool(ray is not None and ray.is_initialized()),
                         "main_ppo_imported": "verl.trainer.main_ppo" in sys.modules})
 open(sys.argv[2], "w").write(json.dumps(results))
@@ -180,7 +169,7 @@ def _train_cases(work: Path, env: dict[str, str]) -> dict[str, tuple[list[str], 
     }
 
 
-# (recipe paper_main) 4 runs: the launcher hands validate_config and the preflight to a second process
+# (recipe paper_main) 4 runs, each checked with verl's validate_config and the preflight
 PREFLIGHT_RUNS = ["qwen25_7b-grpo-g0p0", "qwen25_7b-grpo-g0p5", "qwen25_7b-grpo-g1p0", "qwen25_7b-grpo-g2p0"]
 TP_KEY = "actor_rollout_ref.rollout.tensor_model_parallel_size"
 
@@ -197,9 +186,9 @@ def _read_by_a_selected_test(request, fixture: str) -> bool:
 
 @pytest.fixture(scope="module", autouse=True)
 def fresh(request, tmp_path_factory):
-    """This module's two fresh processes (BATCH: `train` command lines; `launch` dry runs, which must not import
-    verl), started with the module's first test so that they run beside each other and its in-process tests; a
-    fixture that reads one waits for it. Only those that a selected test reads are started."""
+    """This module's two fresh processes (BATCH: `train` command lines; `launch` dry runs), started with the
+    module's first test so that they run beside each other and its in-process tests; a fixture that reads one waits
+    for it. Only those that a selected test reads are started."""
     import side_by_side
 
     batches, commands = {}, {}
@@ -413,12 +402,12 @@ def test_status_without_slurm_answers_before_composing_anything(tmp_path, monkey
     composed, nothing checked with verl."""
     import fgrpo_verl.config.compose as compose
     import fgrpo_verl.launch as launch
-    import fgrpo_verl.launch.validator as validator
+    import fgrpo_verl.preflight as preflight
 
     def refuse(*a, **k):
         raise AssertionError("a config was composed before Slurm was asked")
 
-    for module, name in ((compose, "_compose_raw"), (compose, "SharedComposer"), (validator, "Validator"),
+    for module, name in ((compose, "_compose_raw"), (compose, "SharedComposer"), (preflight, "check_run"),
                          (launch, "plan_jobs")):
         monkeypatch.setattr(module, name, refuse)
     monkeypatch.setenv("PATH", _fake_slurm(tmp_path / "bin", squeue_exit=1)["PATH"])
@@ -431,10 +420,9 @@ def test_status_without_slurm_answers_before_composing_anything(tmp_path, monkey
 
 # paper_main's --status / --dry-run, 36 runs, as a user runs them (a fresh `fgrpo-verl` process): the README's block
 # runs both (tests/test_readme_on_cpu.py: 36 job scripts, 36 runs "not started"). That --status checks nothing
-# with verl, so starts no second process, is test_status_names_the_runs_a_submit_names_without_checking_them_with_
-# verl; that a dry run's checks run in a second process and verl stays out of the launcher,
-# test_a_preflight_refusal_found_in_the_second_process_names_each_run_and_verl_stays_out_of_the_launcher. Their
-# CPU seconds per process are benchmarks/bench_launch.py's (--check holds them to its targets).
+# with verl is test_status_names_the_runs_a_submit_names_without_checking_them_with_verl; that a dry run's
+# refusal names the run, test_a_preflight_refusal_names_the_run_in_one_line_and_each_summary_reaches_its_script.
+# Their CPU seconds are benchmarks/bench_launch.py's (--check holds them to its targets).
 
 
 DRY_RUN_ONLY = ["--only", "qwen25_7b-grpo-g0p5", "qwen25_7b-dapo-g1p0"]
@@ -465,40 +453,32 @@ def test_status_names_the_runs_a_submit_names_without_checking_them_with_verl(dr
     only = DRY_RUN_ONLY
     planned = re.findall(r"^### job (\S+) \(run ", dry_out, flags=re.M)
     import fgrpo_verl.preflight as preflight
-    import fgrpo_verl.launch.validator as validator
 
     def refuse(*a, **k):
         raise AssertionError("--status checked a run with verl")
 
     monkeypatch.setattr(preflight, "check_run", refuse)
-    # and no validator at all, in this process or a second one (a Validator is what would start that process)
-    monkeypatch.setattr(validator, "Validator", refuse)
     assert main(["launch", "paper_main", "--status", *only]) == 0
     out = capsys.readouterr().out
     assert len(planned) == 2 and all(f"  {name}: not started" in out for name in planned), (planned, out)
 
 
-def test_a_preflight_refusal_found_in_the_second_process_names_each_run_and_verl_stays_out_of_the_launcher(
-        launch_answers):
-    """With 4+ runs the launcher hands validate_config and the preflight to a second process (a fresh interpreter,
-    as a user's `fgrpo-verl launch` is): a refusal found there is the same one line per run, exit 2, and the
-    launcher itself never imports verl (that import is what the second process is for). Both dry runs below are
-    answered by one launcher process (BATCH), each starting its own checking process."""
+def test_a_preflight_refusal_names_the_run_in_one_line_and_each_summary_reaches_its_script(launch_answers):
+    """validate_config and the preflight check each run as it is planned (a fresh interpreter, as a user's
+    `fgrpo-verl launch` is): a refusal is one line naming the run, exit 2; without it each run's preflight summary
+    reaches its script. Both dry runs below are answered by one launcher process (BATCH)."""
     runs, key = PREFLIGHT_RUNS, TP_KEY
     refused, planned = launch_answers["refused"], launch_answers["planned"]
     done = refused
     assert done.returncode == 2 and done.stdout == "" and "Traceback" not in done.stderr, done.stderr[-3000:]
-    assert done.validators == 1, "verl's checks did not run in a second process"
     errors = [line for line in done.stderr.splitlines() if line.startswith("fgrpo-verl launch: error:")]
     assert errors == [f"fgrpo-verl launch: error: recipe paper_main, run {runs[0]}: {key}=3: a rollout replica "
                       "spans TP x DP x PP = 3 x 1 x 1 = 3 GPUs, which does not divide the 16 GPU(s) of trainer.nnodes "
                       "x trainer.n_gpus_per_node (verl's ActorRolloutRefWorker.init_model asserts world_size % "
                       f"(TP*DP*PP) == 0); set TP x DP x PP to a divisor of 16, e.g. {key}=2"], done.stderr[-3000:]
-    assert not done.verl_imported
     # and without the override, each run's preflight summary reaches its script
     done = planned
-    assert done.returncode == 3 and not done.verl_imported, done.stderr[-3000:]
-    assert done.validators == 1, "verl's checks did not run in a second process"
+    assert done.returncode == 3, done.stderr[-3000:]
     summaries = [line for line in done.stdout.splitlines() if line.startswith("### preflight: ")]
     assert len(summaries) == 4 and all("rollout replica(s) of TP" in line for line in summaries), summaries
 

@@ -126,7 +126,7 @@ def test_control_characters_are_refused_everywhere_they_could_reach_the_script(t
     with pytest.raises(ValueError, match="control character"):
         render.sbatch_directives("j", 1, 1, Resources(time=value), tmp_path, tmp_path)
     with pytest.raises(ValueError, match="control character"):
-        render.sbatch_directives("j", 1, 1, Resources(extra=(f"--comment={value}",)), tmp_path, tmp_path)
+        render.sbatch_directives("j", 1, 1, Resources(extra=[f"--comment={value}"]), tmp_path, tmp_path)
     with pytest.raises(ValueError, match="control character"):
         render.train_command([f"trainer.default_local_dir={value}"])
     with pytest.raises(ValueError, match="control character"):
@@ -491,7 +491,8 @@ def test_private_dir_is_0700_and_refuses_symlinks_and_open_modes(tmp_path):
 
 @pytest.mark.parametrize(
     "override, message",
-    [("algo=no_such_algo", "no_such_algo"), ("+ray_kwargs.ray_init.runtime_env.env_vars.WANDB_API_KEY=k", "look like secrets")],
+    [("algo=no_such_algo", "no_such_algo"),
+     ("+ray_kwargs.ray_init.runtime_env.env_vars.WANDB_API_KEY=k", "looks like a secret")],
 )
 def test_train_sbatch_stops_when_its_config_does_not_compose(tmp_path, override, message):
     """`eval "$(fgrpo-verl job-env ...)"` would eval nothing and go on to start Ray; the script must end there."""
@@ -728,7 +729,7 @@ def test_plain_sbatch_path_refuses_a_secret_in_a_dict_value_too(capsys):
 
     assert main(["job-env", "+ray_kwargs.ray_init.runtime_env.env_vars={HF_TOKEN: abc}"]) == 2
     err = capsys.readouterr().err
-    assert "HF_TOKEN" in err and "look like secrets" in err and "abc" not in err
+    assert "HF_TOKEN" in err and "looks like a secret" in err and "abc" not in err
 
 
 @pytest.mark.parametrize(

@@ -1,58 +1,17 @@
-"""How ``fgrpo-verl launch`` plans: verl's checks in a second process beside the composing (launch/validator.py),
-one run per normalised config (config/schema.py, launch/identity.py) and ``--status`` from what a submit recorded
-(launch/manifest.py)."""
+"""How ``fgrpo-verl launch`` plans: one run per normalised config (config/schema.py, launch/identity.py) and
+``--status`` from what a submit recorded (launch/manifest.py)."""
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 import yaml
 
 import fgrpo_verl.launch as launch
 from fgrpo_verl.cli import main as cli_main
-from fgrpo_verl.config.compose import compose
 from fgrpo_verl.launch import manifest, plan_jobs
-from fgrpo_verl.preflight import check_run
 from fgrpo_verl.config.paths import recipes_dir
-from fgrpo_verl.launch.recipe import load_recipe
-from fgrpo_verl.launch.validator import Validator
-
-TIMEOUT = "FGRPO_VLLM_WEIGHT_SYNC_TIMEOUT_S"
-
-
-def _maze(*extra: str) -> list[str]:
-    recipe = load_recipe("maze")
-    (selected,) = recipe.select(["n4-g0p0"])
-    return recipe.run_overrides(selected, list(extra))
-
-
-def test_a_recipes_env_gives_the_same_verdict_in_process_and_in_the_pool(tmp_path, monkeypatch):
-    """The recipe's ``env:`` travels with each check: the pool's process does not have it in its environment."""
-    monkeypatch.delenv(TIMEOUT, raising=False)
-    config = compose(_maze("backend=cpu_vllm", "data.max_prompt_length=100", "data.max_response_length=100"))
-    args = [(config, str(tmp_path), False, {TIMEOUT: "ten"}), (config, str(tmp_path), False, {})]
-    here = [check_run(*a) for a in args]
-    pool = Validator(check_run, len(args), background=True)
-    assert pool.background
-    for a in args:
-        assert pool.submit(*a) is None  # answered with results(), in order
-    assert pool.results() == here
-    assert here[0][0] == "refused" and f"{TIMEOUT} must be a positive number of seconds, got 'ten'" in here[0][1]
-    assert here[1][0] == "ok"
-
-
-def _boom(*args):
-    os._exit(3)
-
-
-def test_a_pool_that_dies_is_one_line(tmp_path):
-    pool = Validator(_boom, 1, background=True)
-    pool.submit(1)
-    with pytest.raises(RuntimeError, match="^the process validating the configs with verl ended early: "):
-        pool.results()
-
 
 def test_status_reads_the_runs_a_submit_recorded_and_composes_for_another_plan(tmp_path, monkeypatch, capsys):
     bin_dir = tmp_path / "bin"
@@ -83,27 +42,6 @@ def test_status_reads_the_runs_a_submit_recorded_and_composes_for_another_plan(t
     assert cli_main(["launch", "maze", "--status", "--only", "n4-g0p0"]) == 0
     only = capsys.readouterr().out
     assert len(planned) == 1 and only.splitlines()[0] == composed.splitlines()[0]
-
-
-def _sleep(pid_file):
-    import time
-
-    Path(pid_file).write_text(str(os.getpid()))
-    time.sleep(600)
-
-
-@pytest.mark.timeout(120)  # a close that waited for the check would hang here
-def test_closing_the_second_process_stops_a_busy_check_instead_of_waiting_for_it(tmp_path):
-    import time
-
-    pool = Validator(_sleep, 1, background=True)
-    pid_file = tmp_path / "pid"
-    pool.submit(str(pid_file))
-    while not pid_file.exists():  # the check runs (after the process's `import verl`)
-        time.sleep(0.2)
-    pool.close()
-    with pytest.raises(ProcessLookupError):
-        os.kill(int(pid_file.read_text()), 0)
 
 
 RUN = "qwen25_7b-grpo-g0p0"

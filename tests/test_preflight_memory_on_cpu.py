@@ -247,7 +247,7 @@ def test_the_estimate_warns_unless_the_site_asks_it_to_refuse(tmp_path, monkeypa
     monkeypatch.setenv("FGRPO_PREFLIGHT_MEMORY", "refuse")
     refused(over, tmp_path)
     monkeypatch.delenv("FGRPO_PREFLIGHT_MEMORY")
-    # a recipe's env: as fgrpo-verl launch plans it (the preflight in the launcher's validator process)
+    # a recipe's env: as fgrpo-verl launch plans it (the preflight given the recipe's env:)
     recipe = tmp_path / "tight.yaml"
     body = ("name: tight\nproject: fgrpo-tight\n{env}common: [algo=grpo, base_model=qwen25_7b, dataset=deepscaler, "
             "cluster=2x8, slurm.gpu_memory_gib=24]\nruns:\n  - {{name: r, overrides: []}}\n")

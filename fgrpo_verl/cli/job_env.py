@@ -65,28 +65,17 @@ def run(args: argparse.Namespace) -> int:
     from fgrpo_verl.job.run_record import check_record, recorded_run_id, write_record
     from fgrpo_verl.job.tracking import check_run_id, config_run_name, config_run_tags
     from fgrpo_verl import preflight
-    from fgrpo_verl.launch.identity import (
-        experiment_name,
-        fingerprint,
-        named_config,
-        override_key,
-        secret_in_override,
-        unnamed_tree,
-    )
+    from fgrpo_verl.launch.identity import check_user_overrides, name_run, override_key
     from fgrpo_verl.launch.render import job_environment, shell_exports
 
-    secret = [where for o in args.overrides if (where := secret_in_override(o)) is not None]
-    if secret:
-        raise ValueError(f"override(s) {secret} look like secrets: export them instead")
+    # the launcher's secret check; the keys it owns are this job's own to set (train.sbatch's experiment name)
+    check_user_overrides(args.overrides, owned=False)
     config = compose(args.overrides)
-    readable = config_run_name(config)
-    experiment = str(config.trainer.experiment_name)
-    tree = unnamed_tree(config)
-    digest = fingerprint(tree, workdir=Path.cwd())
-    if not any(override_key(o) == "trainer.experiment_name" for o in args.overrides):
-        # the W&B naming convention; train.sbatch passes it back as trainer.experiment_name=$FGRPO_EXPERIMENT
-        experiment = experiment_name(readable, digest)
-    config = named_config(tree, experiment)
+    keys = {override_key(o) for o in args.overrides}
+    # the W&B naming convention unless the job names itself; train.sbatch passes it back as
+    # trainer.experiment_name=$FGRPO_EXPERIMENT
+    given = str(config.trainer.experiment_name) if "trainer.experiment_name" in keys else None
+    config, digest, experiment, _ = name_run(config, Path.cwd(), config_run_name(config), experiment=given)
     # verl reports on stdout, which is what the job evals: to stderr
     with contextlib.redirect_stdout(sys.stderr):
         validate(config)
@@ -106,7 +95,6 @@ def run(args: argparse.Namespace) -> int:
         write_record(checkpoint_dir, digest, experiment, args.overrides, os.environ["SLURM_JOB_ID"],
                      wandb_run_id=env["WANDB_RUN_ID"])
     env["FGRPO_FINGERPRINT"] = digest
-    keys = {override_key(o) for o in args.overrides}
     if not {"trainer.save_freq", "trainer.save_per_epoch"} & keys and int(config.trainer.save_freq) <= 0 and \
             not bool(config.trainer.get("save_per_epoch", False)):
         env["FGRPO_SAVE_PER_EPOCH"] = "1"

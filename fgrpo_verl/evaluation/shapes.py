@@ -9,9 +9,10 @@ line naming the key and what it takes (:meth:`Shape.parse`, the only place that 
 from __future__ import annotations
 
 import types
-from typing import ClassVar, Literal, Union, get_args, get_origin
+from typing import Annotated, ClassVar, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic.fields import FieldInfo
 
 _BOUNDS = {"greater_than_equal": ("ge", ">="), "greater_than": ("gt", ">"), "less_than_equal": ("le", "<="),
            "less_than": ("lt", "<")}
@@ -38,7 +39,9 @@ class Shape(BaseModel):
                 return cls.model_validate_json(data, context={"where": where})
             return cls.model_validate(data, context={"where": where})
         except ValidationError as exc:
-            raise ValueError(cls._refusal(exc.errors()[0], where) + cls.refusal_hint) from None
+            # a misspelt key is also a missing one: the unknown key names the typo
+            first = min(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
+            raise ValueError(cls._refusal(first, where) + cls.refusal_hint) from None
 
     @classmethod
     def _refusal(cls, error: dict, where: str) -> str:
@@ -60,12 +63,20 @@ class Shape(BaseModel):
         if kind in _BOUNDS:
             name, sign = _BOUNDS[kind]
             return f"{key} must be {sign} {ctx[name]}, got {value!r}"
-        about = f" ({field.description})" if kind == "literal_error" and field and field.description else ""
-        return f"{key}: expected {expected(tp)}{about}, got {value!r}"
+        if kind == "too_short":
+            return f"{key} must not be empty: {expected(tp)}"
+        # the field's description, or a list entry's (Annotated[str, Field(description=...)])
+        notes = [field] if field else [m for m in get_args(tp)[1:] if isinstance(m, FieldInfo)]
+        about = next((f" ({n.description})" for n in notes if n.description), "")
+        if kind == "string_pattern_mismatch":
+            return f"{key} must match {ctx['pattern']}{about}, got {value!r}"
+        return f"{key}: expected {expected(tp)}{about if kind == 'literal_error' else ''}, got {value!r}"
 
 
 def non_null(tp):
-    """``X`` of ``X | None``; other types as they are."""
+    """``X`` of ``X | None`` and of ``Annotated[X, ...]``; other types as they are."""
+    if get_origin(tp) is Annotated:
+        return non_null(get_args(tp)[0])
     if get_origin(tp) in (Union, types.UnionType):
         rest = [a for a in get_args(tp) if a is not type(None)]
         return rest[0] if len(rest) == 1 else Union[tuple(rest)]

@@ -62,10 +62,12 @@ def checkpoint_storage(config, total_steps: int | None) -> tuple[float, int | No
         keep = 1
     if keep is not None and int(keep) >= 1:
         count = min(count, int(keep))
-    if os.environ.get("FGRPO_KEEP_OPTIMIZER_STATES", "0") == "1":
-        return each, count, each * count
-    full = min(count, 2)
+    full = count if _keep_optimizer_states() else min(count, 2)
     return each, count, full * each + (count - full) * WEIGHT_BYTES_PER_PARAM * params
+
+
+def _keep_optimizer_states() -> bool:
+    return os.environ.get("FGRPO_KEEP_OPTIMIZER_STATES", "0") == "1"
 
 
 def checkpoint_disk(config, total_steps: int | None) -> str:
@@ -79,7 +81,7 @@ def checkpoint_disk(config, total_steps: int | None) -> str:
             f"{BYTES_PER_PARAM} B)")
     if count is None:
         return head
-    if os.environ.get("FGRPO_KEEP_OPTIMIZER_STATES", "0") == "1":
+    if _keep_optimizer_states():
         return f"{head}, {count} kept = {size_text(total)}"
     return (f"{head}, {count} kept, optimizer states only in the resume point and a newer one "
             f"({WEIGHT_BYTES_PER_PARAM} B per param in the others) = {size_text(total)}")

@@ -17,38 +17,25 @@ def _config_text(job, gamma: float | None = None) -> str:
     makes γ a float, so ``0`` and ``0.0`` read the same here."""
     from omegaconf import OmegaConf
 
+    from fgrpo_verl.launch.identity import drop_key
+
     tree = OmegaConf.to_container(job.config, resolve=True)
     if gamma is not None:
         tree["algorithm"]["fgrpo"]["gamma"] = float(gamma)
     for dotted in VALIDATION_KEYS:
-        *parents, last = dotted.split(".")
-        node = tree
-        for part in parents:
-            node = node.get(part) if isinstance(node, dict) else None
-        if isinstance(node, dict):
-            node.pop(last, None)
+        drop_key(tree, dotted)
     return json.dumps(tree, sort_keys=True, default=str).replace(job.job_name, "<experiment>")
 
 
-def find_baseline(job, candidates: list, texts: dict | None = None):
-    """The job among ``candidates`` whose config is ``job``'s with γ = 0 (None for γ = 0 or when absent).
-    ``texts``: a cache of :func:`_config_text` kept across calls over the same candidates (a recipe's 36 runs
-    compare each focal run with every baseline: one text per job, not one per pair)."""
-    if float(job.config.algorithm.fgrpo.gamma) == 0:
-        return None
-    texts = {} if texts is None else texts
-
-    def text(j, gamma: float | None = None) -> str:
-        key = (id(j), gamma)
-        if key not in texts:
-            texts[key] = _config_text(j, gamma)
-        return texts[key]
-
-    want = text(job, 0.0)
-    for other in candidates:
-        if other is not job and float(other.config.algorithm.fgrpo.gamma) == 0 and text(other) == want:
-            return other
-    return None
+def find_baselines(jobs: list, candidates: list) -> dict:
+    """``{job name: the job among candidates whose config is the job's with γ = 0}`` (None for γ = 0 or when
+    absent). Each config is written out once: a recipe's 36 runs compare each focal run with every baseline."""
+    zero = {}
+    for other in reversed(candidates):  # the first of equal ones
+        if float(other.config.algorithm.fgrpo.gamma) == 0:
+            zero[_config_text(other)] = other
+    return {job.job_name: None if float(job.config.algorithm.fgrpo.gamma) == 0 else zero.get(_config_text(job, 0.0))
+            for job in jobs}
 
 
 def missing_baseline(job) -> str:

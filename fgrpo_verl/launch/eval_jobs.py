@@ -1,12 +1,12 @@
 """Evaluation work launched with a recipe's training runs: one Slurm job per evaluation pass and run, planned here
 (its script, with the plan it carries) from the recipe's ``evaluation:`` block (eval_spec.py; every key in
 docs/recipes.md "Format"); its memory (eval_memory.py), its baseline (eval_baseline.py), what the dry run says of it
-(eval_dry_run.py) and what a relaunch still submits (eval_submit.py).
+(summary.py) and what a relaunch still submits (eval_submit.py).
 
 Jobs per run (names: the run's Slurm job name, so ``--dependency=singleton`` keeps every job of a run, training
 and evaluation, from running at the same time; they are told apart by the run record's ``eval_jobs``):
 
-    training           (launch/__init__.py)
+    training           (launch/plan.py)
     selection   afterany:<training>          every epoch checkpoint: merge, evaluate, W&B
     final       afterany:<selection>, afterany:<the γ = 0 baseline's selection>    (protocol select only)
 
@@ -21,15 +21,20 @@ not ended, so its evaluation waits. ``--fresh`` runs have their own directories,
 from __future__ import annotations
 
 import dataclasses
-import shlex
-import sys
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from fgrpo_verl.evaluation.cost import KNOWN_PROBLEMS
+from fgrpo_verl.evaluation.formats import load_benchmark
+from fgrpo_verl.evaluation.model_presets import eval_setting
 from fgrpo_verl.evaluation.plan import Baseline, BenchmarkFile, Pass, Passes, Plan, Sampling, Steps, Wandb
+from fgrpo_verl.evaluation.scorers import resolve_scorer
+from fgrpo_verl.launch.disk import model_params
+from fgrpo_verl.launch.eval_baseline import find_baselines
 from fgrpo_verl.launch.eval_memory import eval_memory
 from fgrpo_verl.launch.eval_spec import EvalSpec, load_eval_spec
+from fgrpo_verl.launch.render import render_script, sbatch_directives
 
 TEMPLATE = "eval.sbatch.template"
 # Signal lead of an evaluation job: enough to stop a generation call and requeue
@@ -45,34 +50,18 @@ class EvalJob:
     depends_on: tuple[str, ...]   # "training", "selection", "baseline selection"
     text: str = ""
 
-    def after(self) -> list[str]:
-        """Its dependencies as the dry run shows them (at submit: afterany:<job id>)."""
-        return [f"afterany:<{d} job>" for d in self.depends_on]
-
 
 @dataclass(frozen=True)
 class RunEvaluation:
-    """The evaluation of one planned run: its jobs, the setting each benchmark is evaluated with, the cost."""
+    """The evaluation of one planned run: its jobs and what its cost is computed from (summary.eval_cost)."""
 
-    setting_line: str
     jobs: tuple[EvalJob, ...]
-    cost_lines: tuple[str, ...]
+    spec: EvalSpec
+    workdir: Path   # where the submit looks for the benchmark files and scorers (check_submission)
+    problems: dict   # benchmark -> problem count (None: unknown here)
+    params: float | None   # of the run's model (None: unknown here)
     baseline: str | None = None   # the γ = 0 run (recipe run name) a focal run is selected against
-    problems: dict = field(default_factory=dict)
-    # what the submit checks (check_submission)
-    spec: EvalSpec | None = None
-    recipe: object = None
-    workdir: Path | None = None
-    hours: dict = field(default_factory=dict)  # protocol -> GPU-hours (None: unknown)
     memory_line: str = ""   # where the jobs' --mem comes from (eval_memory)
-
-
-def _count_problems(path: Path) -> int | None:
-    if not path.is_file():
-        return None
-    from fgrpo_verl.evaluation.formats import load_benchmark
-
-    return len(load_benchmark(str(path), path.stem))
 
 
 def _steps(job) -> Steps:
@@ -85,8 +74,6 @@ def _steps(job) -> Steps:
 
 def plan_for_run(spec: EvalSpec, recipe, job, workdir: Path, baseline_job=None) -> Plan:
     """The plan an evaluation job of ``job`` (a training JobScript) reads (eval_job.py)."""
-    from fgrpo_verl.evaluation.model_presets import eval_setting
-
     config = job.config
     setting = eval_setting(str(config.actor_rollout_ref.model.path), int(config.data.max_response_length),
                            spec.prompt_preset, spec.max_new_tokens)
@@ -116,75 +103,22 @@ def plan_for_run(spec: EvalSpec, recipe, job, workdir: Path, baseline_job=None) 
 
 def render_eval_job(recipe, job, phase: str, plan: Plan, spec: EvalSpec, log_dir: Path, workdir: Path,
                     mem: str | None = None) -> str:
-    """The job script of one evaluation pass (slurm/eval.sbatch.template); ``mem``: its sbatch --mem
-    (eval_memory.py). Its dependencies on other jobs are not in it: the submit gives them to sbatch."""
-    from fgrpo_verl.config.paths import slurm_dir
-    from fgrpo_verl.job.tracking import config_run_tags
-    from fgrpo_verl.launch.render import check_value, job_environment, render_template, sbatch_directives, shell_exports
-
-    config = job.config
-    env = dict(recipe.env)
-    env.update(job_environment(config, workdir, recipe.name, [*config_run_tags(config), f"group:{job.run.group}"]))
-    env.update(WANDB_RUN_ID=job.wandb_run_id, FGRPO_RUN=job.run.name, FGRPO_PYTHON=sys.executable,
-               FGRPO_CHECKPOINT_DIR=str(job.checkpoint_dir), FGRPO_FINGERPRINT=job.fingerprint)
-    resources = spec.resources
-    time = resources.time or (config.get("slurm") or {}).get("time")
-    directives = sbatch_directives(job.job_name, 1, spec.gpus_per_node if spec.backend == "vllm" else 0,
-                                   dataclasses.replace(resources, request_gpus=spec.backend == "vllm"
-                                                       and resources.request_gpus, mem=mem or resources.mem),
-                                   log_dir, workdir, time, EVAL_SIGNAL_LEAD_S)
-    template = (slurm_dir() / TEMPLATE).read_text(encoding="utf-8")
-    return render_template(template, {
-        "SBATCH": "\n".join(directives),
-        "RECIPE": shlex.quote(check_value("recipe path", recipe.path)),
-        "RUN": check_value("run name", job.run.name),
-        "PHASE": phase,
-        "EXPERIMENT": job.job_name,
-        "EXPORTS": shell_exports(env),
-        "PLAN": plan.to_json(),
-    })
-
-
-def plan_evaluation(spec: EvalSpec, recipe, jobs: list, log_dir: Path, workdir: Path, baseline_jobs: dict) -> list:
-    """A :class:`RunEvaluation` per training job; ``baseline_jobs[job_name]`` is that run's γ = 0 twin's JobScript
-    (or None)."""
-    from fgrpo_verl.launch.disk import model_params
-    from fgrpo_verl.launch.eval_dry_run import describe_cost
-
-    problems = {}
-    for name, b in spec.benchmarks.items():
-        counted = None if b.unset else _count_problems(Path(workdir) / b.file)
-        problems[name] = counted if counted is not None else KNOWN_PROBLEMS.get(name)
-    out = []
-    for job in jobs:
-        base = baseline_jobs.get(job.job_name)
-        plan = plan_for_run(spec, recipe, job, workdir, base)
-        params = model_params(str(job.config.actor_rollout_ref.model.path))
-        mem, memory_line = eval_memory(spec, job.config, params)
-        evals = []
-        for phase in spec.passes():
-            deps = ("training",) if phase == "selection" else \
-                ("selection",) + (("baseline selection",) if base is not None else ())
-            text = render_eval_job(recipe, job, phase, plan, spec, log_dir, workdir, mem)
-            evals.append(EvalJob(phase, plan, deps, text))
-        benches = ", ".join(
-            f"{b} (prompt group {spec.benchmarks[b].group}, scorer {spec.benchmarks[b].scorer}"
-            + (f"; {', '.join(spec.benchmarks[b].unset)} not set here, needed to submit" if spec.benchmarks[b].unset
-               else "") + ")" for b in spec.final.benchmarks)
-        setting = (f"eval setting: preset {plan.sampling.prompt_preset}, {plan.sampling.max_new_tokens} "
-                   f"new tokens ({plan.setting_source}); T={spec.temperature:g}, top-p={spec.top_p:g}, seed "
-                   f"{spec.seed}; benchmarks: {benches}")
-        cost, hours = describe_cost(spec, plan, params, problems)
-        out.append(RunEvaluation(setting, tuple(evals), tuple(cost), None if base is None else base.run.name, problems,
-                                 spec, recipe, Path(workdir), hours, memory_line))
-    return out
+    """The job script of one evaluation pass (slurm/eval.sbatch.template) with its training job's exports; ``mem``:
+    its sbatch --mem (eval_memory.py). Its dependencies on other jobs are not in it: the submit gives them to
+    sbatch."""
+    vllm = spec.backend == "vllm"
+    resources = spec.resources.model_copy(update={"request_gpus": vllm and spec.resources.request_gpus,
+                                                  "mem": mem or spec.resources.mem})
+    directives = sbatch_directives(job.job_name, 1, spec.gpus_per_node if vllm else 0, resources, log_dir, workdir,
+                                   (job.config.get("slurm") or {}).get("time"), EVAL_SIGNAL_LEAD_S)
+    return render_script(TEMPLATE, recipe, job.run, directives, job.exports, PHASE=phase, EXPERIMENT=job.job_name,
+                         PLAN=plan.to_json())
 
 
 def attach_evaluation(recipe, jobs: list, plan_more, log_dir: Path, workdir: Path) -> list:
-    """``jobs`` with their :class:`RunEvaluation` (``JobScript.evaluation``). ``plan_more(names)`` plans recipe runs
-    that are not selected (a focal run's baseline outside ``--only``), without evaluation."""
-    from fgrpo_verl.launch.eval_baseline import find_baseline
-
+    """``jobs`` with their :class:`RunEvaluation` (``JobScript.evaluation``) and γ = 0 twin (``baseline_job``).
+    ``plan_more(names)`` plans recipe runs that are not selected (a focal run's baseline outside ``--only``),
+    without evaluation."""
     spec = load_eval_spec(recipe.evaluation, str(recipe.path))
     names = {job.run.name for job in jobs}
     candidates = list(jobs)
@@ -192,40 +126,55 @@ def attach_evaluation(recipe, jobs: list, plan_more, log_dir: Path, workdir: Pat
     others = [r.name for r in recipe.runs if r.group in groups and r.name not in names]
     if others:
         candidates += plan_more(others)
-    texts: dict = {}
-    baselines = {job.job_name: find_baseline(job, candidates, texts) for job in jobs}
-    evaluations = plan_evaluation(spec, recipe, jobs, log_dir, workdir, baselines)
-    return [dataclasses.replace(job, evaluation=ev, baseline_job=baselines[job.job_name])
-            for job, ev in zip(jobs, evaluations)]
+    baselines = find_baselines(jobs, candidates)
+    problems = {}
+    for name, b in spec.benchmarks.items():
+        path = Path(workdir) / b.file
+        counted = len(load_benchmark(str(path), path.stem)) if not b.unset and path.is_file() else None
+        problems[name] = counted if counted is not None else KNOWN_PROBLEMS.get(name)
+    out = []
+    for job in jobs:
+        base = baselines[job.job_name]
+        plan = plan_for_run(spec, recipe, job, workdir, base)
+        params = model_params(str(job.config.actor_rollout_ref.model.path))
+        mem, memory_line = eval_memory(spec, job.config, params)
+        evals = []
+        for phase in spec.passes():
+            deps = ("training",) if phase == "selection" else \
+                ("selection",) + (("baseline selection",) if base is not None else ())
+            evals.append(EvalJob(phase, plan, deps, render_eval_job(recipe, job, phase, plan, spec, log_dir, workdir,
+                                                                    mem)))
+        evaluation = RunEvaluation(tuple(evals), spec, Path(workdir), problems, params,
+                                   None if base is None else base.run.name, memory_line)
+        out.append(dataclasses.replace(job, evaluation=evaluation, baseline_job=base))
+    return out
 
 
-def benchmark_gaps(spec: EvalSpec, workdir: Path) -> dict[str, list]:
-    """What stops evaluation jobs from working, by kind: ``unset`` (benchmark, variables), ``absent``
-    (benchmark, file), ``unresolved`` (benchmark, scorer, why)."""
-    from fgrpo_verl.evaluation.scorers import resolve_scorer
-
-    gaps = {"unset": [], "absent": [], "unresolved": []}
+def benchmark_problems(spec: EvalSpec, workdir: Path) -> list[str]:
+    """What stops evaluation jobs from working, one line each with how to fix it: variables not set, benchmark
+    files not found, scorers that do not resolve (the dry run lists them, a submit refuses them)."""
+    unset, absent, unresolved = [], [], []
     for name, b in spec.benchmarks.items():
         if b.unset:
-            gaps["unset"].append((name, list(b.unset)))
+            unset.append(f"benchmark {name}: {', '.join(b.unset)} not set: export {b.unset[0]}=module:function "
+                         "(a verifier you provide, importable on the compute nodes; README)")
             continue
         if not (Path(workdir) / b.file).is_file():
-            gaps["absent"].append((name, Path(workdir) / b.file))
+            absent.append((name, Path(workdir) / b.file))
         try:
             resolve_scorer(b.scorer)
         except (ValueError, ImportError, AttributeError) as exc:
-            gaps["unresolved"].append((name, b.scorer, exc))
-    return gaps
-
-
-def submission_problems(spec: EvalSpec, workdir: Path) -> list[str]:
-    """:func:`benchmark_gaps` as one sentence each, found before anything is submitted."""
-    gaps = benchmark_gaps(spec, workdir)
-    return ([f"benchmark {name}: environment variable(s) {names} not set" for name, names in gaps["unset"]]
-            + [f"benchmark {name}: file {path} not found (fgrpo-verl prepare-benchmarks writes the paper's)"
-               for name, path in gaps["absent"]]
-            + [f"benchmark {name}: scorer {scorer!r} does not resolve ({exc})"
-               for name, scorer, exc in gaps["unresolved"]])
+            reason = re.sub(rf"^scorer {re.escape(repr(b.scorer))}:? ?", "", str(exc))
+            fix = f"fix evaluation.benchmarks.{name}.scorer in the recipe (or the variable it reads)"
+            if isinstance(exc, ImportError) or isinstance(exc.__cause__, ImportError):
+                fix = f"put its module on PYTHONPATH here and on the compute nodes, or {fix}"
+            unresolved.append(f"benchmark {name}: scorer {b.scorer!r} does not resolve here ({reason}): {fix}")
+    if absent:
+        folders = sorted({str(path.parent) for _, path in absent})
+        unset.insert(0, f"benchmark file(s) of {', '.join(name for name, _ in absent)} not found in "
+                        f"{', '.join(folders)}: fgrpo-verl prepare-benchmarks --out {folders[0]} --verl-parquet "
+                        "(hub access; GPQA is gated: accept its terms and `hf auth login` first)")
+    return unset + unresolved
 
 
 def check_submission(jobs: list) -> None:
@@ -233,7 +182,7 @@ def check_submission(jobs: list) -> None:
     evaluations = [job.evaluation for job in jobs if job.evaluation is not None]
     if not evaluations:
         return
-    problems = submission_problems(evaluations[0].spec, evaluations[0].workdir)
+    problems = benchmark_problems(evaluations[0].spec, evaluations[0].workdir)
     if problems:
         raise ValueError("the recipe's evaluation cannot run: " + "; ".join(problems) +
                          ". Fix the recipe's evaluation block or the files, or launch with --no-eval (training only)")

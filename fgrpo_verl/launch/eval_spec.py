@@ -11,7 +11,7 @@ import os
 import re
 from typing import ClassVar, Literal
 
-from pydantic import Field, InstanceOf, PrivateAttr, ValidationInfo, field_validator, model_validator
+from pydantic import Field, PrivateAttr, ValidationInfo, model_validator
 
 from fgrpo_verl.evaluation.cost import CostAssumptions
 from fgrpo_verl.evaluation.options import EngineOptions
@@ -86,7 +86,7 @@ class EvalSpec(Shape):
     engine: EngineOptions | None = None
     gpus_per_node: int = Field(None, ge=1)   # GPUs of an evaluation job; default 8 with vllm, else 1
     workers: int = Field(1, ge=1)            # worker processes on the CPU back-end
-    resources: InstanceOf[Resources] = Field(default_factory=Resources)
+    resources: Resources = Field(default_factory=Resources)   # sbatch settings, as a recipe's
     cost: CostAssumptions = Field(default_factory=CostAssumptions)
     tables: list[Literal["table1", "table2", "table3", "table6", "curves"]] = []
 
@@ -95,12 +95,6 @@ class EvalSpec(Shape):
         if self.protocol == "full":
             return {"selection": self.final}
         return {"selection": self.selection, "final": self.final}
-
-    @field_validator("resources", mode="before")
-    @classmethod
-    def _checked_elsewhere(cls, value, info: ValidationInfo):
-        """The sbatch settings as a recipe's resources (launch/recipe.py)."""
-        return Resources().merged(value, f"{info.context['where']}.{info.field_name}")
 
     @model_validator(mode="after")
     def _between_keys(self, info: ValidationInfo) -> EvalSpec:

@@ -10,15 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from fgrpo_verl.evaluation.checkpoint_eval import pass_label
+from fgrpo_verl.evaluation.eval_job import SELECTED
 from fgrpo_verl.evaluation.plan import Plan
+from fgrpo_verl.job import checkpoints as ck
 
 
 def pass_complete(plan: Plan, phase: str) -> bool:
     """Whether ``phase`` has nothing left to do for this run (a finished run, every candidate evaluated)."""
-    from fgrpo_verl.evaluation.checkpoint_eval import pass_label
-    from fgrpo_verl.evaluation.eval_job import SELECTED
-    from fgrpo_verl.job import checkpoints as ck
-
     run_dir = Path(plan.run_dir)
     if not ck.training_done(run_dir, plan.steps.total):
         return False
@@ -33,10 +32,6 @@ def pass_complete(plan: Plan, phase: str) -> bool:
 
 def progress_line(plan: Plan) -> str:
     """``eval: selection 4/10 checkpoints; final: step 459 evaluated`` for ``--status``."""
-    from fgrpo_verl.evaluation.checkpoint_eval import pass_label
-    from fgrpo_verl.evaluation.eval_job import SELECTED
-    from fgrpo_verl.job import checkpoints as ck
-
     run_dir = Path(plan.run_dir)
     save_freq, total = ck.step_plan(run_dir, plan.steps.save_freq, plan.steps.total)
     expected = ck.epoch_steps(save_freq, total)
@@ -53,12 +48,6 @@ def progress_line(plan: Plan) -> str:
     return "eval: " + "; ".join(parts)
 
 
-def split_queue(entries: list[tuple[str, str]], record: dict | None) -> tuple[list, list]:
-    """(training, evaluation) entries of a run's queue entries: evaluation job ids are in its record."""
-    evals = {str(e["id"]) for e in (record or {}).get("eval_jobs", [])}
-    return [e for e in entries if e[0] not in evals], [e for e in entries if e[0] in evals]
-
-
 @dataclass(frozen=True)
 class SelectionOf:
     """A dependency on the selection job this launch submits for run ``job_name`` (its id is not known yet)."""
@@ -71,7 +60,6 @@ class EvalDecision:
     job_name: str
     phase: str
     depends_on: tuple[str | SelectionOf, ...]   # job ids, or selection jobs of this launch
-    why: str
 
 
 def decide(jobs: list, evaluations: list, train_ids: dict[str, str | None], active_evals: dict[str, list],
@@ -93,7 +81,7 @@ def decide(jobs: list, evaluations: list, train_ids: dict[str, str | None], acti
         if pass_complete(plan, "selection"):
             continue
         deps = (train_ids[name],) if train_ids.get(name) else ()
-        decisions.append(EvalDecision(name, "selection", deps, "checkpoints to evaluate"))
+        decisions.append(EvalDecision(name, "selection", deps))
         selection_jobs.add(name)
     for job, ev in zip(jobs, evaluations):
         name = job.job_name
@@ -107,7 +95,7 @@ def decide(jobs: list, evaluations: list, train_ids: dict[str, str | None], acti
             deps += [i for i, _ in active_evals[base]]
         elif base is not None and train_ids.get(base):
             deps.append(train_ids[base])
-        decisions.append(EvalDecision(name, "final", tuple(deps), "selected checkpoint to evaluate"))
+        decisions.append(EvalDecision(name, "final", tuple(deps)))
     return decisions, notes
 
 
@@ -116,8 +104,8 @@ def submit_eval_jobs(jobs: list, train_ids: dict[str, str | None], script_dir: P
     """Submit the evaluation jobs a launch still needs (:func:`decide`), each with the script planned for it and
     its dependencies on sbatch's command line; returns (run, pass, job id) of each, also appended to
     ``submitted`` as each one goes (what a failing sbatch leaves queued)."""
-    from fgrpo_verl.job.run_record import read_record, write_record
-    from fgrpo_verl.launch.queue import active_jobs
+    from fgrpo_verl.job.run_record import write_record
+    from fgrpo_verl.launch.queue import queued
     from fgrpo_verl.launch.render import sbatch, script_name
 
     jobs = [job for job in jobs if job.evaluation is not None]
@@ -125,13 +113,10 @@ def submit_eval_jobs(jobs: list, train_ids: dict[str, str | None], script_dir: P
         return []
     by_name = {job.job_name: job for job in jobs}
     baselines = {job.job_name: job.baseline_job for job in jobs}
-    names = sorted(set(by_name) | {b.job_name for b in baselines.values() if b is not None})
-    queue = active_jobs(names)
-    dirs = {**{b.job_name: b.checkpoint_dir for b in baselines.values() if b is not None},
-            **{name: job.checkpoint_dir for name, job in by_name.items()}}
+    queue = queued({**{b.job_name: b.checkpoint_dir for b in baselines.values() if b is not None},
+                    **{name: job.checkpoint_dir for name, job in by_name.items()}})
     active, train_ids = {}, dict(train_ids)
-    for name in names:
-        training, evals = split_queue(queue.get(name, []), read_record(dirs[name]))
+    for name, (training, evals, _) in queue.items():
         active[name] = evals
         if training and not train_ids.get(name):
             train_ids[name] = training[0][0]

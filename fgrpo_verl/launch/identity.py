@@ -68,32 +68,25 @@ def is_secret_key(key: str) -> bool:
     return bool(_SECRET_KEY.search(key.rsplit(".", 1)[-1]))
 
 
-def secret_in_override(override: str) -> str | None:
-    """``key=...`` or ``key={NAME: ...}`` when ``override`` sets a secret-looking key (itself or a key of its dict
-    value), without the value; None otherwise."""
-    key = override_key(override)
-    if is_secret_key(key):
-        return f"{key}=..."
-    value = override.split("=", 1)[1] if "=" in override else ""
-    inner = [name for name in _DICT_KEY.findall(value) if is_secret_key(name)]
-    return f"{key}={{{inner[0]}: ...}}" if inner else None
-
-
-def check_user_overrides(overrides) -> None:
-    """Refuse launcher-owned and secret-looking overrides, naming the key and why."""
+def check_user_overrides(overrides, owned: bool = True) -> None:
+    """Refuse launcher-owned (``owned``) and secret-looking overrides (the key itself or a key of its dict value:
+    ``key={NAME: ...}``), naming the key and why, never the value."""
     for override in overrides:
         key = override_key(override)
-        if key in OWNED:
+        if owned and key in OWNED:
             raise ValueError(f"override {override!r}: {key} is set by the launcher ({OWNED[key]}); remove it")
-        where = secret_in_override(override)
-        if where is not None:
+        value = override.split("=", 1)[1] if "=" in override else ""
+        inner = [name for name in _DICT_KEY.findall(value) if is_secret_key(name)]
+        if is_secret_key(key) or inner:
+            where = f"{key}=..." if is_secret_key(key) else f"{key}={{{inner[0]}: ...}}"
             raise ValueError(
                 f"override {where}: looks like a secret; verl prints and logs its config and the job script is "
                 "a file: export it in your shell (or use ~/.netrc for W&B) instead"
             )
 
 
-def _drop(tree: dict, dotted: str) -> None:
+def drop_key(tree: dict, dotted: str) -> None:
+    """``tree`` (plain data) without the key ``a.b.c``, where it has it."""
     *parents, last = dotted.split(".")
     for part in parents:
         tree = tree.get(part)
@@ -133,7 +126,7 @@ def fingerprint(tree: dict, fresh: str | None = None, workdir: Path | None = Non
     they name there."""
     tree = copy.deepcopy(tree)
     for key in UNHASHED:
-        _drop(tree, key)
+        drop_key(tree, key)
     if workdir is not None:
         _absolute_data_paths(tree, Path(workdir))
     text = json.dumps(tree, sort_keys=True, default=str, separators=(",", ":"))
@@ -166,6 +159,20 @@ def named_config(tree: dict, experiment: str):
 
 def experiment_name(readable: str, digest: str) -> str:
     return f"{readable}-{digest[:SHORT]}"
+
+
+def name_run(config, workdir: Path, readable: str, fresh: str | None = None, experiment: str | None = None):
+    """The run of ``config`` launched from ``workdir``: (its resolved config, named; its fingerprint; its experiment
+    name; its unsalted run dir). ``fresh`` salts the fingerprint; without it the salt of a submitted ``--fresh``
+    rerun of the config does (:func:`read_fresh`). The name is ``<readable>-<fingerprint[:8]>`` unless
+    ``experiment`` gives one (a plain job's own ``trainer.experiment_name``, which no rerun's salt changes)."""
+    tree = unnamed_tree(config)
+    base = fingerprint(tree, workdir=workdir)
+    unsalted = Path(workdir) / checkpoint_dir(tree, experiment_name(readable, base))
+    salt = fresh if fresh is not None or experiment else read_fresh(unsalted)
+    digest = base if salt is None else fingerprint(tree, salt, workdir)
+    experiment = experiment or experiment_name(readable, digest)
+    return named_config(tree, experiment), digest, experiment, unsalted
 
 
 def read_fresh(base_dir: Path) -> str | None:

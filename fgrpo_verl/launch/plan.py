@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 from fgrpo_verl.environment import environment_with
@@ -42,17 +41,10 @@ def plan_jobs(
     from fgrpo_verl.config.compose import SharedComposer
     from fgrpo_verl.job.run_record import check_record, recorded_run_id
     from fgrpo_verl.job.tracking import check_run_id, config_run_name, config_run_tags
-    from fgrpo_verl.launch.identity import (
-        check_user_overrides,
-        checkpoint_dir,
-        experiment_name,
-        fingerprint,
-        named_config,
-        read_fresh,
-        unnamed_tree,
-    )
+    from fgrpo_verl.launch.identity import check_user_overrides, name_run
     from fgrpo_verl.launch.render import job_environment
-    from fgrpo_verl.launch.steps import step_plan, train_rows
+    from fgrpo_verl.preflight import check_run
+    from fgrpo_verl.launch.steps import missing_data, step_plan, train_rows
 
     check_user_overrides(overrides)
     if wandb_run_id is not None:
@@ -66,16 +58,6 @@ def plan_jobs(
         )
     jobs, names = [], {}
     composer = SharedComposer()  # the runs share their config groups: composed once per distinct selection
-    # verl checks each config (validate_config, then the preflight, fgrpo_verl/preflight/), in a second process
-    # while this one composes the next (importing verl costs as much as composing them all) unless verl is
-    # imported here already; a composition error is reported at once. Unchecked (--status): no validator at all
-    validator = None
-    if check:
-        from fgrpo_verl.preflight import check_run
-        from fgrpo_verl.launch.validator import Validator
-
-        validator = Validator(check_run, len(runs))
-    wheres = []
     for run in runs:
         run_overrides = recipe.run_overrides(run, overrides)
         where = f"recipe {recipe.name}, run {run.name}"
@@ -88,21 +70,12 @@ def plan_jobs(
                 if rows is not None:
                     plan = step_plan(config, rows)
                 elif require_data:
-                    raise ValueError(
-                        f"training data {config.data.train_files} not found under {workdir}: prepare it first "
-                        "(docs/recipes.md), or launch from the directory that holds it"
-                    )
-                readable = config_run_name(config, run.variant)
+                    raise ValueError(missing_data(config, workdir))
                 # `${oc.env:...}` (data and model dirs) frozen as the job sees them, with the recipe's `env:`;
-                # resolved once: the hash, the validation, the preflight and the evaluation's baseline search
-                tree = unnamed_tree(config)
-                base = fingerprint(tree, workdir=workdir)
-                base_dir = Path(workdir) / checkpoint_dir(tree, experiment_name(readable, base))
-                # a plain launch after a submitted --fresh means that fresh run (identity.read_fresh)
-                salt = fresh if fresh is not None else read_fresh(base_dir)
-                digest = base if salt is None else fingerprint(tree, salt, workdir)
-                experiment = experiment_name(readable, digest)
-                config = named_config(tree, experiment)
+                # resolved once: the hash, the validation, the preflight and the evaluation's baseline search; a
+                # plain launch after a submitted --fresh means that fresh run
+                config, digest, experiment, base_dir = name_run(config, workdir, config_run_name(config, run.variant),
+                                                                fresh)
                 # after the hash: save_freq follows from the data (hashed by its path), and a launch that cannot
                 # see the data here (--status on a login node) must name the same run
                 if plan is not None and recipe.save_per_epoch:
@@ -118,25 +91,20 @@ def plan_jobs(
                 run_overrides.append(f"trainer.experiment_name={experiment}")
                 run_dir = Path(workdir) / str(config.trainer.default_local_dir)
                 record = check_record(run_dir, digest)
-                # verl's validate_config, then what verl's worker start-up would refuse and whether it fits
-                # (the recipe's env travels with the config: the check may run in a process without it)
-                verdict = None if validator is None else validator.submit(config, str(workdir), require_data,
-                                                                           dict(recipe.env))
-                wheres.append(where)
+            # verl's validate_config, then what verl's worker start-up would refuse and whether it fits; skipped
+            # by --status, which so never imports verl (the recipe's env travels with the config)
+            kind, verdict = check_run(config, str(workdir), require_data, dict(recipe.env)) if check else ("ok", "")
         except (ValueError, OmegaConfBaseException) as exc:
             # what the user's config can cause: a ValueError (fgrpo's checks; composition's ConfigError, which
             # explains Hydra's errors) or OmegaConf's (an interpolation that does not resolve); each gets the run's
             # name. Anything else is a bug here and surfaces as one, not as a config to fix
-            _close(validator)
             raise ValueError(f"{where}: invalid config: {exc}") from exc
-        except BaseException:  # a bug, Ctrl-C: unchanged, but the validating process ends with it
-            _close(validator)
-            raise
-        if verdict is not None:  # checked here already (not in the pool): stop at the first bad run
-            _raise_refused(where, verdict, validator)
+        if kind == "refused":  # one line per preflight refusal
+            raise ValueError("\n".join(f"{where}: {line}" for line in verdict.splitlines()))
+        if kind != "ok":
+            raise ValueError(f"{where}: invalid config: {verdict}")
         if digest in names:
             # same config = same experiment, whatever the labels: one of them would only repeat the other
-            _close(validator)
             raise ValueError(
                 f"recipe {recipe.name}: runs {names[digest]!r} and {run.name!r} have the same config (run "
                 f"{experiment!r}); remove one, or make a setting differ (a `variant:` label alone does not)"
@@ -147,21 +115,10 @@ def plan_jobs(
         pinned = recorded_run_id(record, run_dir)
         if wandb_run_id is not None or pinned is not None:
             env["WANDB_RUN_ID"] = wandb_run_id if wandb_run_id is not None else pinned
-        job = render_job(recipe, run, run_overrides, config, env, log_dir, workdir, experiment, digest)
-        jobs.append(
-            dataclasses.replace(
-                job,
-                total_steps=None if plan is None else plan.total_steps,
-                fresh=None if fresh is None else (base_dir, fresh),
-                wandb_run_id=env["WANDB_RUN_ID"],
-                label=recipe.label(run, overrides),
-                command_line=tuple(overrides),
-            )
-        )
-    verdicts = [("ok", "")] * len(jobs) if validator is None else validator.results()
-    for where, verdict in zip(wheres, verdicts):
-        _raise_refused(where, verdict, validator)
-    jobs = [dataclasses.replace(job, preflight=summary) for job, (_, summary) in zip(jobs, verdicts)]
+        jobs.append(render_job(recipe, run, run_overrides, config, env, log_dir, workdir, experiment, digest,
+                               total_steps=None if plan is None else plan.total_steps,
+                               fresh=None if fresh is None else (base_dir, fresh), preflight=verdict,
+                               run_label=recipe.label(run, overrides), command_line=tuple(overrides)))
     if evaluation and recipe.evaluation is not None:
         from fgrpo_verl.launch.eval_jobs import attach_evaluation
 
@@ -173,20 +130,3 @@ def plan_jobs(
 
         jobs = attach_evaluation(recipe, jobs, plan_more, log_dir, workdir)
     return recipe, jobs
-
-
-def _close(validator) -> None:
-    if validator is not None:
-        validator.close()
-
-
-def _raise_refused(where: str, verdict: tuple[str, str], validator) -> None:
-    """A run's verdict from fgrpo_verl.preflight.check_run: nothing for ``ok``, else a ``ValueError`` naming
-    the run (one line per preflight refusal)."""
-    kind, text = verdict
-    if kind == "ok":
-        return
-    _close(validator)
-    if kind == "refused":
-        raise ValueError("\n".join(f"{where}: {line}" for line in text.splitlines()))
-    raise ValueError(f"{where}: invalid config: {text}")

@@ -20,7 +20,6 @@ from pathlib import Path
 
 from fgrpo_verl.job.checkpoints import checkpointed_step
 
-QUEUED = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SPECIAL_EXIT"}
 RUNNING = {"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "RESIZING", "SIGNALING", "STAGE_OUT"}
 
 
@@ -46,19 +45,10 @@ def _run(cmd: list[str]) -> subprocess.CompletedProcess | None:
         return None
 
 
-def _squeue_failed(done: subprocess.CompletedProcess | None) -> RuntimeError:
-    lines = [] if done is None else [line.strip() for line in done.stderr.splitlines() if line.strip()]
-    # squeue's last line is its verdict ("squeue: fatal: Could not establish a configuration source")
-    why = "squeue not found" if done is None else (lines[-1] if lines else f"exit {done.returncode}")
-    return RuntimeError(f"cannot ask Slurm which runs are queued ({why}); is this a Slurm login node?")
-
-
 def require_slurm() -> None:
     """Slurm answers here (``squeue`` reaches the controller). ``launch --status`` asks this before it plans a
     recipe (composing and validating dozens of configs), so a laptop or a node without Slurm hears it at once."""
-    done = _run(["squeue", "-h", "-o", "%i", "--name=fgrpo-verl-probe"])
-    if done is None or done.returncode != 0:
-        raise _squeue_failed(done)
+    active_jobs(["fgrpo-verl-probe"])
 
 
 def active_jobs(names: list[str]) -> dict[str, list[tuple[str, str]]]:
@@ -67,13 +57,31 @@ def active_jobs(names: list[str]) -> dict[str, list[tuple[str, str]]]:
         return {}
     done = _run(["squeue", "-h", "-o", "%i|%j|%T", f"--name={','.join(names)}"])
     if done is None or done.returncode != 0:
-        raise _squeue_failed(done)
+        lines = [] if done is None else [line.strip() for line in done.stderr.splitlines() if line.strip()]
+        # squeue's last line is its verdict ("squeue: fatal: Could not establish a configuration source")
+        why = "squeue not found" if done is None else (lines[-1] if lines else f"exit {done.returncode}")
+        raise RuntimeError(f"cannot ask Slurm which runs are queued ({why}); is this a Slurm login node?")
     found: dict[str, list[tuple[str, str]]] = {}
     wanted = set(names)
     for line in done.stdout.splitlines():
         parts = line.strip().split("|")
         if len(parts) == 3 and parts[1] in wanted:
             found.setdefault(parts[1], []).append((parts[0], parts[2]))
+    return found
+
+
+def queued(dirs: dict[str, Path]) -> dict[str, tuple[list, list, dict | None]]:
+    """``{job name: (its training jobs, its evaluation jobs, its run record)}`` for the runs whose checkpoint dirs
+    are ``dirs`` (by job name), from the queue (:func:`active_jobs`): evaluation jobs share the run's name
+    (singleton) and are told apart by the ids in its record (fgrpo_verl/job/run_record.py)."""
+    from fgrpo_verl.job.run_record import read_record
+
+    queue, found = active_jobs(list(dirs)), {}
+    for name, run_dir in dirs.items():
+        record = read_record(run_dir)
+        evals = {str(e["id"]) for e in (record or {}).get("eval_jobs", [])}
+        entries = queue.get(name, [])
+        found[name] = ([e for e in entries if e[0] not in evals], [e for e in entries if e[0] in evals], record)
     return found
 
 

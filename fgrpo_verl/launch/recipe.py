@@ -23,28 +23,33 @@ composed config plus ``-<config hash>`` (launch/identity.py), which is also the 
 ``name`` selects it (``--only``). Nodes and GPUs per node are
 not resources: they are read from the composed ``trainer.nnodes`` / ``trainer.n_gpus_per_node`` (config group
 ``cluster``), so ``trainer.nnodes=4`` on the command line resizes both the Slurm allocation and verl.
+
+Each part of the format is declared once below (:class:`Resources`, :class:`Run`, :class:`Recipe`: the strict shapes
+of evaluation/shapes.py), so a mistake is one line naming its key path and what is valid there.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
 from fgrpo_verl.config.paths import recipes_dir
 from fgrpo_verl.config.suggest import did_you_mean
-from fgrpo_verl.launch.steps import positive_int
+from fgrpo_verl.evaluation.shapes import Shape
+from fgrpo_verl.launch.identity import is_secret_key
 
 # Slurm job names and experiment names end up in paths, W&B and shell scripts: keep them plain.
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-
-
+Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="letters, digits, '_', '.', '-'")]
+# an entry of `common:` or a run's `overrides:` (Hydra says what is wrong with one that is not blank)
+Override = Annotated[str, Field(pattern=r"\S", description="a Hydra override such as key=value")]
 # sbatch's memory amounts, of which a job takes one (not --mem-bind, a placement)
 MEMORY_OPTIONS = ("--mem", "--mem-per-cpu", "--mem-per-gpu")
 
 
-@dataclass(frozen=True)
-class Resources:
+class Resources(Shape):
     """sbatch settings of one job. Every field is optional except what Slurm itself requires."""
 
     # wall-clock limit, Slurm syntax ("7-00:00:00", "30:00")
@@ -53,63 +58,40 @@ class Resources:
     account: str | None = None
     qos: str | None = None
     # CPUs per node for Ray and the trainer (one task per node)
-    cpus_per_task: int | None = None
+    cpus_per_task: int | None = Field(None, ge=1)
     # memory per node, Slurm syntax ("0" = all of it, "200G")
     mem: str | None = None
     exclusive: bool = False
     # False: ask Slurm for no GPUs and give Ray trainer.n_gpus_per_node logical ones (backend=cpu)
     request_gpus: bool = True
     # logical CPUs each node offers Ray (default: the CPUs Slurm allocated); backend=cpu needs more than cores
-    ray_num_cpus: int | None = None
+    ray_num_cpus: int | None = Field(None, ge=1)
     # seconds the job waits for every node to join the Ray cluster
-    ray_join_timeout: int | None = None
+    ray_join_timeout: int | None = Field(None, ge=1)
     # further sbatch options, verbatim ("--constraint=h100", "--reservation=x")
-    extra: tuple[str, ...] = ()
+    extra: list[str] = []
 
-    @classmethod
-    def from_dict(cls, data: dict | None, where: str) -> Resources:
-        data = dict(data or {})
-        known = set(cls.__dataclass_fields__)
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"{where}: unknown resources key(s) {unknown}; valid keys: {sorted(known)}")
-        if "extra" in data:
-            extra = data["extra"]
-            if not isinstance(extra, list) or not all(isinstance(x, str) and x.startswith("--") for x in extra):
-                raise ValueError(f"{where}: resources.extra must be a list of '--option[=value]' strings, got {extra!r}")
-            data["extra"] = tuple(extra)
-        for key in ("cpus_per_task", "ray_num_cpus", "ray_join_timeout"):
-            if data.get(key) is not None:
-                positive_int(data[key], f"{where}: resources.{key}")
-        for key in ("exclusive", "request_gpus"):
-            if key in data and not isinstance(data[key], bool):
-                raise ValueError(f"{where}: resources.{key} must be true or false, got {data[key]!r}")
-        for key in ("time", "partition", "account", "qos", "mem"):
-            value = data.get(key)
-            if value is not None and not isinstance(value, str):
-                raise ValueError(f"{where}: resources.{key} must be a string, got {value!r}")
-        amounts = [o for o in data.get("extra", ()) if o.partition("=")[0] in MEMORY_OPTIONS]
-        if data.get("mem") is not None:
-            amounts.insert(0, f"mem={data['mem']}")
+    @model_validator(mode="after")
+    def _sbatch_takes_them(self, info: ValidationInfo) -> Resources:
+        bad = [o for o in self.extra if not re.fullmatch(r"--[a-z][a-z0-9-]*(=.*)?", o, re.DOTALL)]
+        if bad:
+            raise ValueError(f"{info.context['where']}: resources.extra {bad}: expected '--option' or '--option=value'")
+        amounts = [o for o in self.extra if o.partition("=")[0] in MEMORY_OPTIONS]
+        if self.mem is not None:
+            amounts.insert(0, f"mem={self.mem}")
         if len(amounts) > 1:
-            raise ValueError(f"{where}: resources {' and '.join(amounts)}: sbatch takes one memory option; keep one")
-        return cls(**data)
-
-    def merged(self, data: dict | None, where: str) -> Resources:
-        """These resources with the keys of ``data`` replaced."""
-        base = {k: getattr(self, k) for k in self.__dataclass_fields__}
-        base["extra"] = list(base["extra"])
-        base.update(data or {})
-        return Resources.from_dict(base, where)
+            raise ValueError(f"{info.context['where']}: resources {' and '.join(amounts)}: sbatch takes one memory "
+                             "option; keep one")
+        return self
 
 
-@dataclass(frozen=True)
-class Run:
-    name: str
-    group: str
-    overrides: tuple[str, ...]
-    resources: Resources
-    variant: str | None = None
+class Run(Shape):
+    name: Name
+    group: Name = None   # default: the recipe's name
+    overrides: list[Override] = []
+    # its own keys, merged over the recipe's by Recipe's validator
+    resources: Resources = Field(default_factory=Resources)
+    variant: Name = None
 
 
 def _plain_key(override: str) -> str | None:
@@ -124,26 +106,57 @@ def _plain_key(override: str) -> str | None:
 LISTED_RUNS = 8
 
 
-@dataclass(frozen=True)
-class Recipe:
-    name: str
-    project: str
-    path: Path
-    reproduces: str
-    common: tuple[str, ...]
-    env: dict[str, str]
-    runs: tuple[Run, ...] = field(default=())
+class Recipe(Shape):
+    name: Name
+    project: Name
+    reproduces: str = ""
+    resources: Resources = Field(default_factory=Resources)
+    env: dict[str, str | int | float | bool] = {}
     save_per_epoch: bool = False
-    # the raw `evaluation:` block (parsed and checked by fgrpo_verl.launch.eval_jobs.load_eval_spec); None: none
-    evaluation: dict | None = None
+    # the raw `evaluation:` block (parsed and checked by fgrpo_verl.launch.eval_spec.load_eval_spec); None: none
+    evaluation: object = None
+    common: list[Override] = []
+    runs: list[Run] = Field(min_length=1)
+    _path: Path = PrivateAttr(None)
 
-    def job_name(self, run: Run) -> str:
-        """``<recipe>-<run name>``: the job name of a script rendered without a run identity (render_job's default)."""
-        return f"{self.name}-{run.name}"
+    @classmethod
+    def key(cls, where: str, loc: list) -> str:
+        """``recipe.yaml: runs[0].name``."""
+        path = super().key("", loc).lstrip(".")
+        return f"{where}: {path}" if path else where
+
+    @field_validator("env")
+    @classmethod
+    def _no_secret(cls, env: dict, info: ValidationInfo) -> dict[str, str]:
+        for key in env:
+            # secrets belong in the user's environment or ~/.netrc, never in a recipe or a rendered job script
+            if is_secret_key(key):
+                raise ValueError(
+                    f"{info.context['where']}: env.{key} looks like a secret; export it in your shell (or use "
+                    "~/.netrc for W&B) instead of writing it into a recipe and its job scripts"
+                )
+        return {key: str(value) for key, value in env.items()}
+
+    @model_validator(mode="after")
+    def _runs(self, info: ValidationInfo) -> Recipe:
+        seen = set()
+        for i, run in enumerate(self.runs):
+            where = f"{info.context['where']}: runs[{i}]"
+            if run.name in seen:
+                raise ValueError(f"{where}: duplicate run name {run.name!r}")
+            seen.add(run.name)
+            run.group = run.group or self.name
+            run.resources = Resources.parse({**self.resources.model_dump(exclude_unset=True),
+                                             **run.resources.model_dump(exclude_unset=True)}, where)
+        return self
+
+    @property
+    def path(self) -> Path:
+        return self._path
 
     def run_overrides(self, run: Run, extra: tuple[str, ...] | list[str] = ()) -> list[str]:
         """The run's Hydra overrides: common, run, command line, then its project (the experiment name is derived
-        from the composed config, see launch/__init__.py). A plain ``key=value`` appears once, at its last place:
+        from the composed config, see launch/plan.py). A plain ``key=value`` appears once, at its last place:
         Hydra applies the later one anyway, and the job script then holds only the value that runs
         (``--only R algorithm.fgrpo.gamma=0.7`` drops R's own ``gamma=0.5`` line)."""
         listed = [*self.common, *run.overrides, *extra, f"trainer.project_name={self.project}"]
@@ -185,99 +198,18 @@ class Recipe:
         return [r for r in self.runs if r.name in names]
 
 
-def resolve_recipe_path(recipe: str) -> Path:
-    """A recipe file path, or the name of a shipped recipe (``paper_main`` = recipes/paper_main.yaml)."""
-    path = Path(recipe)
-    if path.is_file():
-        return path.resolve()
-    shipped = recipes_dir() / f"{recipe}.yaml"
-    if path.suffix == "" and shipped.is_file():
-        return shipped
-    names = sorted(p.stem for p in recipes_dir().glob("*.yaml"))
-    raise ValueError(
-        f"recipe {recipe!r} is neither a file nor a shipped recipe{did_you_mean(recipe, names)} (shipped recipes: "
-        f"{names}; `fgrpo-verl recipes` lists them)"
-    )
-
-
-def _string_list(value, where: str) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
-        raise ValueError(f"{where} must be a list of Hydra override strings, got {value!r}")
-    return tuple(value)
-
-
-def _checked_name(value, where: str) -> str:
-    if not isinstance(value, str) or not _NAME.match(value):
-        raise ValueError(f"{where} must match {_NAME.pattern} (letters, digits, '_', '.', '-'), got {value!r}")
-    return value
-
-
 def load_recipe(recipe: str) -> Recipe:
-    """Parse and check a recipe file (see the module docstring for the format)."""
+    """Parse and check a recipe (see the module docstring for the format): a file path, or the name of a shipped
+    recipe (``paper_main`` = recipes/paper_main.yaml)."""
     import yaml
 
-    from fgrpo_verl.launch.identity import is_secret_key
-
-    path = resolve_recipe_path(recipe)
-    data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: a recipe is a mapping with keys name, project, runs, ...; got {type(data).__name__}")
-    allowed = {"name", "project", "reproduces", "resources", "env", "common", "runs", "save_per_epoch", "evaluation"}
-    unknown = sorted(set(data) - allowed)
-    if unknown:
-        raise ValueError(f"{path}: unknown recipe key(s) {unknown}; valid keys: {sorted(allowed)}")
-    name = _checked_name(data.get("name"), f"{path}: name")
-    project = _checked_name(data.get("project"), f"{path}: project")
-    env = data.get("env") or {}
-    if not isinstance(env, dict):
-        raise ValueError(f"{path}: env must be a mapping NAME: value, got {env!r}")
-    for key in env:
-        # secrets belong in the user's environment or ~/.netrc, never in a recipe or a rendered job script
-        if is_secret_key(str(key)):
-            raise ValueError(
-                f"{path}: env.{key} looks like a secret; export it in your shell (or use ~/.netrc for W&B) "
-                "instead of writing it into a recipe and its job scripts"
-            )
-    resources = Resources.from_dict(data.get("resources"), f"{path}: resources")
-    save_per_epoch = data.get("save_per_epoch", False)
-    if not isinstance(save_per_epoch, bool):
-        raise ValueError(f"{path}: save_per_epoch must be true or false, got {save_per_epoch!r}")
-    raw_runs = data.get("runs")
-    if not isinstance(raw_runs, list) or not raw_runs:
-        raise ValueError(f"{path}: runs must be a non-empty list of {{name, group, overrides}} entries")
-    runs, seen = [], set()
-    for i, raw in enumerate(raw_runs):
-        where = f"{path}: runs[{i}]"
-        if not isinstance(raw, dict):
-            raise ValueError(f"{where} must be a mapping with name, group, overrides; got {raw!r}")
-        extra_keys = sorted(set(raw) - {"name", "group", "overrides", "resources", "variant"})
-        if extra_keys:
-            raise ValueError(
-                f"{where}: unknown key(s) {extra_keys}; valid keys: group, name, overrides, resources, variant"
-            )
-        run_name = _checked_name(raw.get("name"), f"{where}.name")
-        if run_name in seen:
-            raise ValueError(f"{where}: duplicate run name {run_name!r}")
-        seen.add(run_name)
-        runs.append(
-            Run(
-                name=run_name,
-                group=_checked_name(raw.get("group", name), f"{where}.group"),
-                overrides=_string_list(raw.get("overrides"), f"{where}.overrides"),
-                resources=resources.merged(raw.get("resources"), f"{where}.resources"),
-                variant=None if raw.get("variant") is None else _checked_name(raw["variant"], f"{where}.variant"),
-            )
-        )
-    return Recipe(
-        name=name,
-        project=project,
-        path=path,
-        reproduces=str(data.get("reproduces", "")),
-        common=_string_list(data.get("common"), f"{path}: common"),
-        env={str(k): str(v) for k, v in env.items()},
-        runs=tuple(runs),
-        save_per_epoch=save_per_epoch,
-        evaluation=data.get("evaluation"),
-    )
+    path, shipped = Path(recipe), recipes_dir() / f"{recipe}.yaml"
+    if path.is_file() or (path.suffix == "" and shipped.is_file()):
+        path = path.resolve() if path.is_file() else shipped
+    else:
+        names = sorted(p.stem for p in recipes_dir().glob("*.yaml"))
+        raise ValueError(f"recipe {recipe!r} is neither a file nor a shipped recipe{did_you_mean(recipe, names)} "
+                         f"(shipped recipes: {names}; `fgrpo-verl recipes` lists them)")
+    loaded = Recipe.parse(yaml.safe_load(path.read_text(encoding="utf-8")), str(path))
+    loaded._path = path
+    return loaded

@@ -17,7 +17,6 @@ Rendering is hardened against values that would otherwise become code or silentl
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import shlex
 import subprocess
@@ -67,6 +66,8 @@ class JobScript:
     text: str
     # the composed config the job was validated with (what `fgrpo-verl train` will compose from the same overrides)
     config: object
+    # what every job of the run exports (its evaluation jobs' scripts too): the recipe's env, run identity, W&B
+    exports: dict
     # absolute checkpoint directory and config fingerprint (fgrpo_verl/launch/identity.py)
     checkpoint_dir: Path | None = None
     fingerprint: str = ""
@@ -83,17 +84,13 @@ class JobScript:
     # the JobScript of its γ = 0 twin, the baseline its checkpoint is selected against (None: γ = 0, or none)
     baseline_job: object = None
     # what the dry run, --status and a submit call the run (Recipe.label: its name and what the command line
-    # changed in it); "": the run's name
-    label: str = ""
+    # changed in it)
+    run_label: str = ""
     # the overrides given on the command line (every run of the plan got them)
     command_line: tuple[str, ...] = ()
 
-    @property
-    def run_label(self) -> str:
-        return self.label or self.run.name
 
-
-_SLURM_TIME = re.compile(r"^(?:(\d+)-(\d+)(?::(\d+)(?::(\d+))?)?|(\d+)(?::(\d+)(?::(\d+))?)?)$")
+_SLURM_TIME = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
 
 
 def slurm_seconds(text) -> int | None:
@@ -107,12 +104,11 @@ def slurm_seconds(text) -> int | None:
         raise ValueError(
             f"slurm time limit {text!r}: expected minutes, M:S, H:M:S, D-H, D-H:M or D-H:M:S (as sbatch --time)"
         )
-    days, hours, minutes, seconds, m_only, m_s, h_m_s = (int(g) if g else 0 for g in match.groups())
-    if match.group(1) is not None:
-        return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
-    if match.group(7) is not None:  # H:M:S
-        return (m_only * 60 + m_s) * 60 + h_m_s
-    return m_only * 60 + m_s
+    days, *parts = match.groups()
+    parts = [int(p) for p in parts if p is not None]
+    # with days the first number is hours (D-H[:M[:S]]); without, minutes unless there are three (M, M:S, H:M:S)
+    hours, minutes, seconds = (parts + [0, 0])[:3] if days else parts if len(parts) == 3 else [0, *parts, 0][:3]
+    return ((int(days or 0) * 24 + hours) * 60 + minutes) * 60 + seconds
 
 
 def check_value(what: str, value) -> str:
@@ -155,46 +151,32 @@ def sbatch_directives(
     log_dir_text = check_value("log dir", log_dir)
     if "%" in log_dir_text:
         raise ValueError(f"log dir {log_dir_text!r} contains '%', which sbatch expands in --output; pick another")
-    options: list[tuple[str, object | None]] = [
-        ("job-name", job_name),
+    options = {
+        "job-name": job_name,
         # relative paths (checkpoints/<project>/<experiment>, data/...) resolve here, on every (re)start
-        ("chdir", workdir),
-        ("nodes", nodes),
+        "chdir": workdir,
+        "nodes": nodes,
         # one task per node: the Ray head or worker; Ray schedules the GPUs itself
-        ("ntasks-per-node", 1),
-    ]
-    if resources.request_gpus:
-        options.append(("gpus-per-node", gpus_per_node))
-    if resources.cpus_per_task:
-        options.append(("cpus-per-task", resources.cpus_per_task))
-    time = resources.time or time_limit
-    if time is not None:
-        options.append(("time", time))
-    for key in ("partition", "account", "qos", "mem"):
-        value = getattr(resources, key)
-        if value is not None:
-            options.append((key, value))
-    if signal_lead_s is not None:
+        "ntasks-per-node": 1,
+        "gpus-per-node": gpus_per_node if resources.request_gpus else None,
+        "cpus-per-task": resources.cpus_per_task,
+        "time": resources.time or time_limit,
+        **{key: getattr(resources, key) for key in ("partition", "account", "qos", "mem")},
         # USR1 to the batch shell ahead of the limit: checkpoint at the step boundary, then requeue (lifecycle.sh)
-        options.append(("signal", f"B:USR1@{int(signal_lead_s)}"))
-    options += [
+        "signal": None if signal_lead_s is None else f"B:USR1@{int(signal_lead_s)}",
         # never two jobs of one run (same name = same run identity) running at once, whoever submitted them
-        ("dependency", SINGLETON),
+        "dependency": SINGLETON,
         # a preempted or requeued job runs again (and resumes), appending to the same log
-        ("requeue", None),
-        ("open-mode", "append"),
-        ("output", f"{log_dir_text}/%x-%j.out"),
-    ]
-    if resources.exclusive:
-        options.append(("exclusive", None))
-    lines = [
-        f"#SBATCH --{key}" if value is None else f"#SBATCH --{key}={sbatch_quote(f'sbatch --{key}', value)}"
-        for key, value in options
-    ]
-    for extra in resources.extra:
+        "requeue": True,
+        "open-mode": "append",
+        "output": f"{log_dir_text}/%x-%j.out",
+        "exclusive": resources.exclusive or None,
+    }
+    # True: an option without a value; None: left out
+    lines = [f"#SBATCH --{key}" if value is True else f"#SBATCH --{key}={sbatch_quote(f'sbatch --{key}', value)}"
+             for key, value in options.items() if value is not None]
+    for extra in resources.extra:  # each "--option[=value]" (recipe.Resources)
         name, sep, value = check_value("resources.extra", extra).partition("=")
-        if not re.fullmatch(r"--[a-z][a-z0-9-]*", name):
-            raise ValueError(f"resources.extra entry {extra!r}: expected --option or --option=value")
         lines.append(f"#SBATCH {name}" + (f"={sbatch_quote(f'sbatch {name}', value)}" if sep else ""))
     return lines
 
@@ -278,6 +260,16 @@ def render_template(template: str, values: dict[str, str]) -> str:
     return _PLACEHOLDER.sub(sub, template)
 
 
+def render_script(template: str, recipe: Recipe, run: Run, directives: list[str], exports: dict[str, str],
+                  **values: str) -> str:
+    """A job script of ``run`` from ``slurm/<template>``: its ``#SBATCH`` lines, its exports, the template's other
+    placeholders."""
+    text = (slurm_dir() / template).read_text(encoding="utf-8")
+    return render_template(text, {"SBATCH": "\n".join(directives), "EXPORTS": shell_exports(exports),
+                                  "RECIPE": shlex.quote(check_value("recipe path", recipe.path)),
+                                  "RUN": check_value("run name", run.name), **values})
+
+
 def render_job(
     recipe: Recipe,
     run: Run,
@@ -286,46 +278,43 @@ def render_job(
     env: dict[str, str],
     log_dir: Path,
     workdir: Path,
-    job_name: str | None = None,
+    job_name: str,
     fingerprint: str = "",
+    **planned,
 ) -> JobScript:
-    """The job script of ``run``; ``config`` is its composed config (sizes the allocation, gives the time limit
-    and signal lead of its cluster group), ``job_name`` its run identity (default ``<recipe>-<run>``)."""
+    """The job script of ``run`` named ``job_name`` (its run identity); ``config`` is its composed config (sizes
+    the allocation, gives the time limit and signal lead of its cluster group), ``env`` its W&B and identity
+    variables (:func:`job_environment`); ``planned``: the JobScript's other fields."""
     nodes, gpus = int(config.trainer.nnodes), int(config.trainer.n_gpus_per_node)
     for key, value in (("trainer.nnodes", nodes), ("trainer.n_gpus_per_node", gpus)):
         if value < 1:
             raise ValueError(f"run {run.name}: {key} must be >= 1 to size a Slurm job, got {value}")
-    job_name = job_name or recipe.job_name(run)
     slurm_cfg = config.get("slurm") or {}
     lead = slurm_cfg.get("signal_lead_s", DEFAULT_SIGNAL_LEAD_S)
     if isinstance(lead, bool) or not isinstance(lead, int) or not 10 <= lead <= 65535:
         raise ValueError(f"run {run.name}: slurm.signal_lead_s must be an integer number of seconds in 10..65535, got {lead!r}")
     checkpoint_dir = Path(workdir) / str(config.trainer.default_local_dir)
-    exports = dict(recipe.env)
-    exports.update(env)
-    exports.update(
-        FGRPO_RUN=run.name,
-        FGRPO_PYTHON=sys.executable,
+    shared = {**recipe.env, **env, "FGRPO_RUN": run.name, "FGRPO_PYTHON": sys.executable,
+              "FGRPO_CHECKPOINT_DIR": str(checkpoint_dir), "FGRPO_FINGERPRINT": fingerprint}
+    exports = dict(
+        shared,
         FGRPO_SLURM_DIR=str(slurm_dir()),
         FGRPO_LOG_DIR=str(log_dir),
-        FGRPO_CHECKPOINT_DIR=str(checkpoint_dir),
-        FGRPO_FINGERPRINT=fingerprint,
         FGRPO_STOP_FILE=str(checkpoint_dir / ".fgrpo-stop"),
         # the trainer gets most of the lead to finish its step; the rest is for the requeue itself
         FGRPO_STOP_GRACE=str(lead - max(10, min(60, lead // 10))),
     )
-    if not run.resources.request_gpus:
+    resources = run.resources
+    if not resources.request_gpus:
         # no GPUs from Slurm: Ray nodes offer trainer.n_gpus_per_node logical GPUs (backend=cpu)
         exports["FGRPO_GPUS_PER_NODE"] = str(gpus)
-    if run.resources.ray_num_cpus:
-        exports["FGRPO_RAY_NUM_CPUS"] = str(run.resources.ray_num_cpus)
-    if run.resources.ray_join_timeout:
-        exports["FGRPO_RAY_JOIN_TIMEOUT"] = str(run.resources.ray_join_timeout)
-    resources = run.resources
+    if resources.ray_num_cpus:
+        exports["FGRPO_RAY_NUM_CPUS"] = str(resources.ray_num_cpus)
+    if resources.ray_join_timeout:
+        exports["FGRPO_RAY_JOIN_TIMEOUT"] = str(resources.ray_join_timeout)
     if resources.mem is None and not any(o.partition("=")[0] in MEMORY_OPTIONS for o in resources.extra):
-        resources = dataclasses.replace(resources, mem=TRAIN_MEM)
-    directives = sbatch_directives(job_name, nodes, gpus, resources, log_dir, workdir, slurm_cfg.get("time"), lead)
-    time = run.resources.time or slurm_cfg.get("time")
+        resources = resources.model_copy(update={"mem": TRAIN_MEM})
+    time = resources.time or slurm_cfg.get("time")
     limit = None if time is None else slurm_seconds(time)
     if limit is not None and limit <= lead:
         # USR1 would come at once: every start would train one step, checkpoint and requeue itself
@@ -333,26 +322,9 @@ def render_job(
             f"run {run.name}: time limit {time} ({limit} s) is not longer than slurm.signal_lead_s={lead}: the stop "
             "signal would come at the start of every job; lower slurm.signal_lead_s or raise the time limit"
         )
-    template = (slurm_dir() / TEMPLATE).read_text(encoding="utf-8")
-    text = render_template(
-        template,
-        {
-            "SBATCH": "\n".join(directives),
-            "RECIPE": shlex.quote(check_value("recipe path", recipe.path)),
-            "RUN": check_value("run name", run.name),
-            "SIGNAL_LEAD": str(lead),
-            "EXPORTS": shell_exports(exports),
-            "TRAIN_COMMAND": train_command(overrides),
-        },
-    )
-    return JobScript(
-        run=run,
-        job_name=job_name,
-        overrides=tuple(overrides),
-        nodes=nodes,
-        gpus_per_node=gpus,
-        text=text,
-        config=config,
-        checkpoint_dir=checkpoint_dir,
-        fingerprint=fingerprint,
-    )
+    directives = sbatch_directives(job_name, nodes, gpus, resources, log_dir, workdir, time, lead)
+    text = render_script(TEMPLATE, recipe, run, directives, exports, SIGNAL_LEAD=str(lead),
+                         TRAIN_COMMAND=train_command(overrides))
+    return JobScript(run=run, job_name=job_name, overrides=tuple(overrides), nodes=nodes, gpus_per_node=gpus,
+                     text=text, config=config, exports=shared, checkpoint_dir=checkpoint_dir, fingerprint=fingerprint,
+                     wandb_run_id=env["WANDB_RUN_ID"], **planned)

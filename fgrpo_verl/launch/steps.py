@@ -21,7 +21,6 @@ from fgrpo_verl.data.records import parquet_rows
 
 @dataclass(frozen=True)
 class StepPlan:
-    rows: int
     steps_per_epoch: int
     total_steps: int
 
@@ -29,6 +28,14 @@ class StepPlan:
 def train_rows(config, workdir: Path) -> int | None:
     """Rows of the run's training parquet files (:func:`parquet_rows`)."""
     return parquet_rows(config.data.train_files, workdir)
+
+
+def missing_data(config, workdir: Path) -> str:
+    """What a run whose training data is not under ``workdir`` lacks, and the command that makes it."""
+    how = ("fgrpo-verl prepare-deepscaler --input deepscaler.json --tokenizer <model> --out-dir data/deepscaler"
+           if "deepscaler" in str(config.data.train_files) else "the recipe's header says how")
+    return (f"training data {config.data.train_files} not found under {workdir}: prepare it ({how}), or launch from "
+            "the directory that holds it")
 
 
 def positive_int(value, key: str) -> int:
@@ -47,7 +54,7 @@ def step_plan(config, rows: int) -> StepPlan:
     epochs = positive_int(config.trainer.total_epochs, "trainer.total_epochs")
     requested = config.trainer.get("total_training_steps")
     if requested is None:
-        return StepPlan(rows, per_epoch, per_epoch * epochs)
+        return StepPlan(per_epoch, per_epoch * epochs)
     requested = positive_int(requested, "trainer.total_training_steps")
     if requested > per_epoch * epochs:
         raise ValueError(
@@ -55,4 +62,4 @@ def step_plan(config, rows: int) -> StepPlan:
             f"trainer.total_epochs={epochs} epochs of {per_epoch} steps ({rows} rows // data.train_batch_size={batch})"
             f" = {per_epoch * epochs} steps; set trainer.total_epochs={math.ceil(requested / per_epoch)} (or more data)"
         )
-    return StepPlan(rows, per_epoch, requested)
+    return StepPlan(per_epoch, requested)

@@ -12,20 +12,16 @@ def run_states(jobs: list[JobScript]) -> list:
     """:class:`fgrpo_verl.launch.queue.RunStatus` of each planned job (a JobScript, or a run recorded by a submit:
     launch/manifest.py), from ``squeue`` and its checkpoint dir."""
     from fgrpo_verl.job.checkpoints import read_steps
-    from fgrpo_verl.job.run_record import read_record
-    from fgrpo_verl.launch.eval_submit import split_queue
-    from fgrpo_verl.launch.queue import active_jobs, run_status
+    from fgrpo_verl.launch.queue import queued, run_status
 
-    queue = active_jobs([job.job_name for job in jobs])
+    queue = queued({job.job_name: job.checkpoint_dir for job in jobs})
     states = []
     for job in jobs:
-        record = read_record(job.checkpoint_dir)
+        training, _, record = queue[job.job_name]
         # what verl actually trains (recorded by the trainer: over-long prompts dropped), else the plan from the
         # data here, else what the submit recorded (a launch without the data)
         total = (read_steps(job.checkpoint_dir) or {}).get("total_training_steps", job.total_steps)
         total = total if total is not None else (record or {}).get("total_steps")
-        # evaluation jobs share the run's name (singleton); they are not its training
-        training, _ = split_queue(queue.get(job.job_name, []), record)
         states.append(run_status(job.checkpoint_dir, total, training, record))
     return states
 

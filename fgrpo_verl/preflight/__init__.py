@@ -88,8 +88,7 @@ def check_run(config, workdir: str, require_model: bool = False, env: dict | Non
     """What ``fgrpo-verl launch`` checks of one run with verl: ``validate_config``
     (fgrpo_verl.integration.validation.validate), then :func:`run`, with ``env`` (the recipe's ``env:``) over this
     process's environment. ``("ok", the report's summary)``, ``("invalid", verl's or fgrpo's message)`` or
-    ``("refused", one line per refusal)``. The launcher runs it in the process that imports verl beside it
-    (its validator), so everything here must be picklable both ways."""
+    ``("refused", one line per refusal)``: the launcher names the run in each line."""
     from fgrpo_verl.integration.validation import verdict
 
     error = verdict(config)
