@@ -32,7 +32,7 @@ def test_count_gradient_equals_autograd_of_per_sample_surrogate(surrogate, gamma
     p = torch.softmax(z, 0)
     n = 9
     draws = torch.multinomial(p.detach(), n, replacement=True)
-    rewards = setup.rewards()[draws]
+    rewards = torch.where(draws < setup.num_correct, setup.reward_correct, setup.reward_incorrect).double()
     mu_hat = (draws < setup.num_correct).double().mean()
     g = focal_weight(mu_hat, gamma)
     r_tilde = rewards - rewards.mean()

@@ -43,6 +43,11 @@ def pass_label(plan: Plan, phase: str) -> str:
     return ck.settings_label(pass_settings(plan, phase))
 
 
+def pass_dir(plan: Plan, phase: str, step: int) -> Path:
+    """The folder of checkpoint ``step``'s pass: its shards, tables, stamp and result."""
+    return ck.result_path(plan.run_dir, step, pass_label(plan, phase)).parent
+
+
 def pass_averages(plan: Plan, phase: str) -> list[str] | None:
     """``--average`` of the recipe's average columns whose benchmarks are all in this pass."""
     names = set(plan.passes[phase].benchmarks)
@@ -83,15 +88,12 @@ def pass_options(plan: Plan, phase: str, run_name: str, model: Path, out: Path, 
     """The evaluation options (fgrpo_verl/evaluation/options.py) of one checkpoint's pass."""
     from fgrpo_verl.evaluation.options import eval_options
 
-    s, names = plan.sampling, plan.passes[phase].benchmarks
-    benches = [(name, plan.benchmarks[name]) for name in names]
+    benches = [(name, plan.benchmarks[name]) for name in plan.passes[phase].benchmarks]
     return eval_options(
-        model=[f"{run_name}={model}"], out=str(out), no_plots=True, n=plan.passes[phase].n, backend=s.backend,
-        temperature=s.temperature, top_p=s.top_p, seed=s.seed, prompt_preset=s.prompt_preset,
-        max_new_tokens=s.max_new_tokens, threshold=s.threshold, resume=resume,
+        model=[f"{run_name}={model}"], out=str(out), no_plots=True, n=plan.passes[phase].n, resume=resume,
         bench=[f"{n}={b.file}" for n, b in benches], bench_scorer=[f"{n}={b.scorer}" for n, b in benches],
-        bench_group=[f"{n}={b.group}" for n, b in benches],
-        average=pass_averages(plan, phase), **plan.engine.model_dump())
+        bench_group=[f"{n}={b.group}" for n, b in benches], average=pass_averages(plan, phase),
+        **plan.sampling.model_dump(), **plan.engine.model_dump())
 
 
 def _run_eval(options) -> None:
@@ -114,19 +116,15 @@ def prepare_checkpoint(plan: Plan, phase: str, step: int, shards: int) -> dict |
     folder of other weights, benchmark files or shard count is removed first)."""
     from fgrpo_verl.evaluation.pipeline import file_sha256
 
-    run_dir = Path(plan.run_dir)
-    label = pass_label(plan, phase)
-    ckpt = ck.checkpoint_dir(run_dir, step)
-    sig = ck.signature(ckpt / "actor")
+    out = pass_dir(plan, phase, step)
     shas = {name: file_sha256(plan.benchmarks[name].file) for name in plan.passes[phase].benchmarks}
-    result = ck.current_result(run_dir, step, label, shas)
+    result = ck.current_result(plan.run_dir, step, out.name, shas)
     if result is not None:
-        log(f"step {step}: {phase} pass {label} was evaluated on this unchanged checkpoint: skipped")
+        log(f"step {step}: {phase} pass {out.name} was evaluated on this unchanged checkpoint: skipped")
         return result
-    out = ckpt / ck.EVAL_DIR / label
-    want = {"signature": sig, "benchmark_sha256": shas, "shards": shards}
-    stamp = ck.read_json(out / "checkpoint.json") if out.is_dir() else None
-    if out.is_dir() and stamp != want:
+    actor = ck.checkpoint_dir(plan.run_dir, step) / "actor"
+    want = {"signature": ck.signature(actor), "benchmark_sha256": shas, "shards": shards}
+    if out.is_dir() and ck.read_json(out / "checkpoint.json") != want:
         log(f"step {step}: {out} holds an evaluation of other weights, benchmark files or shard count: removed")
         shutil.rmtree(out)
     ck.write_json(out / "checkpoint.json", want)
@@ -139,12 +137,11 @@ def run_shard(plan: Plan, phase: str, step: int, shard: int, shards: int) -> Non
     from fgrpo_verl.evaluation.formats import load_benchmark
     from fgrpo_verl.evaluation.pipeline import GENERATIONS, MANIFEST
 
-    ckpt = ck.checkpoint_dir(Path(plan.run_dir), step)
-    out = ckpt / ck.EVAL_DIR / pass_label(plan, phase)
+    out = pass_dir(plan, phase, step)
     here = _shard_dir(out, shard, shards)
     if (here / "done.json").is_file():
         return
-    model = ensure_merged(ckpt, ck.read_json(out / "checkpoint.json")["signature"])
+    model = ensure_merged(ck.checkpoint_dir(plan.run_dir, step), ck.read_json(out / "checkpoint.json")["signature"])
     files = {}
     for name in plan.passes[phase].benchmarks:
         source = plan.benchmarks[name].file
@@ -172,8 +169,7 @@ def combine(plan: Plan, phase: str, step: int, shards: int) -> dict:
     from fgrpo_verl.evaluation.options import eval_options
     from fgrpo_verl.evaluation.pipeline import GENERATIONS
 
-    run_dir = Path(plan.run_dir)
-    out = ck.checkpoint_dir(run_dir, step) / ck.EVAL_DIR / pass_label(plan, phase)
+    out = pass_dir(plan, phase, step)
     parts = [_shard_dir(out, i, shards) for i in range(shards)]
     unfinished = [p.name for p in parts if not (p / "done.json").is_file()]
     if unfinished:

@@ -172,13 +172,10 @@ def write_tables(out_dir: Path, rows, runs, columns, ks, marks=None) -> dict[str
 def plot_curves(out_dir: Path, rows, runs, columns, ks, reference=None) -> list[Path]:
     """One PNG per column (``pass_at_k_<column>.png``) plus ``pass_at_k_all.png``: pass@k (%) against k (log2),
     one line per run; ``reference`` ``{(run, column): {k: pass@k in %}}`` (the paper's) dashed in its run's colour."""
-    import matplotlib
+    from fgrpo_verl.theory.plots import pyplot, save
 
-    matplotlib.use("Agg")  # headless; never needs a display
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     value = {(r["run"], r["benchmark"], r["k"]): r["pass_at_k"] for r in rows}
-    out_dir.mkdir(parents=True, exist_ok=True)
 
     def draw(ax, col):
         for run in runs:
@@ -199,12 +196,8 @@ def plot_curves(out_dir: Path, rows, runs, columns, ks, reference=None) -> list[
         fig, ax = plt.subplots(figsize=(4.5, 3.5))
         draw(ax, col)
         ax.legend(fontsize=8)
-        fig.tight_layout()
         safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in col)
-        path = out_dir / f"pass_at_k_{safe}.png"
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-        paths.append(path)
+        paths.append(save(fig, out_dir / f"pass_at_k_{safe}.png", dpi=120))
 
     cols = min(3, len(columns))
     nrows = math.ceil(len(columns) / cols)
@@ -214,9 +207,4 @@ def plot_curves(out_dir: Path, rows, runs, columns, ks, reference=None) -> list[
     for ax in list(axes.flat)[len(columns):]:
         ax.axis("off")
     axes.flat[0].legend(fontsize=8)
-    fig.tight_layout()
-    path = out_dir / "pass_at_k_all.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    paths.append(path)
-    return paths
+    return [*paths, save(fig, out_dir / "pass_at_k_all.png")]

@@ -25,7 +25,6 @@ unscored checkpoints is not selected (the report lists what is missing) rather t
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 
@@ -45,26 +44,13 @@ class RunSelection:
 
 def compute_of(step: int, train_batch_size: int, group_size: int) -> float:
     """Rollouts sampled by the end of ``step``: step x prompts per step x rollouts per prompt."""
-    for name, value in (("step", step), ("train_batch_size", train_batch_size), ("group_size", group_size)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
     return float(step) * train_batch_size * group_size
 
 
-def _check(scores: list[CheckpointScore], run: str) -> None:
-    steps = [s.step for s in scores]
-    if len(set(steps)) != len(steps):
-        raise ValueError(f"run {run}: checkpoint steps {sorted(steps)} repeat")
-    for s in scores:
-        if not (isinstance(s.score, (int, float)) and math.isfinite(s.score) and 0.0 <= s.score <= 1.0):
-            raise ValueError(f"run {run}: checkpoint {s.step} has score {s.score!r}; expected pass@1 in [0, 1]")
-
-
-def best_checkpoint(scores: list[CheckpointScore], max_compute: float | None = None,
-                    run: str = "run") -> CheckpointScore | None:
+def best_checkpoint(scores: list[CheckpointScore], max_compute: float | None = None) -> CheckpointScore | None:
     """The highest-scoring checkpoint with compute <= ``max_compute`` (all when None); ties: less compute, then the
-    earlier step. None when no checkpoint qualifies."""
-    _check(scores, run)
+    earlier step. None when no checkpoint qualifies. ``scores``: one per saved step, pass@1 of our own results
+    (protocol.run_scores)."""
     candidates = [s for s in scores if max_compute is None or s.compute <= max_compute]
     if not candidates:
         return None
@@ -72,19 +58,19 @@ def best_checkpoint(scores: list[CheckpointScore], max_compute: float | None = N
 
 
 def select_baseline(run: str, scores: list[CheckpointScore]) -> RunSelection:
-    return RunSelection(run, best_checkpoint(scores, run=run), "best average math pass@1 over all checkpoints")
+    return RunSelection(run, best_checkpoint(scores), "best average math pass@1 over all checkpoints")
 
 
 def select_focal(run: str, scores: list[CheckpointScore], baseline: RunSelection | None) -> RunSelection:
     """A focal run's checkpoint: best with equal or less compute than the baseline's selected checkpoint; without a
     baseline (none in the recipe), the best over all of its checkpoints."""
     if baseline is None:
-        return RunSelection(run, best_checkpoint(scores, run=run),
+        return RunSelection(run, best_checkpoint(scores),
                             "best average math pass@1 over all checkpoints (no γ = 0 baseline in the recipe)")
     if baseline.checkpoint is None:
         return RunSelection(run, None, f"waits for its baseline {baseline.run}'s selection")
     limit = baseline.checkpoint.compute
-    chosen = best_checkpoint(scores, max_compute=limit, run=run)
+    chosen = best_checkpoint(scores, max_compute=limit)
     how = (f"best average math pass@1 with compute <= baseline {baseline.run}'s selected step "
            f"{baseline.checkpoint.step} ({limit:.0f} rollouts)")
     if chosen is None:
@@ -98,9 +84,4 @@ def select_gamma(final: dict[float, float | None]) -> float | None:
     there is none."""
     if not final or any(score is None for score in final.values()):
         return None
-    for gamma, score in final.items():
-        if not (math.isfinite(gamma) and gamma > 0):
-            raise ValueError(f"focal gamma {gamma!r}: expected a finite number > 0")
-        if not (math.isfinite(score) and 0.0 <= score <= 1.0):
-            raise ValueError(f"focal gamma {gamma:g}: final score {score!r}; expected pass@1 in [0, 1]")
     return min(final, key=lambda g: (-final[g], g))

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fgrpo_verl.pass_at_k import ks_up_to, pass_at_k, pass_at_k_curve, pass_at_k_table
+from fgrpo_verl.pass_at_k import ks_up_to, pass_at_k_curve, pass_at_k_table
 
 # (iterations x problems) cells per chunk of hypergeometric draws; ~16 MiB of int64 per run.
 _CHUNK_CELLS = 1 << 20
@@ -73,22 +73,13 @@ class SubsampleDraws:
     n: int  # samples per problem (one value: the rescaled intervals need it)
 
 
-def _check_counts(name: str, n, c) -> tuple[np.ndarray, np.ndarray]:
-    n = np.asarray(n)
-    c = np.asarray(c)
-    if n.ndim != 1 or c.shape != n.shape or n.size == 0:
-        raise ValueError(f"{name}: n and c must be equal-length non-empty 1-D arrays, got shapes {n.shape} and {c.shape}")
-    pass_at_k(n, c, 1)  # validates integers, 0 <= c <= n
-    return n.astype(np.int64), c.astype(np.int64)
-
-
 def subsample_draws(n_baseline, c_baseline, n_focal, c_focal, ks=None, m: int = 256, iterations: int = 50_000,
                     seed=0) -> SubsampleDraws:
-    """The T paired m-out-of-n subsample differences per k (the loop in the module docstring).
+    """The T paired m-out-of-n subsample differences per k (the loop in the module docstring); the counts are per
+    problem, as ``scoring.count_correct`` gives them (its pass@k at full n checks them).
 
     ``seed``: anything ``numpy.random.default_rng`` takes (an int, or a ``SeedSequence`` child per benchmark)."""
-    nb, cb = _check_counts("baseline", n_baseline, c_baseline)
-    nf, cf = _check_counts("focal", n_focal, c_focal)
+    nb, cb, nf, cf = (np.asarray(x, dtype=np.int64) for x in (n_baseline, c_baseline, n_focal, c_focal))
     if nb.shape != nf.shape:
         raise ValueError(f"baseline and focal must cover the same problems, got {nb.size} and {nf.size} problems")
     for name, val, low in (("m", m, 1), ("iterations", iterations, 2)):

@@ -142,13 +142,10 @@ def table4(runs: list[MazeRun], source: str, ks: list[int], key: str) -> tuple[s
 
 def _plot(path: Path, panels: list[tuple[str, str, dict]], columns: int, xlabel: str, log_x: bool) -> None:
     """One PNG of ``panels`` (title, y label, {line label: [(x, y)]}), ``columns`` to a row."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # headless; never needs a display
-    import matplotlib.pyplot as plt
+    from fgrpo_verl.theory.plots import pyplot, save
 
     rows = math.ceil(len(panels) / columns)
-    fig, axes = plt.subplots(rows, columns, figsize=(3.7 * columns, 2.8 * rows), squeeze=False)
+    fig, axes = pyplot().subplots(rows, columns, figsize=(3.7 * columns, 2.8 * rows), squeeze=False)
     for ax, (title, ylabel, lines) in zip(axes.flat, panels):
         for label, points in lines.items():
             ax.plot([x for x, _ in points], [y for _, y in points], marker="o" if log_x else None, label=label)
@@ -157,9 +154,7 @@ def _plot(path: Path, panels: list[tuple[str, str, dict]], columns: int, xlabel:
         ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
         ax.grid(alpha=0.3)
     axes.flat[0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)
 
 
 def figures(runs: list[MazeRun], source: str, val_n: int, out_dir: Path) -> list[str]:

@@ -60,7 +60,8 @@ ADAM_EPS = 1e-8
 
 @dataclass(frozen=True)
 class CategoricalSetup:
-    """The action space and initial policy (paper §5.1); defaults are the paper's."""
+    """The action space and initial policy (paper §5.1); defaults are the paper's (``fgrpo-verl simulate`` sets only
+    the two sizes, which are checked)."""
 
     num_actions: int = 128_000  # |A|
     num_correct: int = 10_000  # |P|; action 0 is the anchor, actions 0..num_correct-1 are correct
@@ -77,23 +78,12 @@ class CategoricalSetup:
             raise ValueError(
                 f"num_correct={self.num_correct!r} is invalid for num_actions={self.num_actions}: need 1 <= num_correct < num_actions"
             )
-        for name in ("anchor_logit", "correct_logit", "incorrect_logit", "reward_correct", "reward_incorrect"):
-            _finite(name, getattr(self, name))
-        if not self.reward_correct > self.reward_incorrect:
-            raise ValueError(
-                f"reward_correct={self.reward_correct!r} is invalid: must exceed reward_incorrect={self.reward_incorrect!r}"
-            )
 
     def initial_logits(self, dtype=torch.float64) -> torch.Tensor:
         z = torch.full((self.num_actions,), self.incorrect_logit, dtype=dtype)
         z[: self.num_correct] = self.correct_logit
         z[0] = self.anchor_logit
         return z
-
-    def rewards(self, dtype=torch.float64) -> torch.Tensor:
-        r = torch.full((self.num_actions,), self.reward_incorrect, dtype=dtype)
-        r[: self.num_correct] = self.reward_correct
-        return r
 
     def initial_masses(self) -> dict:
         """Q_pos, the anchor's probability and one other correct action's probability at step 0."""

@@ -4,7 +4,7 @@ verl's trainer on the CPU backend, with exact rare-mass metrics per step.
 1. build the task and a tiny Qwen2 (``build.py``), SFT warm start on the skewed answer distribution (``sft.py``);
 2. exact metrics of the warm start on held-out prompts; the rare set E_x is fixed here (``measure.py``);
 3. one verl run per (configuration, seed) (``experiment.py``), seed-major so that an interrupted demo still has
-   complete pairs; every step's checkpoint is scored exactly afterwards (``evaluate.py``);
+   complete pairs; every step's checkpoint is scored exactly afterwards (``measure.py``);
 4. table: final Q_pos, M_ret, ΔNLL_rare, sampled pass@1 / pass@k (mean ± 95% seed CI), paired differences against
    GRPO; then M_ret, ΔNLL_rare and the step at equal Q_pos (``frontier_report.py``); plots of the per-step
    curves; ``results.json`` with every per-seed, per-step number (the equal-Q_pos table under "equal_q_pos").
@@ -56,7 +56,6 @@ def run(args, memory) -> int:
         raise ValueError(f"--warm must be three comma-separated numbers (anchor,rare,distractor), got {args.warm}")
 
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as transformers_logging
 
     # a progress bar per model load or save: dozens (every scored checkpoint), none of them news
@@ -64,15 +63,17 @@ def run(args, memory) -> int:
 
     from fgrpo_verl.backends.cpu.session import RaySession
     from fgrpo_verl.backends.cpu.tuning import fast_overrides
+    from fgrpo_verl.evaluation.generate import load_model
     from fgrpo_verl.job.checkpoints import checkpoint_dir
     from fgrpo_verl.pass_at_k import ks_up_to
     from fgrpo_verl.tasks.maze.model import save_model_dir
     from fgrpo_verl.tasks.maze.rl import RLSettings, read_metrics
     from fgrpo_verl.tasks.raremode.build import build
-    from fgrpo_verl.tasks.raremode.evaluate import load_policy, sampled_pass_at_k, step_metrics
     from fgrpo_verl.tasks.raremode.experiment import configs, run_one
     from fgrpo_verl.tasks.raremode.generator import WarmStart
-    from fgrpo_verl.tasks.raremode.measure import candidate_probs, exact_metrics, rare_mask
+    from fgrpo_verl.tasks.raremode.measure import (
+        candidate_probs, exact_metrics, rare_mask, sampled_pass_at_k, step_metrics,
+    )
     from fgrpo_verl.tasks.raremode.sft import SFTConfig, sft
 
     warm = WarmStart(*args.warm)
@@ -88,9 +89,8 @@ def run(args, memory) -> int:
           f"prompts, '{args.model_preset}' Qwen2, in {out}", flush=True)
     b, splits = build(out / "raremode", k=args.k, n_train=args.n_train, n_val=args.n_val,
                       model_preset=args.model_preset, seed=args.seed)
-    tok = AutoTokenizer.from_pretrained(b.model_dir)
     torch.manual_seed(args.seed)
-    model = AutoModelForCausalLM.from_pretrained(b.model_dir)
+    model, tok = load_model(b.model_dir)
     sft_cfg = SFTConfig(steps=args.sft_steps, batch_size=args.sft_batch, lr=args.sft_lr, seed=args.seed, log_every=0)
     losses = sft(model, tok, splits.train, warm, sft_cfg)
     sft_dir = str(save_model_dir(model, tok, out / "raremode" / "sft_model"))
@@ -130,7 +130,7 @@ def run(args, memory) -> int:
                 curve = step_metrics(run_dir / "checkpoints", tok, splits.val, base, rare)
                 last = max(curve)
                 final_dir = checkpoint_dir(run_dir / "checkpoints", last) / "actor" / "huggingface"
-                passes = sampled_pass_at_k(load_policy(final_dir), tok, splits.val, args.pass_n, ks, seed=seed)
+                passes = sampled_pass_at_k(load_model(final_dir)[0], tok, splits.val, args.pass_n, ks, seed=seed)
                 results[cfg.name][seed] = {
                     "curve": {t: m.as_dict() for t, m in curve.items()},
                     "final": {**curve[last].as_dict(), **{f"pass@{k}": v for k, v in passes.items()}},

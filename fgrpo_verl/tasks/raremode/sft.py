@@ -12,8 +12,7 @@ from __future__ import annotations
 import random
 
 from fgrpo_verl.tasks.maze.sft import SFTConfig, train_steps
-from fgrpo_verl.tasks.raremode.generator import RarePrompt, WarmStart, sample_warm_answer
-from fgrpo_verl.tasks.raremode.tokenizer import SYMBOLS
+from fgrpo_verl.tasks.raremode.generator import SYMBOLS, RarePrompt, WarmStart, sample_warm_answer
 
 __all__ = ["SFTConfig", "sft"]
 
