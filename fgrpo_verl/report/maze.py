@@ -25,8 +25,7 @@ from pathlib import Path
 
 from fgrpo_verl.evaluation import paper_numbers
 from fgrpo_verl.evaluation.report import write_csv
-from fgrpo_verl.report.render import finish
-from fgrpo_verl.report.runs import Run
+from fgrpo_verl.report.runs import Run, finish
 
 TABLE_4_SOURCE = "maze"  # the data_source of the maze's held-out set (fgrpo_verl/tasks/maze/data.py)
 TRAIN_REWARD = "critic/score/mean"

@@ -11,6 +11,7 @@ from fgrpo_verl.evaluation import paper_numbers
 from fgrpo_verl.evaluation.plan import Plan
 from fgrpo_verl.report.runs import RunReport, baseline_groups
 
+SIGNIFICANCE_RATIO = 4  # m = n / 4 in Table 1's paired test (App. Q): the paper's 256 of 1024
 # a controls run's recipe ``variant`` -> the paper's Table 3 row it reproduces
 TABLE3_ROWS = {"low_lr": "GRPO low-LR (6.8e-7)", "entropy": "GRPO-H (entropy 1e-3)", "kl": "GRPO-KL (1e-3)",
                "ds_grpo": "DS-GRPO (Gai et al. 2025)"}
@@ -98,11 +99,38 @@ def _paper_cells(table: str, model: str, method: str, columns: list[str]) -> dic
     return {c: cells[(table, model, method, c)] for c in columns if (table, model, method, c) in cells}
 
 
+def pair_significance(base, focal, plan: Plan, k: int, iterations: int, method: str,
+                      seed: int) -> tuple[dict[str, dict[int, bool]], list[dict], list[str], int]:
+    """``({column: {k: significant}}, rows, left out, m)``: the paired test of focal - baseline at pass@1 and at
+    pass@K (a k above m cannot be tested on m-sample subsets and is not), and a line per benchmark left out
+    (scored_counts: its unscored lines could not be scored here). ``base``, ``focal``: runs with a final result."""
+    from fgrpo_verl.evaluation.report import scored_counts
+    from fgrpo_verl.evaluation.significance import paired_tests
+
+    (a, skip_a), (b, skip_b) = (scored_counts(r.final, plan.benchmarks, plan.sampling.threshold)
+                                for r in (base, focal))
+    left_out = list(dict.fromkeys(skip_a + skip_b))
+    if not set(a) & set(b):
+        raise ValueError("no benchmark scored for both runs: " + ("; ".join(left_out) or "no common benchmark"))
+    n = min(int(s.n.min()) for s in [*a.values(), *b.values()])
+    m = n // SIGNIFICANCE_RATIO
+    if m < 1:
+        raise ValueError(f"n = {n} samples per problem is too few for m-out-of-n subsampling (m = n / 4)")
+    ks = sorted({x for x in (1, k) if x <= m})
+    tested, rows = {}, []
+    for column, r in paired_tests(a, b, plan.averages, (base.name, focal.name), "report", ks, m, iterations, seed,
+                                  method=method):
+        rows.append({"baseline": base.name, "focal": focal.name, "column": column, "k": r.k, "m": m,
+                     "iterations": iterations, "method": method, "difference": r.difference,
+                     "ci_low": r.ci_low, "ci_high": r.ci_high, "p_value": r.p_value,
+                     "significant": r.significant})
+        tested.setdefault(column, {})[r.k] = bool(r.significant)
+    return tested, rows, left_out, m
+
+
 def table1(reports, columns, k, significance) -> tuple[Table, list[tuple[RunReport, RunReport]], list[dict]]:
     """Per model x base algorithm: the baseline and the focal run at the chosen γ, at their selected checkpoints;
     ``significance``: (iterations, method, seed) of the paired test, or None (not run)."""
-    from fgrpo_verl.report.significance import pair_significance
-
     rows, pairs, sig_rows, notes, ms = [], [], [], [], set()
     for base, focal, gamma in baseline_groups(reports):
         if not focal:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fgrpo_verl.tasks.maze.generator import Maze, max_possible_path_length
-from fgrpo_verl.tasks.maze.prompt import DATA_SOURCE, prompt_text
+from fgrpo_verl.tasks.maze.data import DATA_SOURCE, prompt_text
 from fgrpo_verl.tasks.maze.reward import compute_score
 
 

@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass, field
 
 from fgrpo_verl.tasks.maze.generator import Maze
-from fgrpo_verl.tasks.maze.prompt import prompt_text, response_text
+from fgrpo_verl.tasks.maze.data import prompt_text, response_text
 
 
 @dataclass

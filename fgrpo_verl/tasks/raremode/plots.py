@@ -37,8 +37,7 @@ def plot_curves(curves: dict[str, dict[int, dict[int, dict]]], path: Path, title
     frontier = axes[-1]
     for name, (_, by_key) in seed_stats.items():
         frontier.plot([s.mean for s in by_key["q_pos"]], [s.mean for s in by_key["m_ret"]], marker=".", label=name)
-    frontier.set_xlabel("Q_pos (seed mean)")
-    frontier.set_ylabel("M_ret (seed mean)")
+    frontier.set(xlabel="Q_pos (seed mean)", ylabel="M_ret (seed mean)")
     frontier.set_title("M_ret vs Q_pos along the curves (the frontier)", fontsize=10)
     frontier.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
