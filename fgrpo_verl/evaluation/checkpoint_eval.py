@@ -57,7 +57,7 @@ def pass_averages(plan: Plan, phase: str) -> list[str] | None:
 def ensure_merged(ckpt: Path, sig: str) -> Path:
     """An HF model directory of checkpoint ``ckpt``: verl's own merged weights when the checkpoint saved them
     (``checkpoint.save_contents`` with hf_model), else ``fgrpo_eval/merged_hf`` made by verl's model merger (reused
-    while it was made from this signature). The job merges before its workers start: one merger at a time."""
+    while it was made from this signature)."""
     from fgrpo_verl.evaluation.generate import resolve_model_path
 
     try:
@@ -113,7 +113,8 @@ def _now() -> str:
 
 def prepare_checkpoint(plan: Plan, phase: str, step: int, shards: int) -> dict | None:
     """The current result of checkpoint ``step`` (None: it needs evaluating, and its folder is ready for it: a
-    folder of other weights, benchmark files or shard count is removed first)."""
+    folder of other weights, benchmark files or shard count is removed first, and the checkpoint is merged: here,
+    before the job's workers start, so no two mergers ever run at once)."""
     from fgrpo_verl.evaluation.pipeline import file_sha256
 
     out = pass_dir(plan, phase, step)
@@ -128,6 +129,7 @@ def prepare_checkpoint(plan: Plan, phase: str, step: int, shards: int) -> dict |
         log(f"step {step}: {out} holds an evaluation of other weights, benchmark files or shard count: removed")
         shutil.rmtree(out)
     ck.write_json(out / "checkpoint.json", want)
+    ensure_merged(actor.parent, want["signature"])
     return None
 
 

@@ -26,6 +26,7 @@ before the workers start, so no two mergers ever run at once and none runs besid
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import signal
 import subprocess
@@ -72,8 +73,6 @@ def evaluate_steps(plan: Plan, phase: str, steps: list[int]) -> dict[int, dict |
         try:
             results[step] = ce.prepare_checkpoint(plan, phase, step, shards)
             if results[step] is None:
-                ckpt = ck.checkpoint_dir(Path(plan.run_dir), step)
-                ce.ensure_merged(ckpt, ck.signature(ckpt / "actor"))
                 todo.append(step)
         except Exception as exc:
             _failed(results, step, exc)
@@ -101,12 +100,9 @@ def evaluate_steps(plan: Plan, phase: str, steps: list[int]) -> dict[int, dict |
 
 def choose_checkpoint(plan: Plan) -> tuple[int | None, str]:
     """The final pass's checkpoint for this run (protocol.py), with how it was chosen or why there is none."""
-    label = pass_label(plan, "selection")
-    own = run_scores(plan.run, Path(plan.run_dir), plan.steps, label, plan.select_by)
-    baseline = None
-    if plan.baseline is not None:
-        base = plan.baseline
-        baseline = run_scores(base.run, Path(base.run_dir), base.steps, label, plan.select_by)
+    label, base = pass_label(plan, "selection"), plan.baseline
+    own = run_scores(plan.run, plan.run_dir, plan.steps, label, plan.select_by)
+    baseline = None if base is None else run_scores(base.run, base.run_dir, base.steps, label, plan.select_by)
     chosen = choose(own, plan.gamma, baseline)
     return (None if chosen.checkpoint is None else chosen.checkpoint.step), chosen.constraint
 
@@ -141,11 +137,8 @@ def run_phase(plan: Plan, phase: str) -> int:
         return 0
     results = evaluate_steps(plan, phase, steps)
     failed = {s: r for s, r in results.items() if isinstance(r, str)}
-    ordered = []
-    for step in sorted(results):
-        if isinstance(results[step], str):
-            break  # W&B history is in order: nothing after a gap
-        ordered.append((step, results[step]))
+    # W&B history is in order: nothing after a gap
+    ordered = list(itertools.takewhile(lambda item: item[0] not in failed, sorted(results.items())))
     if plan.wandb.log and done:
         from fgrpo_verl.evaluation.wandb_rows import log_to_wandb
 

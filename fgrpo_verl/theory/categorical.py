@@ -50,6 +50,7 @@ import numpy as np
 import torch
 
 from fgrpo_verl.focal import focal_weight
+from fgrpo_verl.theory._checks import group_size_array, real_array
 from fgrpo_verl.theory.shrink import configurations
 
 SURROGATES = ("log", "linear")
@@ -112,28 +113,19 @@ class SimulationConfig:
     controls: tuple = ()  # γ values whose scale-matched control (γ = 0 at lr · m_γ) is added; see the module docstring
 
     def __post_init__(self):
-        for name in ("group_sizes", "gammas", "controls"):
+        # the same refusals as every theory function's (theory/_checks.py); group sizes kept as Python ints
+        object.__setattr__(self, "group_sizes", tuple(group_size_array("group_sizes", self.group_sizes).tolist()))
+        for name in ("gammas", "controls"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
-        for g in self.controls:
-            if _finite("controls", g) <= 0:
-                raise ValueError(f"controls holds {g!r}: a scale-matched control needs a finite gamma > 0 (m_0 = 1 is GRPO itself)")
-        if not self.group_sizes:
-            raise ValueError("group_sizes is empty: give at least one group size N >= 1")
-        for n in self.group_sizes:
-            if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-                raise ValueError(f"group_sizes holds {n!r}: every group size must be a whole number >= 1")
-        if not self.gammas:
-            raise ValueError("gammas is empty: give at least one gamma >= 0")
-        for g in self.gammas:
-            if _finite("gammas", g) < 0:
-                raise ValueError(f"gammas holds {g!r}: every gamma must be a finite number >= 0")
+        real_array("gammas", self.gammas, low=0.0, high=math.inf, high_open=True)
+        if self.controls:  # a scale-matched control needs γ > 0: m_0 = 1 is GRPO itself
+            real_array("controls", self.controls, low=0.0, high=math.inf, low_open=True, high_open=True)
         for name, values, what in (("group_sizes", self.group_sizes, "N"), ("controls", self.controls, "gamma")):
             if len(set(values)) != len(values):  # repeated gammas: the configurations check below
                 raise ValueError(f"{name}={values!r} repeats a value: list each {what} once")
         for name, low in (("seeds", 1), ("steps", 1), ("seed", 0)):
             _whole(name, getattr(self, name), low)
-        if _finite("lr", self.lr) <= 0:
-            raise ValueError(f"lr={self.lr!r} is invalid: must be a finite number > 0")
+        real_array("lr", self.lr, low=0.0, high=math.inf, low_open=True, high_open=True)
         for name, valid in (("surrogate", SURROGATES), ("optimizer", OPTIMIZERS)):
             if getattr(self, name) not in valid:
                 raise ValueError(f"{name}={getattr(self, name)!r} is invalid: valid {name}s are {', '.join(valid)}")
@@ -164,12 +156,6 @@ def _whole(name, value, low: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise ValueError(f"{name}={value!r} is invalid: must be a whole number >= {low}")
     return value
-
-
-def _finite(name, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not math.isfinite(value):
-        raise ValueError(f"{name}={value!r} is invalid: must be a finite real number")
-    return float(value)
 
 
 class CountSampler:
