@@ -20,6 +20,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from fgrpo_verl.evaluation.formats import load_benchmark
+from fgrpo_verl.evaluation.generate import resolve_model_path
+from fgrpo_verl.evaluation.options import eval_options
+from fgrpo_verl.evaluation.pipeline import GENERATIONS, MANIFEST, file_sha256, run_eval
 from fgrpo_verl.evaluation.plan import Plan
 from fgrpo_verl.job import checkpoints as ck
 
@@ -58,8 +62,6 @@ def ensure_merged(ckpt: Path, sig: str) -> Path:
     """An HF model directory of checkpoint ``ckpt``: verl's own merged weights when the checkpoint saved them
     (``checkpoint.save_contents`` with hf_model), else ``fgrpo_eval/merged_hf`` made by verl's model merger (reused
     while it was made from this signature)."""
-    from fgrpo_verl.evaluation.generate import resolve_model_path
-
     try:
         return resolve_model_path(ckpt / "actor")
     except ValueError:
@@ -86,8 +88,6 @@ def ensure_merged(ckpt: Path, sig: str) -> Path:
 
 def pass_options(plan: Plan, phase: str, run_name: str, model: Path, out: Path, resume: bool):
     """The evaluation options (fgrpo_verl/evaluation/options.py) of one checkpoint's pass."""
-    from fgrpo_verl.evaluation.options import eval_options
-
     benches = [(name, plan.benchmarks[name]) for name in plan.passes[phase].benchmarks]
     return eval_options(
         model=[f"{run_name}={model}"], out=str(out), no_plots=True, n=plan.passes[phase].n, resume=resume,
@@ -97,8 +97,6 @@ def pass_options(plan: Plan, phase: str, run_name: str, model: Path, out: Path, 
 
 
 def _run_eval(options) -> None:
-    from fgrpo_verl.evaluation.pipeline import run_eval
-
     # the job log keeps eval's progress lines; the tables are in the folder (and in result.json)
     run_eval(options, log=lambda m: print(m, flush=True) if m.startswith("[eval]") else None)
 
@@ -115,8 +113,6 @@ def prepare_checkpoint(plan: Plan, phase: str, step: int, shards: int) -> dict |
     """The current result of checkpoint ``step`` (None: it needs evaluating, and its folder is ready for it: a
     folder of other weights, benchmark files or shard count is removed first, and the checkpoint is merged: here,
     before the job's workers start, so no two mergers ever run at once)."""
-    from fgrpo_verl.evaluation.pipeline import file_sha256
-
     out = pass_dir(plan, phase, step)
     shas = {name: file_sha256(plan.benchmarks[name].file) for name in plan.passes[phase].benchmarks}
     result = ck.current_result(plan.run_dir, step, out.name, shas)
@@ -136,9 +132,6 @@ def prepare_checkpoint(plan: Plan, phase: str, step: int, shards: int) -> dict |
 def run_shard(plan: Plan, phase: str, step: int, shard: int, shards: int) -> None:
     """Evaluate shard ``shard`` of ``shards`` (problems whose index in their benchmark is ``shard`` mod ``shards``)
     of checkpoint ``step``, merged already, with ``fgrpo-verl eval`` (--resume when the shard was started before)."""
-    from fgrpo_verl.evaluation.formats import load_benchmark
-    from fgrpo_verl.evaluation.pipeline import GENERATIONS, MANIFEST
-
     out = pass_dir(plan, phase, step)
     here = _shard_dir(out, shard, shards)
     if (here / "done.json").is_file():
@@ -168,9 +161,6 @@ def run_shard(plan: Plan, phase: str, step: int, shard: int, shards: int) -> Non
 
 def combine(plan: Plan, phase: str, step: int, shards: int) -> dict:
     """The result of checkpoint ``step`` from its finished shards (tables in its folder, then result.json)."""
-    from fgrpo_verl.evaluation.options import eval_options
-    from fgrpo_verl.evaluation.pipeline import GENERATIONS
-
     out = pass_dir(plan, phase, step)
     parts = [_shard_dir(out, i, shards) for i in range(shards)]
     unfinished = [p.name for p in parts if not (p / "done.json").is_file()]

@@ -18,6 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
+from fgrpo_verl.data.deepscaler import verl_row
+from fgrpo_verl.data.records import write_rows
+
 
 @dataclass(frozen=True)
 class HubSource:
@@ -164,8 +167,6 @@ def verl_rows(name: str, records: list[dict]) -> list[dict]:
     (``validation=aime25``): the training prompt (the boxed-answer system prompt + the problem, as
     ``prepare-deepscaler`` writes it; the run's ``data.apply_chat_template_kwargs`` add Qwen3's thinking switch),
     ``data_source`` = the benchmark name (verl logs ``val-core/<name>/...``), the answer as ground truth."""
-    from fgrpo_verl.data.deepscaler import verl_row
-
     spec = BENCHMARKS.get(name)
     if spec is not None and spec.scorer != "math":
         raise ValueError(f"{name}: only math benchmarks (scored by math-verify, the training reward) can validate "
@@ -223,8 +224,6 @@ def prepare_benchmarks(out: str | Path, names: Iterable[str] | None = None,
         path.write_text("".join(json.dumps(rec, ensure_ascii=False) + "\n" for rec in records), encoding="utf-8")
         say(f"{name}: {len(records)} problems -> {path}")
         if verl_parquet and spec.scorer == "math":
-            from fgrpo_verl.data.records import write_rows
-
             write_rows(verl_rows(name, records), out / f"{name}.parquet")
             say(f"{name}: verl validation rows -> {out / f'{name}.parquet'}")
         if spec.scorer == "MODULE:FUNCTION":

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
+from fgrpo_verl.data.records import read_records
+
 DEFAULT_FRACTION = 0.01
 
 
@@ -160,8 +162,6 @@ def write_rare_set(path: Path, rare: list[RareTrajectory], stats: dict) -> None:
 
 
 def read_rare_set(path: Path) -> tuple[list[RareTrajectory], dict]:
-    from fgrpo_verl.data.records import read_records
-
     lines = read_records(path, f"--rare-set {path}")  # JSONL whose completions may hold U+2028 and the like
     if not lines or "_stats" not in lines[0]:
         raise ValueError(f"{path}: not a rare set written by `fgrpo-verl rare-nll` (first line must hold _stats)")

@@ -15,7 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
+from fgrpo_verl.evaluation.formats import load_benchmark
 from fgrpo_verl.evaluation.plan import BenchmarkFile
+from fgrpo_verl.evaluation.scorers import resolve_scorer
+from fgrpo_verl.evaluation.scoring import Scorer, count_correct
 
 
 def scored_counts(result: dict, benches: dict[str, BenchmarkFile], threshold: float) -> tuple[dict, list[str]]:
@@ -24,10 +27,6 @@ def scored_counts(result: dict, benches: dict[str, BenchmarkFile], threshold: fl
     which the evaluation used: ``boxed`` for GPQA, ``ifeval`` for IFEval, ...), never another benchmark's. A benchmark
     whose scorer cannot score here (SynLogic's ``FGRPO_SYNLOGIC_SCORER`` not set, a missing dependency, no answers)
     is left out of the test, whole, with one line in ``skipped`` naming it and why; ``threshold``: the plan's."""
-    from fgrpo_verl.evaluation.formats import load_benchmark
-    from fgrpo_verl.evaluation.scorers import resolve_scorer
-    from fgrpo_verl.evaluation.scoring import Scorer, count_correct
-
     paths = [Path(p) for p in result.get("generations", [])]
     missing = [str(p) for p in paths if not p.is_file()]
     if missing or not paths:

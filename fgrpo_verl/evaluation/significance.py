@@ -39,6 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fgrpo_verl.evaluation.seeds import request_seed
 from fgrpo_verl.pass_at_k import ks_up_to, pass_at_k_curve, pass_at_k_table
 
 # (iterations x problems) cells per chunk of hypergeometric draws; ~16 MiB of int64 per run.
@@ -168,8 +169,6 @@ def paired_tests(baseline: dict, focal: dict, averages: dict[str, list[str]], pa
     runs ``pair`` names) on every benchmark both have, then on every average column whose members all were tested.
     A benchmark's draws have their own seed from (``seed``, ``stream``, the pair, the benchmark), so the columns
     tested beside it do not change its numbers; a ValueError names the pair and the benchmark."""
-    from fgrpo_verl.evaluation.seeds import request_seed
-
     draws = {}
     for bench in [b for b in baseline if b in focal]:
         a, b = baseline[bench], focal[bench]

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from fgrpo_verl.evaluation import paper_numbers
 from fgrpo_verl.evaluation.report import write_csv
+from fgrpo_verl.monitoring.console import step_fields
 from fgrpo_verl.report.runs import Run, finish
 
 TABLE_4_SOURCE = "maze"  # the data_source of the maze's held-out set (fgrpo_verl/tasks/maze/data.py)
@@ -38,8 +39,6 @@ def logged_steps(log_dir: Path, job_name: str) -> dict[int, dict[str, float]]:
     """``{step: {metric: value}}`` of the run's trajectory (the train reward and ``val-core/*`` only), from its
     Slurm logs in job id order; a step below the last one logged starts a restart, which replaces every step from
     there on."""
-    from fgrpo_verl.monitoring.console import step_fields
-
     def job_id(path: Path) -> int:
         match = _JOB_ID.search(path.name)
         return int(match.group(1)) if match else -1

@@ -9,6 +9,8 @@ from pathlib import Path
 
 from fgrpo_verl.evaluation import paper_numbers
 from fgrpo_verl.evaluation.plan import Plan
+from fgrpo_verl.evaluation.report import markdown_table, plot_curves, scored_counts
+from fgrpo_verl.evaluation.significance import paired_tests
 from fgrpo_verl.report.runs import RunReport, baseline_groups
 
 SIGNIFICANCE_RATIO = 4  # m = n / 4 in Table 1's paired test (App. Q): the paper's 256 of 1024
@@ -104,9 +106,6 @@ def pair_significance(base, focal, plan: Plan, k: int, iterations: int, method: 
     """``({column: {k: significant}}, rows, left out, m)``: the paired test of focal - baseline at pass@1 and at
     pass@K (a k above m cannot be tested on m-sample subsets and is not), and a line per benchmark left out
     (scored_counts: its unscored lines could not be scored here). ``base``, ``focal``: runs with a final result."""
-    from fgrpo_verl.evaluation.report import scored_counts
-    from fgrpo_verl.evaluation.significance import paired_tests
-
     (a, skip_a), (b, skip_b) = (scored_counts(r.final, plan.benchmarks, plan.sampling.threshold)
                                 for r in (base, focal))
     left_out = list(dict.fromkeys(skip_a + skip_b))
@@ -226,8 +225,6 @@ def table_runs(reports, columns, k, key: str) -> Table:
 def curves(pairs, plan, out_dir: Path) -> str:
     """Tables 12-14: each Table 1 pair's pass@k per benchmark, ours with the paper's beside it (markdown; a plot per
     benchmark under curves/, the paper's curves dashed)."""
-    from fgrpo_verl.evaluation.report import markdown_table, plot_curves
-
     lines = ["### Tables 12-14: pass@k of the Table 1 checkpoints (cells: baseline/focal, %)", ""]
     benches = list(plan.passes.final.benchmarks)
     for base, focal in pairs:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fgrpo_verl.pass_at_k import mean_pass_at_k
 from fgrpo_verl.tasks.maze.generator import Maze, max_possible_path_length
 from fgrpo_verl.tasks.maze.data import DATA_SOURCE, prompt_text
 from fgrpo_verl.tasks.maze.reward import compute_score
@@ -58,8 +59,6 @@ def sample_correct_counts(model, tokenizer, prompts: list[str], truths: list, sc
 
 def evaluate(model, tokenizer, mazes: list[Maze], n: int, ks: list[int], temperature: float = 1.0, batch_size: int = 256, seed: int = 0) -> MazeEval:
     """Sample ``n`` responses per maze and return the counts and mean pass@k for each k in ``ks`` (k <= n)."""
-    from fgrpo_verl.pass_at_k import mean_pass_at_k
-
     correct = sample_correct_counts(
         model, tokenizer, [prompt_text(m) for m in mazes], [m.path for m in mazes],
         lambda text, truth: compute_score(DATA_SOURCE, text, truth), n, max_possible_path_length(mazes[0].size) + 1,

@@ -52,12 +52,9 @@ class Maze:
 
 def check_size(size) -> int:
     """Return ``size`` if it is a valid grid side, else raise ``ValueError``."""
-    if isinstance(size, bool) or not isinstance(size, int):
-        raise ValueError(f"maze size must be an int, got {size!r} ({type(size).__name__})")
-    if size < MIN_SIZE or size % 2 == 0:
-        raise ValueError(
-            f"maze size must be an odd int >= {MIN_SIZE} (grid side including walls, e.g. 17), got {size}"
-        )
+    if isinstance(size, bool) or not isinstance(size, int) or size < MIN_SIZE or size % 2 == 0:
+        raise ValueError(f"maze size must be an odd int >= {MIN_SIZE} (grid side including walls, e.g. 17), got "
+                         f"{size!r}")
     return size
 
 
@@ -148,17 +145,13 @@ def generate_split(
         raise ValueError(f"n (number of mazes) must be a positive int, got {n!r}")
     mazes: list[Maze] = []
     seen = set(exclude)
-    i = 0
-    while len(mazes) < n:
-        if i >= max_tries_factor * n:
-            raise ValueError(
-                f"only {len(mazes)} distinct {size}x{size} mazes found for split {split!r} after {i} draws "
-                f"(asked for n={n}): the maze space at this size is too small; use a larger size or a smaller n"
-            )
+    for i in range(max_tries_factor * n):
         maze = generate_maze(size, f"{seed}:{split}:{i}")
-        i += 1
-        if maze.key() in seen:
-            continue
-        seen.add(maze.key())
-        mazes.append(maze)
-    return mazes
+        if maze.key() not in seen:
+            seen.add(maze.key())
+            mazes.append(maze)
+            if len(mazes) == n:
+                return mazes
+    raise ValueError(f"only {len(mazes)} distinct {size}x{size} mazes found for split {split!r} after "
+                     f"{max_tries_factor * n} draws (asked for n={n}): the maze space at this size is too small; use "
+                     "a larger size or a smaller n")

@@ -114,8 +114,7 @@ def run(args, memory) -> int:
     # fgrpo_verl.backends.cpu.tuning). The runs go one at a time: verl's TransferQueue names its controller actor in
     # a fixed Ray namespace (``transfer_queue``), so two runs in one cluster at once share it and corrupt each
     # other's batches (docs/raremode.md).
-    with contextlib.ExitStack() as stack:
-        session = stack.enter_context(RaySession()) if args.backend == "cpu" else None
+    with RaySession() if args.backend == "cpu" else contextlib.nullcontext() as session:
         session_overrides = [] if session is None else fast_overrides()
         for seed in range(args.seeds):  # seed-major: an interrupted demo still has complete pairs
             for cfg in cfgs:
