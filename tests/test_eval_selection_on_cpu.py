@@ -1,4 +1,4 @@
-"""The paper's selection protocol (fgrpo_verl/evaluation/selection.py, protocol.py) on constructed results whose
+"""The paper's selection protocol (fgrpo_verl/evaluation/protocol.py) on constructed results whose
 answer is known: best baseline checkpoint by math pass@1, best focal checkpoint with equal or less compute, γ by
 math pass@1 of the final passes; and run directories read the way the final evaluation job and the report read
 them (the report's choice of γ through run directories: tests/test_recipe_report_on_cpu.py)."""
@@ -8,9 +8,8 @@ import os
 
 from fgrpo_verl.job import checkpoints as ck
 from fgrpo_verl.evaluation.plan import Steps
-from fgrpo_verl.evaluation.protocol import choose, run_scores
-from fgrpo_verl.evaluation.selection import (
-    CheckpointScore, RunSelection, compute_of, select_baseline, select_focal, select_gamma,
+from fgrpo_verl.evaluation.protocol import (
+    CheckpointScore, RunSelection, choose, compute_of, run_scores, select_baseline, select_focal, select_gamma,
 )
 
 BATCH, N = 256, 8

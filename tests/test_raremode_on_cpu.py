@@ -112,8 +112,8 @@ def test_exact_probabilities_match_sampling_frequencies():
     from fgrpo_verl.tasks.maze.model import build_model
     from fgrpo_verl.tasks.maze.evaluate import sample_correct_counts
     from fgrpo_verl.tasks.raremode.measure import candidate_probs
-    from fgrpo_verl.tasks.raremode.sft import SFTConfig, sft
-    from fgrpo_verl.tasks.raremode.generator import build_tokenizer
+    from fgrpo_verl.tasks.maze.sft import SFTConfig
+    from fgrpo_verl.tasks.raremode.generator import build_tokenizer, sft
 
     tok = build_tokenizer()
     prompts = generate_split(3, 40, 0, "train")
@@ -163,7 +163,7 @@ def test_exact_metrics_follow_eq26_and_app_m2():
 # ---------------------------------------------------------------- statistics, configurations, checkpoints
 @pytest.mark.parametrize("p", [0.9, 0.975, 0.995])
 def test_t_quantile_matches_closed_forms(p):
-    from fgrpo_verl.tasks.raremode.stats import t_quantile
+    from fgrpo_verl.tasks.raremode.report import t_quantile
 
     assert math.isclose(t_quantile(p, 1), math.tan(math.pi * (p - 0.5)), rel_tol=1e-6)
     assert math.isclose(t_quantile(p, 2), (2 * p - 1) / math.sqrt(2 * p * (1 - p)), rel_tol=1e-6)
@@ -171,7 +171,7 @@ def test_t_quantile_matches_closed_forms(p):
 
 
 def test_intervals_and_paired_difference():
-    from fgrpo_verl.tasks.raremode.stats import paired_difference, t_interval
+    from fgrpo_verl.tasks.raremode.report import paired_difference, t_interval
 
     iv = t_interval([1.0, 2.0, 3.0])
     assert iv.mean == 2.0 and math.isclose(iv.half_width, 4.302652729 * 1.0 / math.sqrt(3), rel_tol=1e-6)

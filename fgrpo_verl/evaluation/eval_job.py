@@ -14,7 +14,7 @@ the engine and the W&B run. Phases:
   checkpoints so far); W&B logging waits until the run is finished (an unfinished run resumes and logs training
   steps after these rows, which W&B would drop as out of order).
 - ``final``: refuses until this run and its γ = 0 baseline are finished and fully scored; then chooses the
-  checkpoint (protocol.py, selection.py), records the choice in ``fgrpo_eval/selected.json`` and evaluates it.
+  checkpoint (protocol.py), records the choice in ``fgrpo_eval/selected.json`` and evaluates it.
 
 An unchanged checkpoint with a current result is skipped; a killed evaluation continues where it stopped; results
 of a changed checkpoint or an edited benchmark file are removed and redone. With several GPUs and

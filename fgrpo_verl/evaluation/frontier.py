@@ -3,7 +3,7 @@
 Two runs that learn at different speeds (F-GRPO vs GRPO, or GRPO at a smaller learning rate) are not comparable at
 the same step: the slower one has simply moved less. Comparing them where they have gained the same correct mass
 Q_pos puts them on the same footing (the Q_pos–M_ret frontier). Used by the rare-mode demo
-(``fgrpo_verl.tasks.raremode.frontier_report``) and by ``fgrpo-verl simulate`` (``fgrpo_verl.cli.simulate``).
+(``fgrpo_verl.tasks.raremode.report``) and by ``fgrpo-verl simulate`` (``fgrpo_verl.cli.simulate``).
 
 The crossing. Steps t_0 < t_1 < … with the reach metric q_j (Q_pos) and any other metrics v_j (M_ret, ΔNLL, …).
 With i the first index where q_i ≥ L:

@@ -8,8 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fgrpo_verl.evaluation.plan import Plan
-from fgrpo_verl.evaluation.protocol import choose, run_scores
-from fgrpo_verl.evaluation.selection import RunSelection, select_gamma
+from fgrpo_verl.evaluation.protocol import RunSelection, choose, run_scores, select_gamma
 from fgrpo_verl.job import checkpoints as ck
 
 

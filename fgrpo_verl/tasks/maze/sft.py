@@ -4,7 +4,7 @@ The paper: SFT from scratch, 1,500 steps, batch 32, AdamW, lr 5e-4; it sets up t
 non-zero pass rate before RL. This is a plain torch loop, not verl's SFT trainer: verl 0.9.1's SFT trainer runs
 through ``torchrun`` and an FSDP engine that registers only for CUDA/NPU devices, so on CPU it would need the
 whole CPU platform just to fit a few-hundred-thousand-parameter model for a minute; a 40-line loop is clearer.
-The rare-mode task's warm start (``fgrpo_verl.tasks.raremode.sft``) runs the same loop on its own batches.
+The rare-mode task's warm start (``fgrpo_verl.tasks.raremode.generator.sft``) runs the same loop on its own batches.
 
 Loss: next-token cross-entropy on the response tokens only (the actions and the closing ``<|endoftext|>``); prompt
 positions get label -100. All prompts of one maze size have the same length, so a batch is

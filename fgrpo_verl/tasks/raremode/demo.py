@@ -1,12 +1,12 @@
 """``fgrpo-verl demo`` (default task): GRPO vs F-GRPO vs the scale-matched control on the rare-mode task, through
 verl's trainer on the CPU backend, with exact rare-mass metrics per step.
 
-1. build the task and a tiny Qwen2 (``build.py``), SFT warm start on the skewed answer distribution (``sft.py``);
+1. build the task and a tiny Qwen2 (``build.py``), SFT warm start on the skewed answer distribution (``generator.sft``);
 2. exact metrics of the warm start on held-out prompts; the rare set E_x is fixed here (``measure.py``);
 3. one verl run per (configuration, seed) (``experiment.py``), seed-major so that an interrupted demo still has
    complete pairs; every step's checkpoint is scored exactly afterwards (``measure.py``);
 4. table: final Q_pos, M_ret, ΔNLL_rare, sampled pass@1 / pass@k (mean ± 95% seed CI), paired differences against
-   GRPO; then M_ret, ΔNLL_rare and the step at equal Q_pos (``frontier_report.py``); plots of the per-step
+   GRPO; then M_ret, ΔNLL_rare and the step at equal Q_pos (``report.py``); plots of the per-step
    curves; ``results.json`` with every per-seed, per-step number (the equal-Q_pos table under "equal_q_pos").
 
 ``--report-equal-q FILE`` prints the equal-Q_pos table of an existing ``raremode_results.json`` without training.
@@ -20,7 +20,9 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from fgrpo_verl.tasks.raremode.stats import paired_difference, t_interval
+from fgrpo_verl.tasks.raremode.report import (
+    equal_q_report, paired_difference, plot_curves, report_from_results, t_interval,
+)
 
 # The quick default and --full (<= 60 min): what an option left out on the command line (None) becomes.
 QUICK = dict(n_train=2000, n_val=128, model_preset="tiny", sft_steps=300, sft_batch=64, sft_lr=3e-3, batch_size=16,
@@ -29,8 +31,6 @@ FULL = dict(seeds=5, gammas=[0.0, 0.5, 1.0], control_gamma=1.0, rl_steps=40)
 
 
 def report_equal_q(path: str, levels: list[float] | None) -> int:
-    from fgrpo_verl.tasks.raremode.frontier_report import report_from_results
-
     try:
         results = json.loads(Path(path).read_text())
         lines, _ = report_from_results(results, levels)
@@ -68,13 +68,13 @@ def run(args, memory) -> int:
     from fgrpo_verl.pass_at_k import ks_up_to
     from fgrpo_verl.tasks.maze.model import save_model_dir
     from fgrpo_verl.tasks.maze.rl import RLSettings, read_metrics
+    from fgrpo_verl.tasks.maze.sft import SFTConfig
     from fgrpo_verl.tasks.raremode.build import build
     from fgrpo_verl.tasks.raremode.experiment import configs, run_one
-    from fgrpo_verl.tasks.raremode.generator import WarmStart
+    from fgrpo_verl.tasks.raremode.generator import WarmStart, sft
     from fgrpo_verl.tasks.raremode.measure import (
         candidate_probs, exact_metrics, rare_mask, sampled_pass_at_k, step_metrics,
     )
-    from fgrpo_verl.tasks.raremode.sft import SFTConfig, sft
 
     warm = WarmStart(*args.warm)
     cfgs = configs(args.gammas, args.lr, args.control_gamma, ds_grpo=args.ds_grpo)
@@ -146,9 +146,6 @@ def run(args, memory) -> int:
 
 def _report(args, out, results, failed, start, ks, settings, cfgs, warm, sft_cfg, times, memory, levels) -> int:
     """Step 4: the table, the plot and raremode_results.json; ``start`` = the SFT start's metrics and pass@k."""
-    from fgrpo_verl.tasks.raremode.frontier_report import equal_q_report
-    from fgrpo_verl.tasks.raremode.plots import plot_curves
-
     print("[demo] 4/4 results", flush=True)
     done = {n: v for n, v in results.items() if v}
     plot = plot_curves({n: {s: {int(t): m for t, m in r["curve"].items()} for s, r in v.items()} for n, v in done.items()},

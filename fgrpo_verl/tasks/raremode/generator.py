@@ -4,7 +4,7 @@ A prompt is ``k`` distinct symbols out of 20 followed by the answer marker, e.g.
 symbol and the termination token. **Correct** iff the symbol is one of the prompt's symbols, so every prompt has
 exactly ``k`` correct responses, few enough to enumerate and score exactly (``measure.py``).
 
-The SFT warm start (``sft.py``) does not teach the correct set uniformly: for every example it draws the answer
+The SFT warm start (:func:`sft`) does not teach the correct set uniformly: for every example it draws the answer
 from :func:`warm_start_distribution`, which puts ``anchor`` of the mass on the prompt's **first** symbol, spreads
 ``rare`` over its other symbols, and gives the rest to symbols not in the prompt (so the warm-started policy is
 right only part of the time and GRPO groups are active). The result mirrors the paper's categorical picture
@@ -20,6 +20,7 @@ import math
 import random
 from dataclasses import dataclass
 
+from fgrpo_verl.tasks.maze.sft import SFTConfig, train_steps
 from fgrpo_verl.tasks.maze.tokenizer import build_tokenizer as build_qwen2_tokenizer
 
 ANSWER_MARKER = ">"
@@ -137,3 +138,27 @@ def warm_start_distribution(prompt: RarePrompt, warm: WarmStart) -> dict[str, fl
 def sample_warm_answer(prompt: RarePrompt, warm: WarmStart, rng: random.Random) -> str:
     dist = warm_start_distribution(prompt, warm)
     return rng.choices(list(dist), weights=list(dist.values()))[0]
+
+
+def sft(model, tokenizer, prompts: list[RarePrompt], warm: WarmStart, config: SFTConfig) -> list[float]:
+    """The SFT warm start: train ``model`` in place on answers drawn from :func:`warm_start_distribution` and
+    return the per-step losses. Each step draws ``config.batch_size`` train prompts and, for each, a fresh answer
+    (anchor / rare / incorrect), then minimises next-token cross-entropy of the answer and the termination token
+    (prompt positions unlabelled): the fitted policy approximates that distribution on unseen prompts, which gives the
+    RL phase an anchor correct answer, rare correct answers, and incorrect mass. The maze's loop and config
+    (``fgrpo_verl.tasks.maze.sft``), with a constant learning rate; all prompts have one length, so no padding."""
+    import torch
+
+    rng = random.Random(f"{config.seed}:sft")
+    prompt_ids = [tokenizer.encode(p.text, add_special_tokens=False) for p in prompts]
+    eos = tokenizer.eos_token_id
+    symbol_id = {s: tokenizer.convert_tokens_to_ids(s) for s in SYMBOLS}
+
+    def next_batch():
+        idx = [rng.randrange(len(prompts)) for _ in range(config.batch_size)]
+        ids = torch.tensor([prompt_ids[i] + [symbol_id[sample_warm_answer(prompts[i], warm, rng)], eos] for i in idx])
+        labels = torch.full_like(ids, -100)
+        labels[:, -2:] = ids[:, -2:]
+        return ids, labels
+
+    return train_steps(model, next_batch, config)
