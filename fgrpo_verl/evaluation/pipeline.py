@@ -1,7 +1,7 @@
 """``fgrpo-verl eval`` end to end: generate (or load) -> score -> pass@k tables, plots, significance.
 
     1. generations (``--model``): per run, benchmark and chunk of ``--problems-per-call`` problems, sample n
-       completions per problem (generate.py; one seeded request per sample block, seeds.py), append each problem's
+       completions per problem (generate.py; one seeded request per sample block), append each problem's
        completions to ``<out>/generations.jsonl`` (flushed per problem), then score them and append a correctness
        line per problem. ``--resume`` continues a killed run: a torn last line is cut off, problems with
        completions but no correctness line are scored, the rest are generated. Without ``--resume`` an existing
@@ -24,14 +24,13 @@ from pathlib import Path
 from fgrpo_verl.evaluation.formats import (
     GenerationRecord, LineIndex, append_lines, drop_torn_tail, iter_generation_lines, load_benchmark,
 )
-from fgrpo_verl.evaluation.generate import Request, make_sampler, resolve_model_path
+from fgrpo_verl.evaluation.generate import Request, blocks, make_sampler, request_seed, resolve_model_path
 from fgrpo_verl.evaluation.prompts import benchmark_group, encode_prompt, prompt_setting
 from fgrpo_verl.evaluation.report import (
     check_same_problems, markdown_table, plot_curves, table_rows, write_csv, write_tables,
 )
 from fgrpo_verl.evaluation.scorers import resolve_scorer
-from fgrpo_verl.evaluation.scoring import Scorer, count_correct
-from fgrpo_verl.evaluation.seeds import blocks, request_seed
+from fgrpo_verl.evaluation.scoring import SCORE_CHUNK, Scorer, count_correct
 from fgrpo_verl.evaluation.significance import paired_tests
 from fgrpo_verl.job import checkpoints as ck
 from fgrpo_verl.pass_at_k import ks_up_to
@@ -145,7 +144,7 @@ def _score_unscored(gen_path: Path, index: LineIndex, scorer: Scorer, fh, log) -
     for _, rec in iter_generation_lines(gen_path):
         if rec.key in todo and rec.completions is not None:
             pending.append(rec)
-        if len(pending) >= 64:
+        if len(pending) >= SCORE_CHUNK:
             _score_and_write(pending, scorer, fh)
     _score_and_write(pending, scorer, fh)
 

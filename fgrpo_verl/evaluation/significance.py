@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fgrpo_verl.evaluation.seeds import request_seed
+from fgrpo_verl.evaluation.generate import request_seed
 from fgrpo_verl.pass_at_k import ks_up_to, pass_at_k_curve, pass_at_k_table
 
 # (iterations x problems) cells per chunk of hypergeometric draws; ~16 MiB of int64 per run.

@@ -43,31 +43,29 @@ def logged_steps(log_dir: Path, job_name: str) -> dict[int, dict[str, float]]:
         match = _JOB_ID.search(path.name)
         return int(match.group(1)) if match else -1
 
+    def number(text: str) -> float | None:
+        try:
+            return float(text)
+        except ValueError:
+            return None
+
     history: dict[int, dict[str, float]] = {}
     last = -1
     for path in sorted(Path(log_dir).glob(f"{glob.escape(job_name)}-*.out"), key=job_id):
         with open(path, "rb") as fh:
             for raw in fh:
                 fields = step_fields(raw.decode(errors="replace")) if b"step:" in raw else None
-                kept = {}
-                for key, value in (fields or {}).items():
-                    key = key.strip()
-                    if key == TRAIN_REWARD or key.startswith("val-core/"):
-                        try:
-                            kept[key] = float(value)
-                        except ValueError:
-                            continue
-                try:  # a line without these metrics is not a step of the run's (a timing line, another format)
-                    step = int(float(fields["step"])) if kept else None
-                except ValueError:
-                    step = None
+                kept = {key.strip(): number(value) for key, value in (fields or {}).items()
+                        if key.strip() == TRAIN_REWARD or key.strip().startswith("val-core/")}
+                kept = {key: value for key, value in kept.items() if value is not None}
+                # a line without these metrics is not a step of the run's (a timing line, another format)
+                step = number(fields["step"]) if kept else None
                 if step is None:
                     continue
-                if step < last:
-                    for later in [s for s in history if s >= step]:
-                        del history[later]
-                last = step
-                history.setdefault(step, {}).update(kept)
+                if int(step) < last:
+                    history = {s: metrics for s, metrics in history.items() if s < int(step)}
+                last = int(step)
+                history.setdefault(last, {}).update(kept)
     return history
 
 
