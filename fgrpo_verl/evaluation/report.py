@@ -96,25 +96,16 @@ def check_same_problems(scores, runs, benchmarks) -> None:
 
 def table_rows(scores, runs, benchmarks, ks, averages=None) -> list[dict]:
     """Long-form rows: one per (run, column, k) with pass@k in [0, 1] (NaN when k > n)."""
-    averages = averages or {}
     rows = []
-    for run in runs:
-        for bench in benchmarks:
-            s = scores.get((run, bench))
-            if s is None:
-                continue
-            for k, value in zip(ks, s.curve(ks)):
-                rows.append(dict(run=run, benchmark=bench, k=k, pass_at_k=float(value),
-                                 num_problems=len(s.problem_ids), min_n=int(s.n.min()), max_n=int(s.n.max()),
-                                 score_errors=s.errors))
-        for name, members in averages.items():  # every run has every member (check_same_problems)
-            curves = np.mean([scores[(run, b)].curve(ks) for b in members], axis=0)
-            for k, value in zip(ks, curves):
+    for run in runs:  # an average column: its members' mean curve (every run has every member: check_same_problems)
+        for name, members, extra in [(b, [b], {}) for b in benchmarks if (run, b) in scores] + [
+                (name, members, {"average": True}) for name, members in (averages or {}).items()]:
+            parts = [scores[(run, b)] for b in members]
+            for k, value in zip(ks, np.mean([s.curve(ks) for s in parts], axis=0)):
                 rows.append(dict(run=run, benchmark=name, k=k, pass_at_k=float(value),
-                                 num_problems=sum(len(scores[(run, b)].problem_ids) for b in members),
-                                 min_n=min(int(scores[(run, b)].n.min()) for b in members),
-                                 max_n=max(int(scores[(run, b)].n.max()) for b in members),
-                                 score_errors=sum(scores[(run, b)].errors for b in members), average=True))
+                                 num_problems=sum(len(s.problem_ids) for s in parts),
+                                 min_n=min(int(s.n.min()) for s in parts), max_n=max(int(s.n.max()) for s in parts),
+                                 score_errors=sum(s.errors for s in parts), **extra))
     return rows
 
 

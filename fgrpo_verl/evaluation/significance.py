@@ -41,6 +41,7 @@ import numpy as np
 
 from fgrpo_verl.evaluation.generate import request_seed
 from fgrpo_verl.pass_at_k import ks_up_to, pass_at_k_curve, pass_at_k_table
+from fgrpo_verl.theory._checks import whole
 
 # (iterations x problems) cells per chunk of hypergeometric draws; ~16 MiB of int64 per run.
 _CHUNK_CELLS = 1 << 20
@@ -83,9 +84,8 @@ def subsample_draws(n_baseline, c_baseline, n_focal, c_focal, ks=None, m: int = 
     nb, cb, nf, cf = (np.asarray(x, dtype=np.int64) for x in (n_baseline, c_baseline, n_focal, c_focal))
     if nb.shape != nf.shape:
         raise ValueError(f"baseline and focal must cover the same problems, got {nb.size} and {nf.size} problems")
-    for name, val, low in (("m", m, 1), ("iterations", iterations, 2)):
-        if isinstance(val, bool) or not isinstance(val, (int, np.integer)) or val < low:
-            raise ValueError(f"{name} must be an int >= {low}, got {val!r}")
+    whole("m", m)
+    whole("iterations", iterations, 2)
     n_min = int(min(nb.min(), nf.min()))
     if m >= n_min:
         # m = n draws every generation: all iterations agree and the CI collapses onto the point estimate.
@@ -118,9 +118,8 @@ def _histograms(draws: np.ndarray, m: int) -> np.ndarray:
 
 
 def combine_draws(parts: list[SubsampleDraws]) -> SubsampleDraws:
-    """The average column: per k and iteration, the mean of the member benchmarks' values (same iteration t)."""
-    if not parts:
-        raise ValueError("an average needs at least one benchmark")
+    """The average column: per k and iteration, the mean of the member benchmarks' values (same iteration t); an
+    average has members (the options' ``--average`` and a recipe's ``averages`` are refused without)."""
     ks = [k for k in parts[0].ks if all(k in p.diffs for p in parts)]
     ns = {p.n for p in parts}
     return SubsampleDraws(

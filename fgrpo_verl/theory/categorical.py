@@ -50,7 +50,7 @@ import numpy as np
 import torch
 
 from fgrpo_verl.focal import focal_weight
-from fgrpo_verl.theory._checks import group_size_array, real_array
+from fgrpo_verl.theory._checks import group_size_array, real_array, whole
 from fgrpo_verl.theory.shrink import configurations
 
 SURROGATES = ("log", "linear")
@@ -74,7 +74,7 @@ class CategoricalSetup:
 
     def __post_init__(self):
         for name in ("num_actions", "num_correct"):
-            _whole(name, getattr(self, name))
+            whole(name, getattr(self, name))
         if not 1 <= self.num_correct < self.num_actions:
             raise ValueError(
                 f"num_correct={self.num_correct!r} is invalid for num_actions={self.num_actions}: need 1 <= num_correct < num_actions"
@@ -124,7 +124,7 @@ class SimulationConfig:
             if len(set(values)) != len(values):  # repeated gammas: the configurations check below
                 raise ValueError(f"{name}={values!r} repeats a value: list each {what} once")
         for name, low in (("seeds", 1), ("steps", 1), ("seed", 0)):
-            _whole(name, getattr(self, name), low)
+            whole(name, getattr(self, name), low)
         real_array("lr", self.lr, low=0.0, high=math.inf, low_open=True, high_open=True)
         for name, valid in (("surrogate", SURROGATES), ("optimizer", OPTIMIZERS)):
             if getattr(self, name) not in valid:
@@ -150,12 +150,6 @@ class SimulationResult:
     anchor: np.ndarray  # the anchor action's probability
     final_entropy: np.ndarray  # (N, configuration, seed) policy entropy in nats after the last step
     seconds: float  # wall time of the run loop
-
-
-def _whole(name, value, low: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{name}={value!r} is invalid: must be a whole number >= {low}")
-    return value
 
 
 class CountSampler:

@@ -26,6 +26,8 @@ import random
 from collections import deque
 from dataclasses import dataclass
 
+from fgrpo_verl.theory._checks import whole
+
 WALL, OPEN, START, GOAL = "#", ".", "S", "G"
 # action -> (row delta, col delta)
 MOVES = {"U": (-1, 0), "D": (1, 0), "L": (0, -1), "R": (0, 1)}
@@ -141,8 +143,7 @@ def generate_split(
     disjoint even when the streams collide, which happens often for small sizes (a 7x7 grid has only
     192 spanning trees x 72 start/goal pairs = 13,824 distinct instances).
     """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n (number of mazes) must be a positive int, got {n!r}")
+    whole("n (number of mazes)", n)
     mazes: list[Maze] = []
     seen = set(exclude)
     for i in range(max_tries_factor * n):

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from fgrpo_verl.tasks.maze.sft import SFTConfig, train_steps
 from fgrpo_verl.tasks.maze.tokenizer import build_tokenizer as build_qwen2_tokenizer
+from fgrpo_verl.theory._checks import real_array, whole
 
 ANSWER_MARKER = ">"
 SYMBOLS = tuple("abcdefghijklmnopqrst")
@@ -74,8 +75,7 @@ def n_distinct_prompts(k: int) -> int:
 def generate_split(k: int, count: int, seed: int, stream: str, exclude: frozenset = frozenset()) -> list[RarePrompt]:
     """``count`` distinct prompts of ``k`` symbols from the stream ``f"{seed}:{stream}"``, none in ``exclude``."""
     check_k(k)
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise ValueError(f"count must be an int >= 1, got {count!r}")
+    whole("count", count)
     available = n_distinct_prompts(k) - len(exclude)
     if count > available:
         raise ValueError(f"asked for {count} distinct prompts of k={k} symbols, only {available} exist outside the excluded set")
@@ -100,12 +100,8 @@ class WarmStart:
     distractor: float = 0.3
 
     def __post_init__(self):
-        for name in ("anchor", "rare", "distractor"):
-            v = getattr(self, name)
-            if not (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1):
-                raise ValueError(f"WarmStart.{name} must be a number in [0, 1), got {v!r}")
-        if not (self.anchor > 0 and self.rare > 0):
-            raise ValueError(f"WarmStart.anchor and rare must be > 0, got {self.anchor}, {self.rare}")
+        for name, low_open in (("anchor", True), ("rare", True), ("distractor", False)):
+            real_array(f"WarmStart.{name}", getattr(self, name), low=0.0, high=1.0, low_open=low_open, high_open=True)
         if self.anchor + self.rare + self.distractor >= 1:
             raise ValueError(
                 f"WarmStart anchor + rare + distractor must be < 1 (the rest is spread over the other incorrect "
