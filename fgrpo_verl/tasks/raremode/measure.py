@@ -63,9 +63,7 @@ def candidate_probs(model, tokenizer, prompts: list[RarePrompt]) -> Candidates:
         ids = tokenizer.encode(p.text, add_special_tokens=False)
         for a in p.correct:
             pairs.append((ids, tokenizer.encode(a, add_special_tokens=False) + [eos]))
-    k = len(prompts[0].correct)
-    if any(len(p.correct) != k for p in prompts):
-        raise ValueError("all prompts must have the same number of correct answers")
+    k = len(prompts[0].correct)  # the same for every prompt of a task directory (its build's k)
     nll = length_normalised_nll(model, pairs)
     lengths = np.array([len(c) for _, c in pairs], dtype=np.float64)
     return Candidates(probs=np.exp(-nll * lengths).reshape(len(prompts), k))
@@ -92,8 +90,6 @@ class ExactMetrics:
 
 
 def exact_metrics(base: Candidates, current: Candidates, rare: np.ndarray) -> ExactMetrics:
-    if base.probs.shape != current.probs.shape or rare.shape != base.probs.shape:
-        raise ValueError(f"shape mismatch: base {base.probs.shape}, current {current.probs.shape}, rare {rare.shape}")
     has_rare = rare.any(axis=1)
     if not has_rare.any():
         raise ValueError("no held-out prompt has a rare correct answer under this rare_share; raise it")
