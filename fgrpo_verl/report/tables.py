@@ -186,15 +186,10 @@ def table6(reports, plan, k) -> Table:
             runs = {r.model: r for r in reports if r.family == fam and r.gamma == g}
             if not runs:
                 continue
-            mine, paper = {}, {}
-            for m in models:
-                for a in averages:
-                    col = f"{m} {a}"
-                    mine[col] = (ours(runs.get(m), a, 1), ours(runs.get(m), a, k))
-                    ref = paper_numbers.cells().get(("Table 6", m, f"{fam.upper()} γ={g:g}", a))
-                    if ref is not None:
-                        paper[col] = ref
-            rows.append((f"{fam.upper()} γ={g:g}", mine, paper, {}))
+            label = f"{fam.upper()} γ={g:g}"
+            mine = {f"{m} {a}": (ours(runs.get(m), a, 1), ours(runs.get(m), a, k)) for m in models for a in averages}
+            rows.append((label, mine, {f"{m} {a}": cells for m in models for a in averages
+                                       if (cells := paper_numbers.cells().get(("Table 6", m, label, a)))}, {}))
     return Table("table6", "Table 6: γ sensitivity (averages at each run's selected checkpoint)", columns, rows,
                  "Table 6")
 

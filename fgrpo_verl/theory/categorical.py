@@ -205,13 +205,9 @@ class CountSampler:
         idx.clamp_max_(self.actions - 1).add_(blk["row_offset"])
 
     def __call__(self, p: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-        if self.pool is None:
-            for b in self.order:
-                self._draw_block(self.blocks[b], p)
-        else:
-            for future in [self.pool.submit(self._draw_block, self.blocks[b], p) for b in self.order]:
-                future.result()
-        out.zero_().view(-1).index_add_(0, self.flat, self.ones.to(out.dtype) if out.dtype != self.ones.dtype else self.ones)
+        draw = map if self.pool is None else self.pool.map  # longest block first; a block's error is raised here
+        list(draw(lambda b: self._draw_block(self.blocks[b], p), self.order))
+        out.zero_().view(-1).index_add_(0, self.flat, self.ones.to(out.dtype))  # .to: no copy at the same dtype
         return out
 
     def close(self) -> None:

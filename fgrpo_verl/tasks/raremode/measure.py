@@ -58,15 +58,12 @@ class Candidates:
 def candidate_probs(model, tokenizer, prompts: list[RarePrompt]) -> Candidates:
     """Exact probability of every correct response of every prompt (no sampling)."""
     eos = tokenizer.eos_token_id
-    pairs = []
-    for p in prompts:
-        ids = tokenizer.encode(p.text, add_special_tokens=False)
-        for a in p.correct:
-            pairs.append((ids, tokenizer.encode(a, add_special_tokens=False) + [eos]))
-    k = len(prompts[0].correct)  # the same for every prompt of a task directory (its build's k)
+    pairs = [(tokenizer.encode(p.text, add_special_tokens=False), tokenizer.encode(a, add_special_tokens=False) + [eos])
+             for p in prompts for a in p.correct]
     nll = length_normalised_nll(model, pairs)
     lengths = np.array([len(c) for _, c in pairs], dtype=np.float64)
-    return Candidates(probs=np.exp(-nll * lengths).reshape(len(prompts), k))
+    # every prompt of a task directory has the same k (its build's)
+    return Candidates(probs=np.exp(-nll * lengths).reshape(len(prompts), -1))
 
 
 def rare_mask(base: Candidates, rare_share: float = DEFAULT_RARE_SHARE) -> np.ndarray:
