@@ -51,8 +51,9 @@ def test_default_levels_are_reached_by_every_curve():
 
 def test_check_levels_sorts_and_rejects():
     assert check_levels("--q-levels", [0.9, 0.6]) == [0.6, 0.9]
-    for bad, match in (([0.5, 1.0], "holds 1.0"), ([0.0], "holds 0.0"), ([float("nan")], "holds nan"),
-                       ([0.5, 0.5], "repeats a level"), ([], "is empty"), ([True], "holds True")):
+    for bad, match in (([0.5, 1.0], r"=1\.0 is invalid: must be in \(0, 1\)"), ([0.0], "=0.0 is invalid"),
+                       ([float("nan")], "=nan is invalid"), ([0.5, 0.5], "repeats a level"), ([], "is empty"),
+                       ([True], "=True is invalid")):
         with pytest.raises(ValueError, match=match):
             check_levels("--q-levels", bad)
 

@@ -224,7 +224,7 @@ def test_step_metrics_score_each_checkpoint_verl_finished(tmp_path):
 @pytest.mark.parametrize("argv,match", [(["--gammas", "1"], "include 0"),
                                         (["--gammas", "0,x"], "argument --gammas: must be comma-separated numbers"),
                                         (["--warm", "0.3,0.1"], "--warm"), (["--warm", "0.6,0.3,0.3"], "WarmStart"),
-                                        (["--seeds", "0"], "--seeds"), (["--q-levels", "0.5,1"], "--q-levels holds 1.0"),
+                                        (["--seeds", "0"], "--seeds"), (["--q-levels", "0.5,1"], "--q-levels=1.0 is invalid"),
                                         (["--q-levels", "0.5,x"], "argument --q-levels: must be comma-separated"),
                                         (["--q-levels", "0.5,0.5"], "repeats a level")])
 def test_raremode_demo_rejects_bad_arguments(tmp_path, capsys, argv, match):

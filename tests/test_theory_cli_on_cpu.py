@@ -96,7 +96,7 @@ def test_simulate_writes_numbers_and_figures(tmp_path, capsys):
         (["--actions", "10", "--correct", "10"], "--correct 10 is invalid for --actions 10"),
         (["--zone-threshold", "0"], "--zone-threshold 0.0 is invalid"),
         (["--gamma", "0", "--control"], "--control needs a gamma > 0 in --gamma"),
-        (["--q-levels", "0.5", "1"], "--q-levels holds 1.0"),
+        (["--q-levels", "0.5", "1"], "--q-levels=1.0 is invalid: must be in (0, 1)"),
         (["--q-levels", "0.7", "0.7"], "--q-levels=[0.7, 0.7] repeats a level"),
     ],
 )

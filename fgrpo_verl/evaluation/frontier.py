@@ -26,6 +26,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from fgrpo_verl.theory._checks import real_array
+
 
 @dataclass(frozen=True)
 class Crossing:
@@ -91,13 +93,7 @@ def above_start(levels: Sequence[float], start: float) -> tuple[list[float], lis
 def check_levels(name: str, levels: Sequence[float]) -> list[float]:
     """Levels of a probability mass given by a user: each finite in (0, 1), no repeats; returned in increasing
     order (the order they are reported in)."""
-    out = []
-    for x in levels:
-        if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)) or not 0 < x < 1:
-            raise ValueError(f"{name} holds {x!r}: every level must be a number in (0, 1)")
-        out.append(float(x))
-    if not out:
-        raise ValueError(f"{name} is empty: give at least one level in (0, 1)")
+    out = real_array(name, levels, low=0.0, high=1.0, low_open=True, high_open=True).tolist()
     if len(set(out)) != len(out):
         raise ValueError(f"{name}={out} repeats a level: list each level once")
     return sorted(out)
