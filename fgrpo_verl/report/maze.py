@@ -117,13 +117,12 @@ def table4(runs: list[MazeRun], source: str, ks: list[int], key: str) -> tuple[s
     lines = [f"### Table 4: pass@k (%) at the last step, data source {source}", "",
              "| N | | " + " | ".join(f"p@{k} {labels[g]}" for k, g in columns) + " |",
              "|---" * (len(columns) + 2) + "|"]
-    rows, has_ours = [], False
+    rows = []
     for size in sorted({r.group_size for r in runs}):
         mine, ref = [], []
         for k, g in columns:
             run = next((r for r in runs if r.group_size == size and r.gamma == g), None)
             value = run.values.get(source, {}).get(k) if run is not None and run.final else None
-            has_ours = has_ours or value is not None
             theirs = paper.get((size, k, g))
             mine.append("-" if value is None else f"{100 * value:.1f}")
             ref.append("-" if theirs is None else f"{theirs:.1f}")
@@ -133,7 +132,7 @@ def table4(runs: list[MazeRun], source: str, ks: list[int], key: str) -> tuple[s
                          "step": "" if run is None or run.step is None else run.step,
                          "run": "" if run is None else run.name})
         lines += [f"| {size} | ours | " + " | ".join(mine) + " |", "| | paper | " + " | ".join(ref) + " |"]
-    return "\n".join(lines) + "\n", rows, has_ours
+    return "\n".join(lines) + "\n", rows, any(row["ours"] != "" for row in rows)
 
 
 def _plot(path: Path, panels: list[tuple[str, str, dict]], columns: int, xlabel: str, log_x: bool) -> None:
