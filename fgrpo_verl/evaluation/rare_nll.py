@@ -29,12 +29,8 @@ DEFAULT_FRACTION = 0.01
 
 def tokenize_pairs(tokenizer, prompts: list[str], completions: list[str]) -> list[tuple[list[int], list[int]]]:
     """(prompt ids, completion ids) per trajectory, without added special tokens."""
-    out = []
-    for prompt, completion in zip(prompts, completions, strict=True):
-        p = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-        c = tokenizer(completion, add_special_tokens=False)["input_ids"]
-        out.append((list(p), list(c)))
-    return out
+    ids = [list(tokenizer(text, add_special_tokens=False)["input_ids"]) for text in [*prompts, *completions]]
+    return list(zip(ids[:len(prompts)], ids[len(prompts):], strict=True))
 
 
 def length_normalised_nll(model, pairs, device: str = "cpu", max_tokens_per_batch: int = 16384,

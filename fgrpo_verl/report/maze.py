@@ -84,10 +84,7 @@ class MazeRun(Run):
     history: dict[int, dict[str, float]] = field(default_factory=dict)
     step: int | None = None                                          # the step of the last validation found
     values: dict[str, dict[int, float]] = field(default_factory=dict)  # its pass@k per source (fraction)
-
-    @property
-    def final(self) -> bool:
-        return self.step is not None and self.total is not None and self.step >= self.total
+    final: bool = False                                              # that validation is at the last step
 
 
 def collect(jobs: list, log_dir: Path) -> list[MazeRun]:
@@ -100,6 +97,7 @@ def collect(jobs: list, log_dir: Path) -> list[MazeRun]:
                          history=history)
         run.step = max((s for s, m in history.items() if pass_at(m)), default=None)
         run.values = pass_at(history[run.step]) if run.step is not None else {}
+        run.final = run.step is not None and run.total is not None and run.step >= run.total
         if run.state != "not started" and not run.final:
             run.missing.append(f"no validation at the last step ({run.total}) in {log_dir}/{job.job_name}-*.out"
                                + (f": the last one is at step {run.step}" if run.step is not None else
