@@ -81,10 +81,8 @@ def check_same_problems(scores, runs, benchmarks) -> None:
     problems = []
     for bench in benchmarks:
         have = {run: set(scores[(run, bench)].problem_ids) for run in runs if (run, bench) in scores}
-        absent = [run for run in runs if (run, bench) not in scores]
-        union = set().union(*have.values()) if have else set()
-        for run in absent:
-            problems.append(f"{bench}: run {run!r} has no generations")
+        union = set().union(*have.values())
+        problems += [f"{bench}: run {run!r} has no generations" for run in runs if run not in have]
         for run, ids in have.items():
             lack = sorted(union - ids)
             if lack:
