@@ -98,15 +98,6 @@ def evaluate_steps(plan: Plan, phase: str, steps: list[int]) -> dict[int, dict |
     return results
 
 
-def choose_checkpoint(plan: Plan) -> tuple[int | None, str]:
-    """The final pass's checkpoint for this run (protocol.py), with how it was chosen or why there is none."""
-    label, base = pass_label(plan, "selection"), plan.baseline
-    own = run_scores(plan.run, plan.run_dir, plan.steps, label, plan.select_by)
-    baseline = None if base is None else run_scores(base.run, base.run_dir, base.steps, label, plan.select_by)
-    chosen = choose(own, plan.gamma, baseline)
-    return (None if chosen.checkpoint is None else chosen.checkpoint.step), chosen.constraint
-
-
 def run_phase(plan: Plan, phase: str) -> int:
     run_dir = Path(plan.run_dir)
     save_freq, total = ck.step_plan(run_dir, plan.steps.save_freq, plan.steps.total)
@@ -123,10 +114,15 @@ def run_phase(plan: Plan, phase: str) -> int:
             log(f"training not finished (step {ck.tracker_step(run_dir)} of {total}): evaluating the {len(steps)} "
                 "epoch checkpoint(s) saved so far; W&B logging waits for the finished run")
     else:
-        step, how = choose_checkpoint(plan)
-        if step is None:
+        # the final pass's checkpoint for this run (protocol.py), with how it was chosen or why there is none
+        label, base = pass_label(plan, "selection"), plan.baseline
+        chosen = choose(run_scores(plan.run, run_dir, plan.steps, label, plan.select_by), plan.gamma,
+                        None if base is None else run_scores(base.run, base.run_dir, base.steps, label, plan.select_by))
+        how = chosen.constraint
+        if chosen.checkpoint is None:
             log(f"no checkpoint can be selected yet: {how}; relaunch the recipe once that is done")
             return 1
+        step = chosen.checkpoint.step
         log(f"selected checkpoint {step}: {how}")
         ck.write_json(run_dir / ck.EVAL_DIR / SELECTED, {
             "step": step, "how": how, "gamma": plan.gamma, "selection_label": pass_label(plan, "selection"),
