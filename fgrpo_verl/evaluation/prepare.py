@@ -189,12 +189,6 @@ def parse_source_overrides(items: Iterable[str]) -> dict[str, HubSource]:
     return overrides
 
 
-def eval_flags(name: str, path: Path) -> str:
-    """The ``fgrpo-verl eval`` flags that read benchmark ``name`` from ``path`` with its scorer."""
-    scorer = BENCHMARKS[name].scorer
-    return f"--bench {name}={path}" + ("" if scorer == "math" else f" --bench-scorer {name}={scorer}")
-
-
 def prepare_benchmarks(out: str | Path, names: Iterable[str] | None = None,
                        sources: dict[str, HubSource] | None = None, verl_parquet: bool = False, log=None) -> list[str]:
     """Download each benchmark (all nine unless ``names``) with ``datasets``, write ``OUT/<NAME>.jsonl`` (and, with
@@ -230,5 +224,6 @@ def prepare_benchmarks(out: str | Path, names: Iterable[str] | None = None,
             say(f"{name}: no verifier ships with fgrpo-verl; yours takes (data_source, solution_str, ground_truth, "
                 "extra_info): MODULE:FUNCTION in the flags below for `fgrpo-verl eval`, and for `fgrpo-verl launch` "
                 "the recipes read it from FGRPO_SYNLOGIC_SCORER (export FGRPO_SYNLOGIC_SCORER=MODULE:FUNCTION)")
-        flags.append(eval_flags(name, path))
+        scorer = "" if spec.scorer == "math" else f" --bench-scorer {name}={spec.scorer}"
+        flags.append(f"--bench {name}={path}{scorer}")  # the `fgrpo-verl eval` flags: its file, its scorer
     return flags

@@ -335,9 +335,5 @@ def concentration_zone(group_sizes, final_m_ret, threshold: float = 0.5):
     ``threshold``: from the first such N to the last. Zone I lies below it, zone III above. Returns
     (first_n, last_n) of zone II, or None when no N falls below the threshold.
     """
-    n = np.asarray(group_sizes)
-    below = np.asarray(final_m_ret) < threshold
-    if not below.any():
-        return None
-    hits = np.flatnonzero(below)
-    return int(n[hits[0]]), int(n[hits[-1]])
+    hits = np.flatnonzero(np.asarray(final_m_ret) < threshold)
+    return (int(group_sizes[hits[0]]), int(group_sizes[hits[-1]])) if hits.size else None

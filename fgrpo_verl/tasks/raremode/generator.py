@@ -113,11 +113,8 @@ def distractor(prompt: RarePrompt) -> str:
     """The incorrect symbol the warm start over-produces: the first symbol after the anchor (cyclically in the
     alphabet) that is not in the prompt."""
     i = SYMBOLS.index(prompt.symbols[0])
-    for step in range(1, len(SYMBOLS)):
-        s = SYMBOLS[(i + step) % len(SYMBOLS)]
-        if s not in prompt.symbols:
-            return s
-    raise AssertionError("unreachable: k <= len(SYMBOLS) / 2")
+    following = (SYMBOLS[(i + step) % len(SYMBOLS)] for step in range(1, len(SYMBOLS)))
+    return next(s for s in following if s not in prompt.symbols)  # there is one: k <= len(SYMBOLS) / 2
 
 
 def warm_start_distribution(prompt: RarePrompt, warm: WarmStart) -> dict[str, float]:
