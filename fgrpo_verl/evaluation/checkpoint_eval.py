@@ -67,8 +67,7 @@ def ensure_merged(ckpt: Path, sig: str) -> Path:
     except ValueError:
         pass  # sharded only: merge
     target = ckpt / ck.EVAL_DIR / MERGED
-    marker = ck.read_json(target / MERGE_MARKER) if target.is_dir() else None
-    if marker is not None and marker.get("signature") == sig:
+    if (ck.read_json(target / MERGE_MARKER) or {}).get("signature") == sig:
         return target
     tmp = ckpt / ck.EVAL_DIR / f".{MERGED}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)

@@ -28,8 +28,6 @@ def sample_correct_counts(model, tokenizer, prompts: list[str], truths: list, sc
     prompts must have one length (true of either task), so no padding is needed."""
     import torch
 
-    if n < 1 or batch_size < 1:
-        raise ValueError(f"n and batch_size must be >= 1, got n={n!r}, batch_size={batch_size!r}")
     torch.manual_seed(seed)
     encoded = [tokenizer.encode(p, add_special_tokens=False) for p in prompts]
     jobs = [i for i in range(len(prompts)) for _ in range(n)]  # one row per (prompt, sample)
