@@ -21,9 +21,7 @@ TABLE3_ROWS = {"low_lr": "GRPO low-LR (6.8e-7)", "entropy": "GRPO-H (entropy 1e-
 
 def report_k(reports: list[RunReport]) -> int:
     """K of pass@1/pass@K: 256 (the paper's), or the largest power of two every final pass's n allows."""
-    ns = [r.plan.passes.final.n for r in reports]
-    limit = min([256, *ns]) if ns else 256
-    return 1 << int(math.floor(math.log2(limit)))
+    return 1 << int(math.floor(math.log2(min([256, *(r.plan.passes.final.n for r in reports)]))))
 
 
 def columns_of(plan: Plan) -> list[str]:

@@ -155,23 +155,21 @@ def _report(args, out, results, failed, start, ks, settings, cfgs, warm, sft_cfg
     header = f"{'configuration':<20}{'seeds':>6}" + "".join(f"{c:>18}" for c in columns)
     lines = ["", header, "-" * len(header)]
     lines.append(f"{'SFT start':<20}{'':>6}" + "".join(f"{start[c]:>18.3f}" for c in columns))
-    summary = {}
-    for name, by_seed in done.items():
-        stats = {c: t_interval([by_seed[s]["final"][c] for s in sorted(by_seed)]) for c in columns}
+    summary, final = {}, {name: {s: r["final"] for s, r in by_seed.items()} for name, by_seed in done.items()}
+    for name, by_seed in final.items():
+        stats = {c: t_interval([by_seed[s][c] for s in sorted(by_seed)]) for c in columns}
         summary[name] = {c: asdict(v) for c, v in stats.items()}
         lines.append(f"{name:<20}{len(by_seed):>6}" + "".join(f"{str(stats[c]):>18}" for c in columns))
     if "grpo" in done:
         lines += ["", "paired difference to GRPO (same seeds), mean ± 95% CI; * = CI excludes 0"]
-        for name, by_seed in done.items():
-            common = sorted(set(by_seed) & set(done["grpo"]))
+        for name, by_seed in final.items():
+            common = sorted(set(by_seed) & set(final["grpo"]))
             if name == "grpo" or not common:
                 continue
-            cells = []
-            for c in columns:
-                d = paired_difference([by_seed[s]["final"][c] for s in common], [done["grpo"][s]["final"][c] for s in common])
-                summary[name][f"diff_vs_grpo_{c}"] = asdict(d)
-                cells.append(f"{d.marked():>18}")
-            lines.append(f"{name + ' - grpo':<20}{len(common):>6}" + "".join(cells))
+            diffs = {c: paired_difference([by_seed[s][c] for s in common], [final["grpo"][s][c] for s in common])
+                     for c in columns}
+            summary[name].update({f"diff_vs_grpo_{c}": asdict(d) for c, d in diffs.items()})
+            lines.append(f"{name + ' - grpo':<20}{len(common):>6}" + "".join(f"{d.marked():>18}" for d in diffs.values()))
     equal_q_lines, equal_q = equal_q_report(done, start["q_pos"], levels)
     wall = time.time() - times["start"]
     lines += [*equal_q_lines, "",
