@@ -194,7 +194,7 @@ def table6(reports, plan, k) -> Table:
 
 def table_runs(reports, columns, k, key: str) -> Table:
     """Tables 2 and 3: one row per run, labelled as the paper's row it reproduces."""
-    rows = []
+    rows, source = [], "Table 2" if key == "table2" else "Table 3"
     for rep in reports:
         if key == "table2":
             label = f"{rep.method} N={rep.group_size}"
@@ -203,16 +203,13 @@ def table_runs(reports, columns, k, key: str) -> Table:
             label = TABLE3_ROWS.get(variant) if variant else (f"F-GRPO (γ={rep.gamma:g})" if rep.gamma > 0 else
                                                                rep.method)
             label = label or f"{rep.method} ({variant})"
-        source = "Table 2" if key == "table2" else "Table 3"
         paper = _paper_cells(source, rep.model, label, columns) if rep.model == paper_numbers.TABLE_2_3_MODEL else {}
         rows.append((label, _cells(rep, columns, k), paper, {}))
-    notes = []
-    if key == "table2":
-        notes.append("ΔNLL_rare (Table 2's last column): `fgrpo-verl rare-nll` on the selected checkpoints "
-                     f"(paper: {paper_numbers.delta_nll_rare()})")
+    notes = ["ΔNLL_rare (Table 2's last column): `fgrpo-verl rare-nll` on the selected checkpoints (paper: "
+             f"{paper_numbers.delta_nll_rare()})"] if key == "table2" else []
     title = {"table2": "Table 2: group size N (GRPO) against F-GRPO at N = 8",
              "table3": "Table 3: regularisation and update-scale controls against F-GRPO"}[key]
-    return Table(key, title, columns, rows, "Table 2" if key == "table2" else "Table 3", notes)
+    return Table(key, title, columns, rows, source, notes)
 
 
 def curves(pairs, plan, out_dir: Path) -> str:
