@@ -147,17 +147,13 @@ def run_phase(plan: Plan, phase: str) -> int:
     return 1 if failed else 0
 
 
-def _exit_on_sigterm(signum, frame):
-    raise SystemExit(128 + signum)
-
-
 def main(argv: list[str] | None = None) -> int:
     # the job script sends SIGTERM before a requeue: as SystemExit it unwinds the `finally` blocks, which release
     # each shard's --out lock (on a file system without flock, a marker file that only a process on the same node
     # could take over once this one is gone: the requeued job may start on another node)
     if threading.current_thread() is not threading.main_thread():
         return _main(argv)
-    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    previous = signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
     try:
         return _main(argv)
     finally:
