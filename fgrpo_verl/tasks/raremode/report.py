@@ -181,7 +181,7 @@ def report_from_results(results: dict, levels: list[float] | None = None) -> tup
 
 
 CURVES = (("q_pos", "Q_pos (held-out correct mass)"), ("m_ret", "M_ret of the initially rare correct answers"),
-           ("delta_nll_rare", "ΔNLL_rare (App. M.2)"))
+          ("delta_nll_rare", "ΔNLL_rare (App. M.2)"))
 
 
 def plot_curves(curves: dict[str, dict[int, dict[int, dict]]], path: Path, title: str) -> Path:
