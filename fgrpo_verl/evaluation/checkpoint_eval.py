@@ -20,10 +20,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fgrpo_verl.evaluation.formats import load_benchmark
 from fgrpo_verl.evaluation.generate import resolve_model_path
 from fgrpo_verl.evaluation.options import eval_options
-from fgrpo_verl.evaluation.pipeline import GENERATIONS, MANIFEST, file_sha256, run_eval
 from fgrpo_verl.evaluation.plan import Plan
 from fgrpo_verl.job import checkpoints as ck
 
@@ -96,6 +94,8 @@ def pass_options(plan: Plan, phase: str, run_name: str, model: Path, out: Path, 
 
 
 def _run_eval(options) -> None:
+    from fgrpo_verl.evaluation.pipeline import run_eval  # numpy and the scorers: not for launch's pass_label
+
     # the job log keeps eval's progress lines; the tables are in the folder (and in result.json)
     run_eval(options, log=lambda m: print(m, flush=True) if m.startswith("[eval]") else None)
 
@@ -112,6 +112,8 @@ def prepare_checkpoint(plan: Plan, phase: str, step: int, shards: int) -> dict |
     """The current result of checkpoint ``step`` (None: it needs evaluating, and its folder is ready for it: a
     folder of other weights, benchmark files or shard count is removed first, and the checkpoint is merged: here,
     before the job's workers start, so no two mergers ever run at once)."""
+    from fgrpo_verl.evaluation.pipeline import file_sha256
+
     out = pass_dir(plan, phase, step)
     shas = {name: file_sha256(plan.benchmarks[name].file) for name in plan.passes[phase].benchmarks}
     result = ck.current_result(plan.run_dir, step, out.name, shas)
@@ -131,6 +133,9 @@ def prepare_checkpoint(plan: Plan, phase: str, step: int, shards: int) -> dict |
 def run_shard(plan: Plan, phase: str, step: int, shard: int, shards: int) -> None:
     """Evaluate shard ``shard`` of ``shards`` (problems whose index in their benchmark is ``shard`` mod ``shards``)
     of checkpoint ``step``, merged already, with ``fgrpo-verl eval`` (--resume when the shard was started before)."""
+    from fgrpo_verl.evaluation.formats import load_benchmark
+    from fgrpo_verl.evaluation.pipeline import GENERATIONS, MANIFEST
+
     out = pass_dir(plan, phase, step)
     here = _shard_dir(out, shard, shards)
     if (here / "done.json").is_file():
@@ -160,6 +165,8 @@ def run_shard(plan: Plan, phase: str, step: int, shard: int, shards: int) -> Non
 
 def combine(plan: Plan, phase: str, step: int, shards: int) -> dict:
     """The result of checkpoint ``step`` from its finished shards (tables in its folder, then result.json)."""
+    from fgrpo_verl.evaluation.pipeline import GENERATIONS
+
     out = pass_dir(plan, phase, step)
     parts = [_shard_dir(out, i, shards) for i in range(shards)]
     unfinished = [p.name for p in parts if not (p / "done.json").is_file()]

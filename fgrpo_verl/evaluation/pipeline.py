@@ -307,8 +307,7 @@ def run_eval(args, log=print) -> int:
         missing = sorted(set(members) - set(columns))
         if missing or not members:
             raise ValueError(f"--average {name!r} lists benchmarks {missing or members} not among {columns}")
-    max_n = max(int(s.n.max()) for s in scores.values())
-    ks = ks_up_to(max_n, args.k_max)
+    ks = ks_up_to(max(int(s.n.max()) for s in scores.values()), args.k_max)
     rows = table_rows(scores, runs, columns, ks, averages)
     all_columns = columns + list(averages)
 

@@ -209,10 +209,8 @@ def prepare_benchmarks(out: str | Path, names: Iterable[str] | None = None,
     for name in names:
         spec = BENCHMARKS[name]
         src = sources.get(name, spec.source)
-        if src.data_files and name not in sources:
-            rows = load_dataset(src.repo, data_files={src.split: src.data_files}, split=src.split)
-        else:
-            rows = load_dataset(src.repo, src.config, split=src.split)
+        files = {src.split: src.data_files} if src.data_files else None  # a --source override names none
+        rows = load_dataset(src.repo, src.config, data_files=files, split=src.split)
         records = convert_rows(name, rows)
         path = out / f"{name}.jsonl"
         path.write_text("".join(json.dumps(rec, ensure_ascii=False) + "\n" for rec in records), encoding="utf-8")

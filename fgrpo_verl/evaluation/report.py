@@ -19,6 +19,7 @@ from fgrpo_verl.evaluation.formats import load_benchmark
 from fgrpo_verl.evaluation.plan import BenchmarkFile
 from fgrpo_verl.evaluation.scorers import resolve_scorer
 from fgrpo_verl.evaluation.scoring import Scorer, count_correct
+from fgrpo_verl.theory.plots import pyplot, save
 
 
 def scored_counts(result: dict, benches: dict[str, BenchmarkFile], threshold: float) -> tuple[dict, list[str]]:
@@ -160,8 +161,6 @@ def write_tables(out_dir: Path, rows, runs, columns, ks, marks=None) -> dict[str
 def plot_curves(out_dir: Path, rows, runs, columns, ks, reference=None) -> list[Path]:
     """One PNG per column (``pass_at_k_<column>.png``) plus ``pass_at_k_all.png``: pass@k (%) against k (log2),
     one line per run; ``reference`` ``{(run, column): {k: pass@k in %}}`` (the paper's) dashed in its run's colour."""
-    from fgrpo_verl.theory.plots import pyplot, save
-
     plt = pyplot()
     value = {(r["run"], r["benchmark"], r["k"]): r["pass_at_k"] for r in rows}
 

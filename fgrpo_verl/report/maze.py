@@ -27,6 +27,7 @@ from fgrpo_verl.evaluation import paper_numbers
 from fgrpo_verl.evaluation.report import write_csv
 from fgrpo_verl.monitoring.console import step_fields
 from fgrpo_verl.report.runs import Run, finish
+from fgrpo_verl.theory.plots import pyplot, save
 
 TABLE_4_SOURCE = "maze"  # the data_source of the maze's held-out set (fgrpo_verl/tasks/maze/data.py)
 TRAIN_REWARD = "critic/score/mean"
@@ -135,8 +136,6 @@ def table4(runs: list[MazeRun], source: str, ks: list[int], key: str) -> tuple[s
 
 def _plot(path: Path, panels: list[tuple[str, str, dict]], columns: int, xlabel: str, log_x: bool) -> None:
     """One PNG of ``panels`` (title, y label, {line label: [(x, y)]}), ``columns`` to a row."""
-    from fgrpo_verl.theory.plots import pyplot, save
-
     rows = math.ceil(len(panels) / columns)
     fig, axes = pyplot().subplots(rows, columns, figsize=(3.7 * columns, 2.8 * rows), squeeze=False)
     for ax, (title, ylabel, lines) in zip(axes.flat, panels):
