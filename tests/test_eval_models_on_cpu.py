@@ -15,7 +15,7 @@ from fgrpo_verl.cli import main
 from fgrpo_verl.evaluation.formats import read_generations
 from fgrpo_verl.evaluation.generate import Request, TransformersSampler, load_model
 from fgrpo_verl.evaluation.prompts import encode_prompt, prompt_setting
-from fgrpo_verl.evaluation.seeds import request_seed
+from fgrpo_verl.evaluation.generate import request_seed
 from fgrpo_verl.evaluation.rare_nll import length_normalised_nll, select_rare, tokenize_pairs
 
 

@@ -26,7 +26,7 @@ def test_options_take_the_command_lines_defaults_and_checks(tmp_path):
         eval_options(out=str(tmp_path), nn=3)
     with pytest.raises(ValueError, match=r"^--out is required: a string$"):
         eval_options(n=3)
-    with pytest.raises(ValueError, match=r"^--top-p must be in \(0, 1\], got 1\.5$"):
+    with pytest.raises(ValueError, match=r"^--top-p must be <= 1\.0, got 1\.5$"):
         eval_options(out=str(tmp_path), top_p=1.5)
     with pytest.raises(ValueError, match=r"^--backend: expected one of \['vllm', 'transformers'\] \(vllm \(GPU"):
         eval_options(out=str(tmp_path), backend="vlm")

@@ -10,7 +10,7 @@ from fgrpo_verl.evaluation.generate import Request, TransformersSampler
 from fgrpo_verl.evaluation.prompts import (
     HELPFUL_SYSTEM_PROMPT, PAPER_SYSTEM_PROMPT, PRESETS, benchmark_group, encode_prompt, prompt_setting,
 )
-from fgrpo_verl.evaluation.seeds import blocks, request_seed
+from fgrpo_verl.evaluation.generate import blocks, request_seed
 
 @pytest.fixture(scope="module")
 def llama():

@@ -51,8 +51,9 @@ def test_default_levels_are_reached_by_every_curve():
 
 def test_check_levels_sorts_and_rejects():
     assert check_levels("--q-levels", [0.9, 0.6]) == [0.6, 0.9]
-    for bad, match in (([0.5, 1.0], "holds 1.0"), ([0.0], "holds 0.0"), ([float("nan")], "holds nan"),
-                       ([0.5, 0.5], "repeats a level"), ([], "is empty"), ([True], "holds True")):
+    for bad, match in (([0.5, 1.0], r"=1\.0 is invalid: must be in \(0, 1\)"), ([0.0], "=0.0 is invalid"),
+                       ([float("nan")], "=nan is invalid"), ([0.5, 0.5], "repeats a level"), ([], "is empty"),
+                       ([True], "=True is invalid")):
         with pytest.raises(ValueError, match=match):
             check_levels("--q-levels", bad)
 
@@ -78,7 +79,7 @@ def _results():
 
 
 def test_equal_q_table_matches_hand_interpolation():
-    from fgrpo_verl.tasks.raremode.frontier_report import report_from_results
+    from fgrpo_verl.tasks.raremode.report import report_from_results
 
     lines, block = report_from_results(_results(), [0.55])
     text = "\n".join(lines)
@@ -101,7 +102,7 @@ def test_equal_q_table_matches_hand_interpolation():
 
 
 def test_equal_q_default_levels_every_run_reaches_and_never_reached_rows():
-    from fgrpo_verl.tasks.raremode.frontier_report import report_from_results
+    from fgrpo_verl.tasks.raremode.report import report_from_results
 
     _, block = report_from_results(_results())
     # the lowest peak is 0.48 (F-GRPO seed 1); the midpoint from the SFT start 0.4 is 0.44
@@ -136,7 +137,7 @@ def test_demo_reports_equal_q_from_a_results_file(tmp_path, capsys):
 def test_equal_q_table_survives_a_run_with_a_non_finite_q_pos():
     """A run whose Q_pos curve holds NaN (a diverged policy) is named and counted as not read, not a crash: the demo
     computes this table before it writes raremode_results.json, so a crash there loses every run's numbers."""
-    from fgrpo_verl.tasks.raremode.frontier_report import report_from_results
+    from fgrpo_verl.tasks.raremode.report import report_from_results
 
     results = _results()
     results["runs"]["grpo"]["2"] = _run([0.4, 0.6, float("nan"), float("nan"), float("nan")], [1, 0.9, 0.8, 0.7, 0.6])
@@ -171,7 +172,7 @@ def test_levels_at_or_below_the_start_are_named_and_not_read():
     """Every run is at a level <= its start from step 0 (read as '1.000 @ 0.0' for everyone before): the reports
     name such levels and read only the others."""
     from fgrpo_verl.evaluation.frontier import above_start
-    from fgrpo_verl.tasks.raremode.frontier_report import report_from_results
+    from fgrpo_verl.tasks.raremode.report import report_from_results
 
     assert above_start([0.3, 0.4, 0.45, 0.5], 0.4) == ([0.45, 0.5], [0.3, 0.4])
     lines, block = report_from_results(_results(), [0.3, 0.44])

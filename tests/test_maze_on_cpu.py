@@ -9,7 +9,7 @@ import pytest
 from fgrpo_verl.tasks.maze.generator import (
     GOAL, MOVES, START, WALL, generate_maze, generate_split, max_possible_path_length,
 )
-from fgrpo_verl.tasks.maze.prompt import parse_grid, prompt_text, response_text
+from fgrpo_verl.tasks.maze.data import parse_grid, prompt_text, response_text
 from fgrpo_verl.tasks.maze.reward import compute_score
 
 

@@ -8,11 +8,15 @@ from fgrpo_verl.evaluation import paper_numbers as pn
 
 MODELS = ("Qwen2.5-7B", "Qwen3-4B-Base", "Llama-3.2-3B-Instruct")
 METHODS = ("GRPO", "F-GRPO", "DAPO", "F-DAPO", "CISPO", "F-CISPO")
+# the paper's average columns (§5.3) and the benchmarks each averages
+MATH_BENCHMARKS = ("AIME24", "AIME25", "AMC23", "MATH500", "Minerva", "Olympiad")
+OOD_BENCHMARKS = ("IFEval", "SynLogic", "GPQA")
+AVERAGES = {"Math Avg": MATH_BENCHMARKS, "OOD Avg": OOD_BENCHMARKS}
 
 
 def test_every_table_has_its_rows_and_columns():
     cells = pn.cells()
-    columns = ("Math Avg", *pn.MATH_BENCHMARKS, "OOD Avg", *pn.OOD_BENCHMARKS)
+    columns = ("Math Avg", *MATH_BENCHMARKS, "OOD Avg", *OOD_BENCHMARKS)
     assert all(("Table 1", m, meth, c) in cells for m in MODELS for meth in METHODS for c in columns)
     assert {k[2] for k in cells if k[0] == "Table 2"} == {"GRPO N=2", "GRPO N=4", "GRPO N=8", "GRPO N=16", "GRPO N=32",
                                                           "F-GRPO N=8"}
@@ -29,7 +33,7 @@ def test_the_averages_recompute_from_their_benchmarks(table):
     cells = pn.cells()
     rows = {(k[1], k[2]) for k in cells if k[0] == table}
     for model, method in rows:
-        for avg, members in pn.AVERAGES.items():
+        for avg, members in AVERAGES.items():
             for i in (0, 1):
                 mean = sum(cells[(table, model, method, b)][i] for b in members) / len(members)
                 assert abs(mean - cells[(table, model, method, avg)][i]) <= 0.1, (table, model, method, avg, i)
@@ -50,7 +54,7 @@ def test_table_6_rows_agree_with_table_1_at_gamma_0_and_the_selected_gamma():
     assert selected[("Qwen2.5-7B", "CISPO")] == 1.0 and selected[("Llama-3.2-3B-Instruct", "DAPO")] == 1.0
     assert sum(g == 0.5 for g in selected.values()) == 7
     for (model, base), gamma in selected.items():
-        for avg in pn.AVERAGES:
+        for avg in AVERAGES:
             assert cells[("Table 6", model, f"{base} γ=0", avg)] == cells[("Table 1", model, base, avg)]
             assert cells[("Table 6", model, f"{base} γ={gamma:g}", avg)] == cells[("Table 1", model, f"F-{base}", avg)]
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from fgrpo_verl.tasks.raremode.generator import (
+    SYMBOLS,
     RarePrompt,
     WarmStart,
     distractor,
@@ -18,12 +19,11 @@ from fgrpo_verl.tasks.raremode.generator import (
     warm_start_distribution,
 )
 from fgrpo_verl.tasks.raremode.reward import compute_score
-from fgrpo_verl.tasks.raremode.tokenizer import SYMBOLS
 
 
 # ---------------------------------------------------------------- generator and splits
 def test_splits_are_distinct_deterministic_and_disjoint():
-    from fgrpo_verl.tasks.raremode.data import make_splits
+    from fgrpo_verl.tasks.raremode.build import make_splits
 
     a, b = make_splits(4, 300, 50, seed=3), make_splits(4, 300, 50, seed=3)
     assert a == b
@@ -75,7 +75,7 @@ def test_tokenizer_one_token_per_character_and_model_dir_roundtrip(tmp_path):
     from transformers import AutoTokenizer
 
     from fgrpo_verl.tasks.maze.model import build_model, save_model_dir
-    from fgrpo_verl.tasks.raremode.tokenizer import build_tokenizer
+    from fgrpo_verl.tasks.raremode.generator import build_tokenizer
 
     tok = build_tokenizer()
     text = "dkqa>"
@@ -108,15 +108,12 @@ def test_reward_rejects_a_bad_ground_truth():
 # ---------------------------------------------------------------- exact mass
 def test_exact_probabilities_match_sampling_frequencies():
     """Teacher-forced candidate probabilities equal the frequencies of the same answers among samples from the
-    policy (5 sigma), and Q_pos equals the sampled success rate under the reward."""
-    import torch
-
+    policy (the held-out sampler of pass@k; 5 sigma), and Q_pos equals the sampled success rate under the reward."""
     from fgrpo_verl.tasks.maze.model import build_model
     from fgrpo_verl.tasks.maze.evaluate import sample_correct_counts
     from fgrpo_verl.tasks.raremode.measure import candidate_probs
-    from fgrpo_verl.tasks.raremode.prototype import sample_responses
-    from fgrpo_verl.tasks.raremode.sft import SFTConfig, sft
-    from fgrpo_verl.tasks.raremode.tokenizer import build_tokenizer
+    from fgrpo_verl.tasks.maze.sft import SFTConfig
+    from fgrpo_verl.tasks.raremode.generator import build_tokenizer, sft
 
     tok = build_tokenizer()
     prompts = generate_split(3, 40, 0, "train")
@@ -125,19 +122,20 @@ def test_exact_probabilities_match_sampling_frequencies():
     probe = prompts[:3]
     exact = candidate_probs(model, tok, probe)
     n = 6000
-    gen = torch.Generator().manual_seed(1)
-    ids = [tok.encode(p.text, add_special_tokens=False) for p in probe]
-    _, resp, _ = sample_responses(model, ids, n, tok.eos_token_id, gen)
-    texts = tok.batch_decode(resp.tolist(), skip_special_tokens=True)
-    for i, p in enumerate(probe):
-        mine = texts[i * n : (i + 1) * n]
+    texts = {}
+
+    def score(text, truth):  # every sampled response, by its prompt's correct set (distinct per prompt)
+        texts.setdefault(truth, []).append(text)
+        return compute_score("raremode", text, truth)
+
+    truths = ["".join(p.correct) for p in probe]
+    counts = sample_correct_counts(model, tok, [p.text for p in probe], truths, score, n, 2, batch_size=4096, seed=2)
+    for i, (p, truth) in enumerate(zip(probe, truths)):
+        assert len(texts[truth]) == n
         for j, a in enumerate(p.correct):
             q = exact.probs[i, j]
-            freq = mine.count(a) / n
+            freq = texts[truth].count(a) / n
             assert abs(freq - q) < 5 * math.sqrt(q * (1 - q) / n) + 1e-9, (p, a, freq, q)
-    counts = sample_correct_counts(model, tok, [p.text for p in probe], ["".join(p.correct) for p in probe],
-                                   lambda text, truth: compute_score("raremode", text, truth), n, 2, batch_size=4096,
-                                   seed=2)
     for c, q in zip(counts, exact.q_pos):
         assert abs(c / n - q) < 5 * math.sqrt(q * (1 - q) / n)
 
@@ -165,7 +163,7 @@ def test_exact_metrics_follow_eq26_and_app_m2():
 # ---------------------------------------------------------------- statistics, configurations, checkpoints
 @pytest.mark.parametrize("p", [0.9, 0.975, 0.995])
 def test_t_quantile_matches_closed_forms(p):
-    from fgrpo_verl.tasks.raremode.stats import t_quantile
+    from fgrpo_verl.tasks.raremode.report import t_quantile
 
     assert math.isclose(t_quantile(p, 1), math.tan(math.pi * (p - 0.5)), rel_tol=1e-6)
     assert math.isclose(t_quantile(p, 2), (2 * p - 1) / math.sqrt(2 * p * (1 - p)), rel_tol=1e-6)
@@ -173,7 +171,7 @@ def test_t_quantile_matches_closed_forms(p):
 
 
 def test_intervals_and_paired_difference():
-    from fgrpo_verl.tasks.raremode.stats import paired_difference, t_interval
+    from fgrpo_verl.tasks.raremode.report import paired_difference, t_interval
 
     iv = t_interval([1.0, 2.0, 3.0])
     assert iv.mean == 2.0 and math.isclose(iv.half_width, 4.302652729 * 1.0 / math.sqrt(3), rel_tol=1e-6)
@@ -202,9 +200,8 @@ def test_step_metrics_score_each_checkpoint_verl_finished(tmp_path):
     """Every step up to verl's resume point is scored from its HF dir; a checkpoint past the resume point (still
     being written) is not read."""
     from fgrpo_verl.tasks.maze.model import build_model, save_model_dir
-    from fgrpo_verl.tasks.raremode.evaluate import step_metrics
-    from fgrpo_verl.tasks.raremode.measure import candidate_probs, exact_metrics, rare_mask
-    from fgrpo_verl.tasks.raremode.tokenizer import build_tokenizer
+    from fgrpo_verl.tasks.raremode.measure import candidate_probs, exact_metrics, rare_mask, step_metrics
+    from fgrpo_verl.tasks.raremode.generator import build_tokenizer
 
     tok = build_tokenizer()
     prompts = generate_split(3, 4, 0, "val")
@@ -223,28 +220,11 @@ def test_step_metrics_score_each_checkpoint_verl_finished(tmp_path):
         step_metrics(tmp_path, tok, prompts, base, rare)
 
 
-def test_prototype_grpo_step_moves_the_policy():
-    import torch
-
-    from fgrpo_verl.tasks.maze.model import build_model
-    from fgrpo_verl.tasks.raremode.prototype import ProtoSettings, run
-    from fgrpo_verl.tasks.raremode.tokenizer import build_tokenizer
-
-    tok = build_tokenizer()
-    model = build_model("tiny", tok, 0)
-    before = [p.detach().clone() for p in model.parameters()]
-    seen = []
-    run(model, tok, generate_split(4, 20, 0, "train"), ProtoSettings(steps=2, batch_size=4, n=4, lr=1e-3, gamma=1.0),
-        on_step=lambda step, m: seen.append(step))
-    assert seen == [0, 1, 2]
-    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
-
-
 # ---------------------------------------------------------------- the demo's argument checks
 @pytest.mark.parametrize("argv,match", [(["--gammas", "1"], "include 0"),
                                         (["--gammas", "0,x"], "argument --gammas: must be comma-separated numbers"),
                                         (["--warm", "0.3,0.1"], "--warm"), (["--warm", "0.6,0.3,0.3"], "WarmStart"),
-                                        (["--seeds", "0"], "--seeds"), (["--q-levels", "0.5,1"], "--q-levels holds 1.0"),
+                                        (["--seeds", "0"], "--seeds"), (["--q-levels", "0.5,1"], "--q-levels=1.0 is invalid"),
                                         (["--q-levels", "0.5,x"], "argument --q-levels: must be comma-separated"),
                                         (["--q-levels", "0.5,0.5"], "repeats a level")])
 def test_raremode_demo_rejects_bad_arguments(tmp_path, capsys, argv, match):

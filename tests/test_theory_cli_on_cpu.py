@@ -91,12 +91,12 @@ def test_simulate_writes_numbers_and_figures(tmp_path, capsys):
     "argv, needle",
     [
         (["--paper", "--n", "2"], "--paper fixes the grid; drop --n"),
-        (["--n", "0"], "--n holds 0"),
-        (["--gamma", "-1"], "--gamma holds -1.0"),
+        (["--n", "0"], "--n 0 is invalid: must be a whole number >= 1"),
+        (["--gamma", "-1"], "--gamma -1.0 is invalid: must be in [0, inf)"),
         (["--actions", "10", "--correct", "10"], "--correct 10 is invalid for --actions 10"),
         (["--zone-threshold", "0"], "--zone-threshold 0.0 is invalid"),
         (["--gamma", "0", "--control"], "--control needs a gamma > 0 in --gamma"),
-        (["--q-levels", "0.5", "1"], "--q-levels holds 1.0"),
+        (["--q-levels", "0.5", "1"], "--q-levels=1.0 is invalid: must be in (0, 1)"),
         (["--q-levels", "0.7", "0.7"], "--q-levels=[0.7, 0.7] repeats a level"),
     ],
 )

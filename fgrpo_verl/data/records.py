@@ -57,20 +57,12 @@ def write_rows(rows: list[dict], path: str | Path) -> Path:
     return path
 
 
-def _files(value) -> list[str]:
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return [value]
-    return [str(v) for v in value]
-
-
 def parquet_rows(files, workdir: Path) -> int | None:
     """Rows of the parquet ``files`` (one path or a list; relative paths resolve against ``workdir``); None when
     a file is missing (on a login node the data may only exist where the job runs)."""
     import pyarrow.parquet as pq
 
-    names = _files(files)
+    names = [files] if isinstance(files, str) else [str(f) for f in files or []]
     if not names:
         return None
     total = 0

@@ -20,6 +20,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from fgrpo_verl.evaluation.generate import resolve_model_path
+from fgrpo_verl.evaluation.options import eval_options
 from fgrpo_verl.evaluation.plan import Plan
 from fgrpo_verl.job import checkpoints as ck
 
@@ -43,6 +45,11 @@ def pass_label(plan: Plan, phase: str) -> str:
     return ck.settings_label(pass_settings(plan, phase))
 
 
+def pass_dir(plan: Plan, phase: str, step: int) -> Path:
+    """The folder of checkpoint ``step``'s pass: its shards, tables, stamp and result."""
+    return ck.result_path(plan.run_dir, step, pass_label(plan, phase)).parent
+
+
 def pass_averages(plan: Plan, phase: str) -> list[str] | None:
     """``--average`` of the recipe's average columns whose benchmarks are all in this pass."""
     names = set(plan.passes[phase].benchmarks)
@@ -52,16 +59,13 @@ def pass_averages(plan: Plan, phase: str) -> list[str] | None:
 def ensure_merged(ckpt: Path, sig: str) -> Path:
     """An HF model directory of checkpoint ``ckpt``: verl's own merged weights when the checkpoint saved them
     (``checkpoint.save_contents`` with hf_model), else ``fgrpo_eval/merged_hf`` made by verl's model merger (reused
-    while it was made from this signature). The job merges before its workers start: one merger at a time."""
-    from fgrpo_verl.evaluation.generate import resolve_model_path
-
+    while it was made from this signature)."""
     try:
         return resolve_model_path(ckpt / "actor")
     except ValueError:
         pass  # sharded only: merge
     target = ckpt / ck.EVAL_DIR / MERGED
-    marker = ck.read_json(target / MERGE_MARKER) if target.is_dir() else None
-    if marker is not None and marker.get("signature") == sig:
+    if (ck.read_json(target / MERGE_MARKER) or {}).get("signature") == sig:
         return target
     tmp = ckpt / ck.EVAL_DIR / f".{MERGED}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -81,21 +85,16 @@ def ensure_merged(ckpt: Path, sig: str) -> Path:
 
 def pass_options(plan: Plan, phase: str, run_name: str, model: Path, out: Path, resume: bool):
     """The evaluation options (fgrpo_verl/evaluation/options.py) of one checkpoint's pass."""
-    from fgrpo_verl.evaluation.options import eval_options
-
-    s, names = plan.sampling, plan.passes[phase].benchmarks
-    benches = [(name, plan.benchmarks[name]) for name in names]
+    benches = [(name, plan.benchmarks[name]) for name in plan.passes[phase].benchmarks]
     return eval_options(
-        model=[f"{run_name}={model}"], out=str(out), no_plots=True, n=plan.passes[phase].n, backend=s.backend,
-        temperature=s.temperature, top_p=s.top_p, seed=s.seed, prompt_preset=s.prompt_preset,
-        max_new_tokens=s.max_new_tokens, threshold=s.threshold, resume=resume,
+        model=[f"{run_name}={model}"], out=str(out), no_plots=True, n=plan.passes[phase].n, resume=resume,
         bench=[f"{n}={b.file}" for n, b in benches], bench_scorer=[f"{n}={b.scorer}" for n, b in benches],
-        bench_group=[f"{n}={b.group}" for n, b in benches],
-        average=pass_averages(plan, phase), **plan.engine.model_dump())
+        bench_group=[f"{n}={b.group}" for n, b in benches], average=pass_averages(plan, phase),
+        **plan.sampling.model_dump(), **plan.engine.model_dump())
 
 
 def _run_eval(options) -> None:
-    from fgrpo_verl.evaluation.pipeline import run_eval
+    from fgrpo_verl.evaluation.pipeline import run_eval  # numpy and the scorers: not for launch's pass_label
 
     # the job log keeps eval's progress lines; the tables are in the folder (and in result.json)
     run_eval(options, log=lambda m: print(m, flush=True) if m.startswith("[eval]") else None)
@@ -111,25 +110,23 @@ def _now() -> str:
 
 def prepare_checkpoint(plan: Plan, phase: str, step: int, shards: int) -> dict | None:
     """The current result of checkpoint ``step`` (None: it needs evaluating, and its folder is ready for it: a
-    folder of other weights, benchmark files or shard count is removed first)."""
+    folder of other weights, benchmark files or shard count is removed first, and the checkpoint is merged: here,
+    before the job's workers start, so no two mergers ever run at once)."""
     from fgrpo_verl.evaluation.pipeline import file_sha256
 
-    run_dir = Path(plan.run_dir)
-    label = pass_label(plan, phase)
-    ckpt = ck.checkpoint_dir(run_dir, step)
-    sig = ck.signature(ckpt / "actor")
+    out = pass_dir(plan, phase, step)
     shas = {name: file_sha256(plan.benchmarks[name].file) for name in plan.passes[phase].benchmarks}
-    result = ck.current_result(run_dir, step, label, shas)
+    result = ck.current_result(plan.run_dir, step, out.name, shas)
     if result is not None:
-        log(f"step {step}: {phase} pass {label} was evaluated on this unchanged checkpoint: skipped")
+        log(f"step {step}: {phase} pass {out.name} was evaluated on this unchanged checkpoint: skipped")
         return result
-    out = ckpt / ck.EVAL_DIR / label
-    want = {"signature": sig, "benchmark_sha256": shas, "shards": shards}
-    stamp = ck.read_json(out / "checkpoint.json") if out.is_dir() else None
-    if out.is_dir() and stamp != want:
+    actor = ck.checkpoint_dir(plan.run_dir, step) / "actor"
+    want = {"signature": ck.signature(actor), "benchmark_sha256": shas, "shards": shards}
+    if out.is_dir() and ck.read_json(out / "checkpoint.json") != want:
         log(f"step {step}: {out} holds an evaluation of other weights, benchmark files or shard count: removed")
         shutil.rmtree(out)
     ck.write_json(out / "checkpoint.json", want)
+    ensure_merged(actor.parent, want["signature"])
     return None
 
 
@@ -139,12 +136,11 @@ def run_shard(plan: Plan, phase: str, step: int, shard: int, shards: int) -> Non
     from fgrpo_verl.evaluation.formats import load_benchmark
     from fgrpo_verl.evaluation.pipeline import GENERATIONS, MANIFEST
 
-    ckpt = ck.checkpoint_dir(Path(plan.run_dir), step)
-    out = ckpt / ck.EVAL_DIR / pass_label(plan, phase)
+    out = pass_dir(plan, phase, step)
     here = _shard_dir(out, shard, shards)
     if (here / "done.json").is_file():
         return
-    model = ensure_merged(ckpt, ck.read_json(out / "checkpoint.json")["signature"])
+    model = ensure_merged(ck.checkpoint_dir(plan.run_dir, step), ck.read_json(out / "checkpoint.json")["signature"])
     files = {}
     for name in plan.passes[phase].benchmarks:
         source = plan.benchmarks[name].file
@@ -169,11 +165,9 @@ def run_shard(plan: Plan, phase: str, step: int, shard: int, shards: int) -> Non
 
 def combine(plan: Plan, phase: str, step: int, shards: int) -> dict:
     """The result of checkpoint ``step`` from its finished shards (tables in its folder, then result.json)."""
-    from fgrpo_verl.evaluation.options import eval_options
     from fgrpo_verl.evaluation.pipeline import GENERATIONS
 
-    run_dir = Path(plan.run_dir)
-    out = ck.checkpoint_dir(run_dir, step) / ck.EVAL_DIR / pass_label(plan, phase)
+    out = pass_dir(plan, phase, step)
     parts = [_shard_dir(out, i, shards) for i in range(shards)]
     unfinished = [p.name for p in parts if not (p / "done.json").is_file()]
     if unfinished:

@@ -14,7 +14,7 @@ the engine and the W&B run. Phases:
   checkpoints so far); W&B logging waits until the run is finished (an unfinished run resumes and logs training
   steps after these rows, which W&B would drop as out of order).
 - ``final``: refuses until this run and its γ = 0 baseline are finished and fully scored; then chooses the
-  checkpoint (protocol.py, selection.py), records the choice in ``fgrpo_eval/selected.json`` and evaluates it.
+  checkpoint (protocol.py), records the choice in ``fgrpo_eval/selected.json`` and evaluates it.
 
 An unchanged checkpoint with a current result is skipped; a killed evaluation continues where it stopped; results
 of a changed checkpoint or an edited benchmark file are removed and redone. With several GPUs and
@@ -26,6 +26,7 @@ before the workers start, so no two mergers ever run at once and none runs besid
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import signal
 import subprocess
@@ -72,8 +73,6 @@ def evaluate_steps(plan: Plan, phase: str, steps: list[int]) -> dict[int, dict |
         try:
             results[step] = ce.prepare_checkpoint(plan, phase, step, shards)
             if results[step] is None:
-                ckpt = ck.checkpoint_dir(Path(plan.run_dir), step)
-                ce.ensure_merged(ckpt, ck.signature(ckpt / "actor"))
                 todo.append(step)
         except Exception as exc:
             _failed(results, step, exc)
@@ -99,18 +98,6 @@ def evaluate_steps(plan: Plan, phase: str, steps: list[int]) -> dict[int, dict |
     return results
 
 
-def choose_checkpoint(plan: Plan) -> tuple[int | None, str]:
-    """The final pass's checkpoint for this run (protocol.py), with how it was chosen or why there is none."""
-    label = pass_label(plan, "selection")
-    own = run_scores(plan.run, Path(plan.run_dir), plan.steps, label, plan.select_by)
-    baseline = None
-    if plan.baseline is not None:
-        base = plan.baseline
-        baseline = run_scores(base.run, Path(base.run_dir), base.steps, label, plan.select_by)
-    chosen = choose(own, plan.gamma, baseline)
-    return (None if chosen.checkpoint is None else chosen.checkpoint.step), chosen.constraint
-
-
 def run_phase(plan: Plan, phase: str) -> int:
     run_dir = Path(plan.run_dir)
     save_freq, total = ck.step_plan(run_dir, plan.steps.save_freq, plan.steps.total)
@@ -127,10 +114,15 @@ def run_phase(plan: Plan, phase: str) -> int:
             log(f"training not finished (step {ck.tracker_step(run_dir)} of {total}): evaluating the {len(steps)} "
                 "epoch checkpoint(s) saved so far; W&B logging waits for the finished run")
     else:
-        step, how = choose_checkpoint(plan)
-        if step is None:
+        # the final pass's checkpoint for this run (protocol.py), with how it was chosen or why there is none
+        label, base = pass_label(plan, "selection"), plan.baseline
+        chosen = choose(run_scores(plan.run, run_dir, plan.steps, label, plan.select_by), plan.gamma,
+                        None if base is None else run_scores(base.run, base.run_dir, base.steps, label, plan.select_by))
+        how = chosen.constraint
+        if chosen.checkpoint is None:
             log(f"no checkpoint can be selected yet: {how}; relaunch the recipe once that is done")
             return 1
+        step = chosen.checkpoint.step
         log(f"selected checkpoint {step}: {how}")
         ck.write_json(run_dir / ck.EVAL_DIR / SELECTED, {
             "step": step, "how": how, "gamma": plan.gamma, "selection_label": pass_label(plan, "selection"),
@@ -141,11 +133,8 @@ def run_phase(plan: Plan, phase: str) -> int:
         return 0
     results = evaluate_steps(plan, phase, steps)
     failed = {s: r for s, r in results.items() if isinstance(r, str)}
-    ordered = []
-    for step in sorted(results):
-        if isinstance(results[step], str):
-            break  # W&B history is in order: nothing after a gap
-        ordered.append((step, results[step]))
+    # W&B history is in order: nothing after a gap
+    ordered = list(itertools.takewhile(lambda item: item[0] not in failed, sorted(results.items())))
     if plan.wandb.log and done:
         from fgrpo_verl.evaluation.wandb_rows import log_to_wandb
 
@@ -158,17 +147,13 @@ def run_phase(plan: Plan, phase: str) -> int:
     return 1 if failed else 0
 
 
-def _exit_on_sigterm(signum, frame):
-    raise SystemExit(128 + signum)
-
-
 def main(argv: list[str] | None = None) -> int:
     # the job script sends SIGTERM before a requeue: as SystemExit it unwinds the `finally` blocks, which release
     # each shard's --out lock (on a file system without flock, a marker file that only a process on the same node
     # could take over once this one is gone: the requeued job may start on another node)
     if threading.current_thread() is not threading.main_thread():
         return _main(argv)
-    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    previous = signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
     try:
         return _main(argv)
     finally:

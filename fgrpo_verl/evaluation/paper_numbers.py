@@ -19,9 +19,6 @@ from importlib.resources import files
 
 # the k of Table 4's columns
 TABLE_4_KS = (1, 128, 256)
-MATH_BENCHMARKS = ("AIME24", "AIME25", "AMC23", "MATH500", "Minerva", "Olympiad")
-OOD_BENCHMARKS = ("IFEval", "SynLogic", "GPQA")
-AVERAGES = {"Math Avg": MATH_BENCHMARKS, "OOD Avg": OOD_BENCHMARKS}
 MODEL_NAMES = {"Llama-3.2-3B-Instr.": "Llama-3.2-3B-Instruct", "Qwen2.5": "Qwen2.5-7B", "Qwen3": "Qwen3-4B-Base",
                "Llama": "Llama-3.2-3B-Instruct"}
 COLUMN_NAMES = {"AMC": "AMC23"}

@@ -1,7 +1,7 @@
 """``fgrpo-verl eval`` end to end: generate (or load) -> score -> pass@k tables, plots, significance.
 
     1. generations (``--model``): per run, benchmark and chunk of ``--problems-per-call`` problems, sample n
-       completions per problem (generate.py; one seeded request per sample block, seeds.py), append each problem's
+       completions per problem (generate.py; one seeded request per sample block), append each problem's
        completions to ``<out>/generations.jsonl`` (flushed per problem), then score them and append a correctness
        line per problem. ``--resume`` continues a killed run: a torn last line is cut off, problems with
        completions but no correctness line are scored, the rest are generated. Without ``--resume`` an existing
@@ -24,12 +24,13 @@ from pathlib import Path
 from fgrpo_verl.evaluation.formats import (
     GenerationRecord, LineIndex, append_lines, drop_torn_tail, iter_generation_lines, load_benchmark,
 )
+from fgrpo_verl.evaluation.generate import Request, blocks, make_sampler, request_seed, resolve_model_path
+from fgrpo_verl.evaluation.prompts import benchmark_group, encode_prompt, prompt_setting
 from fgrpo_verl.evaluation.report import (
     check_same_problems, markdown_table, plot_curves, table_rows, write_csv, write_tables,
 )
 from fgrpo_verl.evaluation.scorers import resolve_scorer
-from fgrpo_verl.evaluation.scoring import Scorer, count_correct
-from fgrpo_verl.evaluation.seeds import request_seed
+from fgrpo_verl.evaluation.scoring import SCORE_CHUNK, Scorer, count_correct
 from fgrpo_verl.evaluation.significance import paired_tests
 from fgrpo_verl.job import checkpoints as ck
 from fgrpo_verl.pass_at_k import ks_up_to
@@ -143,7 +144,7 @@ def _score_unscored(gen_path: Path, index: LineIndex, scorer: Scorer, fh, log) -
     for _, rec in iter_generation_lines(gen_path):
         if rec.key in todo and rec.completions is not None:
             pending.append(rec)
-        if len(pending) >= 64:
+        if len(pending) >= SCORE_CHUNK:
             _score_and_write(pending, scorer, fh)
     _score_and_write(pending, scorer, fh)
 
@@ -157,10 +158,6 @@ def _score_and_write(records: list[GenerationRecord], scorer: Scorer, fh) -> Non
 def generate(models: dict[str, str], benchmarks: dict[str, list[dict]], settings: dict, args, out_dir: Path,
              scorer: Scorer, log=print) -> None:
     """Sample every (run, benchmark, problem) not yet on disk; completions are written before they are scored."""
-    from fgrpo_verl.evaluation.generate import Request, make_sampler, resolve_model_path
-    from fgrpo_verl.evaluation.prompts import encode_prompt
-    from fgrpo_verl.evaluation.seeds import blocks
-
     gen_path = out_dir / GENERATIONS
     index = LineIndex.of([gen_path]) if gen_path.is_file() and gen_path.stat().st_size else LineIndex()
     done = index.scored.keys() | index.texts.keys()
@@ -237,8 +234,6 @@ def significance_report(scores, pairs: list[tuple[str, str]], benchmarks: list[s
 
 
 def _prompt_settings(args, bench_names, log) -> dict:
-    from fgrpo_verl.evaluation.prompts import benchmark_group, prompt_setting
-
     groups = parse_pairs("--bench-group", args.bench_group)
     unknown = sorted(set(groups) - set(bench_names))
     if unknown:
@@ -286,8 +281,6 @@ def run_eval(args, log=print) -> int:
             if unknown:
                 raise ValueError(f"--bench-scorer names benchmarks not given with --bench: {unknown}")
             settings = _prompt_settings(args, list(benchmarks), log)
-            from fgrpo_verl.evaluation.generate import resolve_model_path
-
             for path in models.values():
                 resolve_model_path(path)  # a typo in the last --model fails now, not after the others' sampling
             with exclusive_out(out_dir):
@@ -314,8 +307,7 @@ def run_eval(args, log=print) -> int:
         missing = sorted(set(members) - set(columns))
         if missing or not members:
             raise ValueError(f"--average {name!r} lists benchmarks {missing or members} not among {columns}")
-    max_n = max(int(s.n.max()) for s in scores.values())
-    ks = ks_up_to(max_n, args.k_max)
+    ks = ks_up_to(max(int(s.n.max()) for s in scores.values()), args.k_max)
     rows = table_rows(scores, runs, columns, ks, averages)
     all_columns = columns + list(averages)
 

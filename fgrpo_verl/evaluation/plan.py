@@ -8,9 +8,9 @@ from another version is planned again, not half-read).
 
 from __future__ import annotations
 
-from pydantic import ConfigDict
+from pydantic import ConfigDict, create_model
 
-from fgrpo_verl.evaluation.options import EngineOptions
+from fgrpo_verl.evaluation.options import EngineOptions, EvalOptions
 from fgrpo_verl.evaluation.shapes import Shape
 
 
@@ -54,16 +54,11 @@ class Passes(Frozen):
         return {"selection": self.selection, "final": self.final}[phase]
 
 
-class Sampling(Frozen):
-    """Everything but n and the benchmarks that decides a pass's samples and scores (its label hashes it)."""
-
-    backend: str
-    temperature: float
-    top_p: float
-    seed: int
-    threshold: float
-    prompt_preset: str
-    max_new_tokens: int
+# Everything but n and the benchmarks that decides a pass's samples and scores (its label hashes it): the evaluation
+# options of these names, typed as the options declare them (choices included), each required.
+Sampling = create_model("Sampling", __base__=Frozen, **{
+    name: (EvalOptions.model_fields[name].annotation, ...)
+    for name in ("backend", "temperature", "top_p", "seed", "threshold", "prompt_preset", "max_new_tokens")})
 
 
 class Baseline(Frozen):

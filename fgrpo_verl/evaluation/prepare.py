@@ -18,6 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
+from fgrpo_verl.data.deepscaler import verl_row
+from fgrpo_verl.data.records import write_rows
+
 
 @dataclass(frozen=True)
 class HubSource:
@@ -164,8 +167,6 @@ def verl_rows(name: str, records: list[dict]) -> list[dict]:
     (``validation=aime25``): the training prompt (the boxed-answer system prompt + the problem, as
     ``prepare-deepscaler`` writes it; the run's ``data.apply_chat_template_kwargs`` add Qwen3's thinking switch),
     ``data_source`` = the benchmark name (verl logs ``val-core/<name>/...``), the answer as ground truth."""
-    from fgrpo_verl.data.deepscaler import verl_row
-
     spec = BENCHMARKS.get(name)
     if spec is not None and spec.scorer != "math":
         raise ValueError(f"{name}: only math benchmarks (scored by math-verify, the training reward) can validate "
@@ -188,12 +189,6 @@ def parse_source_overrides(items: Iterable[str]) -> dict[str, HubSource]:
     return overrides
 
 
-def eval_flags(name: str, path: Path) -> str:
-    """The ``fgrpo-verl eval`` flags that read benchmark ``name`` from ``path`` with its scorer."""
-    scorer = BENCHMARKS[name].scorer
-    return f"--bench {name}={path}" + ("" if scorer == "math" else f" --bench-scorer {name}={scorer}")
-
-
 def prepare_benchmarks(out: str | Path, names: Iterable[str] | None = None,
                        sources: dict[str, HubSource] | None = None, verl_parquet: bool = False, log=None) -> list[str]:
     """Download each benchmark (all nine unless ``names``) with ``datasets``, write ``OUT/<NAME>.jsonl`` (and, with
@@ -214,22 +209,19 @@ def prepare_benchmarks(out: str | Path, names: Iterable[str] | None = None,
     for name in names:
         spec = BENCHMARKS[name]
         src = sources.get(name, spec.source)
-        if src.data_files and name not in sources:
-            rows = load_dataset(src.repo, data_files={src.split: src.data_files}, split=src.split)
-        else:
-            rows = load_dataset(src.repo, src.config, split=src.split)
+        files = {src.split: src.data_files} if src.data_files else None  # a --source override names none
+        rows = load_dataset(src.repo, src.config, data_files=files, split=src.split)
         records = convert_rows(name, rows)
         path = out / f"{name}.jsonl"
         path.write_text("".join(json.dumps(rec, ensure_ascii=False) + "\n" for rec in records), encoding="utf-8")
         say(f"{name}: {len(records)} problems -> {path}")
         if verl_parquet and spec.scorer == "math":
-            from fgrpo_verl.data.records import write_rows
-
             write_rows(verl_rows(name, records), out / f"{name}.parquet")
             say(f"{name}: verl validation rows -> {out / f'{name}.parquet'}")
         if spec.scorer == "MODULE:FUNCTION":
             say(f"{name}: no verifier ships with fgrpo-verl; yours takes (data_source, solution_str, ground_truth, "
                 "extra_info): MODULE:FUNCTION in the flags below for `fgrpo-verl eval`, and for `fgrpo-verl launch` "
                 "the recipes read it from FGRPO_SYNLOGIC_SCORER (export FGRPO_SYNLOGIC_SCORER=MODULE:FUNCTION)")
-        flags.append(eval_flags(name, path))
+        scorer = "" if spec.scorer == "math" else f" --bench-scorer {name}={spec.scorer}"
+        flags.append(f"--bench {name}={path}{scorer}")  # the `fgrpo-verl eval` flags: its file, its scorer
     return flags

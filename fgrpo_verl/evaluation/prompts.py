@@ -26,7 +26,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-PAPER_SYSTEM_PROMPT = "Please reason step by step, and put your final answer within \\boxed{}."
+from fgrpo_verl.data.deepscaler import SYSTEM_PROMPT as PAPER_SYSTEM_PROMPT  # the training prompt (§5.3)
+
 HELPFUL_SYSTEM_PROMPT = "You are a helpful assistant."
 GROUPS = ("math", "gpqa", "ifeval", "synlogic")
 BENCHMARK_GROUPS = {
@@ -57,8 +58,7 @@ PRESETS: dict[str, dict[str, PromptSetting]] = {
 
 def benchmark_group(name: str, overrides: dict[str, str] | None = None) -> tuple[str, bool]:
     """(group, known): ``--bench-group`` first, then Table 9's benchmark names; anything else is "math", known=False."""
-    overrides = overrides or {}
-    if name in overrides:
+    if overrides and name in overrides:
         group = overrides[name]
         if group not in GROUPS:
             raise ValueError(f"--bench-group {name}={group!r}: the group must be one of {GROUPS}")

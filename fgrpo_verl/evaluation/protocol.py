@@ -1,6 +1,30 @@
-"""The selection protocol (selection.py) applied to run directories: read each checkpoint's selection-pass score,
-check that the run is finished and fully scored, and choose. Used by the final evaluation job
-(checkpoint_eval.py) and by ``fgrpo-verl report`` (fgrpo_verl/report/runs.py), so both make the same choice.
+"""The paper's checkpoint and γ selection (§5.3 "Checkpoint selection", App. L.3 / Table 7), written once.
+
+    1. a checkpoint is saved each epoch;
+    2. baseline (γ = 0): its checkpoint with the best average in-domain math pass@1;
+    3. each focal run (γ > 0, otherwise the baseline's config): its best checkpoint by the same score among those
+       "obtained with equal or less compute" than the baseline's selected one;
+    4. γ: the focal γ whose selected checkpoint has the best average in-domain math pass@1 (Table 7).
+
+Which evaluation each score comes from is where this differs from the paper, which gives n = 1024 samples per
+problem for its final tables and does not say with which n it scored the checkpoints it selected from. Steps 2-3
+score every epoch checkpoint with the recipe's selection pass (``protocol: select``, the shipped default: n = 32 on
+the math benchmarks; ``protocol: full``: the final pass's n and benchmarks). Step 4 scores each γ's selected
+checkpoint with its final pass (n = 1024), which every γ gets anyway: the choice between γ, whose margins in the
+paper's Table 6 are as small as 0.5 points, is not left to the n = 32 pass's noise (docs/evaluation.md).
+
+Compute is the number of rollouts sampled up to a checkpoint, step x data.train_batch_size x rollout.n (prompts per
+step times group size): for a focal run and its baseline (same batch and N) that is the step, and it stays
+comparable where N differs. The score is the mean over the math benchmarks of pass@1
+(fgrpo_verl/evaluation/checkpoint_eval.py writes it per checkpoint). Ties go to less compute (an earlier checkpoint;
+the paper's "equal or less compute" prefers it) and, for γ, to the smaller γ (closer to the baseline). A run
+without a baseline in its recipe (a control, or a focal run whose γ = 0 twin is not in the recipe) gets its best
+checkpoint over all of its own; the report says so. Selection needs every candidate checkpoint scored: a run with
+unscored checkpoints is not selected (the report lists what is missing) rather than selected among a subset.
+
+The rules are applied to run directories by :func:`run_scores` and :func:`choose` (read each checkpoint's
+selection-pass score, check that the run is finished and fully scored, and choose), for the final evaluation job
+(eval_job.py) and ``fgrpo-verl report`` (fgrpo_verl/report/runs.py) alike, so both make the same choice.
 """
 
 from __future__ import annotations
@@ -8,9 +32,67 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fgrpo_verl.job import checkpoints as ck
 from fgrpo_verl.evaluation.plan import Steps
-from fgrpo_verl.evaluation.selection import CheckpointScore, RunSelection, compute_of, select_baseline, select_focal
+from fgrpo_verl.job import checkpoints as ck
+
+
+@dataclass(frozen=True)
+class CheckpointScore:
+    step: int
+    compute: float  # rollouts sampled up to this checkpoint
+    score: float    # average math pass@1 of the selection pass, in [0, 1]
+
+
+@dataclass(frozen=True)
+class RunSelection:
+    run: str
+    checkpoint: CheckpointScore | None  # None: no checkpoint qualifies (or the run is not complete)
+    constraint: str                     # how it was chosen, for the report
+
+
+def compute_of(step: int, train_batch_size: int, group_size: int) -> float:
+    """Rollouts sampled by the end of ``step``: step x prompts per step x rollouts per prompt."""
+    return float(step) * train_batch_size * group_size
+
+
+def best_checkpoint(scores: list[CheckpointScore], max_compute: float | None = None) -> CheckpointScore | None:
+    """The highest-scoring checkpoint with compute <= ``max_compute`` (all when None); ties: less compute, then the
+    earlier step. None when no checkpoint qualifies. ``scores``: one per saved step, pass@1 of our own results
+    (protocol.run_scores)."""
+    candidates = [s for s in scores if max_compute is None or s.compute <= max_compute]
+    if not candidates:
+        return None
+    return min(candidates, key=lambda s: (-s.score, s.compute, s.step))
+
+
+def select_baseline(run: str, scores: list[CheckpointScore]) -> RunSelection:
+    return RunSelection(run, best_checkpoint(scores), "best average math pass@1 over all checkpoints")
+
+
+def select_focal(run: str, scores: list[CheckpointScore], baseline: RunSelection | None) -> RunSelection:
+    """A focal run's checkpoint: best with equal or less compute than the baseline's selected checkpoint; without a
+    baseline (none in the recipe), the best over all of its checkpoints."""
+    if baseline is None:
+        return RunSelection(run, best_checkpoint(scores),
+                            "best average math pass@1 over all checkpoints (no γ = 0 baseline in the recipe)")
+    if baseline.checkpoint is None:
+        return RunSelection(run, None, f"waits for its baseline {baseline.run}'s selection")
+    limit = baseline.checkpoint.compute
+    chosen = best_checkpoint(scores, max_compute=limit)
+    how = (f"best average math pass@1 with compute <= baseline {baseline.run}'s selected step "
+           f"{baseline.checkpoint.step} ({limit:.0f} rollouts)")
+    if chosen is None:
+        how += ": no checkpoint qualifies"
+    return RunSelection(run, chosen, how)
+
+
+def select_gamma(final: dict[float, float | None]) -> float | None:
+    """The γ whose selected checkpoint has the best average math pass@1 in its final pass (``final``: γ -> that
+    score; ties: smaller γ); None when some γ has no final score yet (the choice would change once it has one) or
+    there is none."""
+    if not final or any(score is None for score in final.values()):
+        return None
+    return min(final, key=lambda g: (-final[g], g))
 
 
 @dataclass

@@ -22,17 +22,15 @@ from pathlib import Path
 
 import numpy as np
 
+from fgrpo_verl.data.records import read_records
+
 DEFAULT_FRACTION = 0.01
 
 
 def tokenize_pairs(tokenizer, prompts: list[str], completions: list[str]) -> list[tuple[list[int], list[int]]]:
     """(prompt ids, completion ids) per trajectory, without added special tokens."""
-    out = []
-    for prompt, completion in zip(prompts, completions, strict=True):
-        p = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-        c = tokenizer(completion, add_special_tokens=False)["input_ids"]
-        out.append((list(p), list(c)))
-    return out
+    ids = [list(tokenizer(text, add_special_tokens=False)["input_ids"]) for text in [*prompts, *completions]]
+    return list(zip(ids[:len(prompts)], ids[len(prompts):], strict=True))
 
 
 def length_normalised_nll(model, pairs, device: str = "cpu", max_tokens_per_batch: int = 16384,
@@ -160,8 +158,6 @@ def write_rare_set(path: Path, rare: list[RareTrajectory], stats: dict) -> None:
 
 
 def read_rare_set(path: Path) -> tuple[list[RareTrajectory], dict]:
-    from fgrpo_verl.data.records import read_records
-
     lines = read_records(path, f"--rare-set {path}")  # JSONL whose completions may hold U+2028 and the like
     if not lines or "_stats" not in lines[0]:
         raise ValueError(f"{path}: not a rare set written by `fgrpo-verl rare-nll` (first line must hold _stats)")

@@ -15,7 +15,11 @@ from pathlib import Path
 
 import numpy as np
 
+from fgrpo_verl.evaluation.formats import load_benchmark
 from fgrpo_verl.evaluation.plan import BenchmarkFile
+from fgrpo_verl.evaluation.scorers import resolve_scorer
+from fgrpo_verl.evaluation.scoring import Scorer, count_correct
+from fgrpo_verl.theory.plots import pyplot, save
 
 
 def scored_counts(result: dict, benches: dict[str, BenchmarkFile], threshold: float) -> tuple[dict, list[str]]:
@@ -24,10 +28,6 @@ def scored_counts(result: dict, benches: dict[str, BenchmarkFile], threshold: fl
     which the evaluation used: ``boxed`` for GPQA, ``ifeval`` for IFEval, ...), never another benchmark's. A benchmark
     whose scorer cannot score here (SynLogic's ``FGRPO_SYNLOGIC_SCORER`` not set, a missing dependency, no answers)
     is left out of the test, whole, with one line in ``skipped`` naming it and why; ``threshold``: the plan's."""
-    from fgrpo_verl.evaluation.formats import load_benchmark
-    from fgrpo_verl.evaluation.scorers import resolve_scorer
-    from fgrpo_verl.evaluation.scoring import Scorer, count_correct
-
     paths = [Path(p) for p in result.get("generations", [])]
     missing = [str(p) for p in paths if not p.is_file()]
     if missing or not paths:
@@ -82,10 +82,8 @@ def check_same_problems(scores, runs, benchmarks) -> None:
     problems = []
     for bench in benchmarks:
         have = {run: set(scores[(run, bench)].problem_ids) for run in runs if (run, bench) in scores}
-        absent = [run for run in runs if (run, bench) not in scores]
-        union = set().union(*have.values()) if have else set()
-        for run in absent:
-            problems.append(f"{bench}: run {run!r} has no generations")
+        union = set().union(*have.values())
+        problems += [f"{bench}: run {run!r} has no generations" for run in runs if run not in have]
         for run, ids in have.items():
             lack = sorted(union - ids)
             if lack:
@@ -97,25 +95,16 @@ def check_same_problems(scores, runs, benchmarks) -> None:
 
 def table_rows(scores, runs, benchmarks, ks, averages=None) -> list[dict]:
     """Long-form rows: one per (run, column, k) with pass@k in [0, 1] (NaN when k > n)."""
-    averages = averages or {}
     rows = []
-    for run in runs:
-        for bench in benchmarks:
-            s = scores.get((run, bench))
-            if s is None:
-                continue
-            for k, value in zip(ks, s.curve(ks)):
-                rows.append(dict(run=run, benchmark=bench, k=k, pass_at_k=float(value),
-                                 num_problems=len(s.problem_ids), min_n=int(s.n.min()), max_n=int(s.n.max()),
-                                 score_errors=s.errors))
-        for name, members in averages.items():  # every run has every member (check_same_problems)
-            curves = np.mean([scores[(run, b)].curve(ks) for b in members], axis=0)
-            for k, value in zip(ks, curves):
+    for run in runs:  # an average column: its members' mean curve (every run has every member: check_same_problems)
+        for name, members, extra in [(b, [b], {}) for b in benchmarks if (run, b) in scores] + [
+                (name, members, {"average": True}) for name, members in (averages or {}).items()]:
+            parts = [scores[(run, b)] for b in members]
+            for k, value in zip(ks, np.mean([s.curve(ks) for s in parts], axis=0)):
                 rows.append(dict(run=run, benchmark=name, k=k, pass_at_k=float(value),
-                                 num_problems=sum(len(scores[(run, b)].problem_ids) for b in members),
-                                 min_n=min(int(scores[(run, b)].n.min()) for b in members),
-                                 max_n=max(int(scores[(run, b)].n.max()) for b in members),
-                                 score_errors=sum(scores[(run, b)].errors for b in members), average=True))
+                                 num_problems=sum(len(s.problem_ids) for s in parts),
+                                 min_n=min(int(s.n.min()) for s in parts), max_n=max(int(s.n.max()) for s in parts),
+                                 score_errors=sum(s.errors for s in parts), **extra))
     return rows
 
 
@@ -172,13 +161,8 @@ def write_tables(out_dir: Path, rows, runs, columns, ks, marks=None) -> dict[str
 def plot_curves(out_dir: Path, rows, runs, columns, ks, reference=None) -> list[Path]:
     """One PNG per column (``pass_at_k_<column>.png``) plus ``pass_at_k_all.png``: pass@k (%) against k (log2),
     one line per run; ``reference`` ``{(run, column): {k: pass@k in %}}`` (the paper's) dashed in its run's colour."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # headless; never needs a display
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     value = {(r["run"], r["benchmark"], r["k"]): r["pass_at_k"] for r in rows}
-    out_dir.mkdir(parents=True, exist_ok=True)
 
     def draw(ax, col):
         for run in runs:
@@ -199,12 +183,8 @@ def plot_curves(out_dir: Path, rows, runs, columns, ks, reference=None) -> list[
         fig, ax = plt.subplots(figsize=(4.5, 3.5))
         draw(ax, col)
         ax.legend(fontsize=8)
-        fig.tight_layout()
         safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in col)
-        path = out_dir / f"pass_at_k_{safe}.png"
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-        paths.append(path)
+        paths.append(save(fig, out_dir / f"pass_at_k_{safe}.png", dpi=120))
 
     cols = min(3, len(columns))
     nrows = math.ceil(len(columns) / cols)
@@ -214,9 +194,4 @@ def plot_curves(out_dir: Path, rows, runs, columns, ks, reference=None) -> list[
     for ax in list(axes.flat)[len(columns):]:
         ax.axis("off")
     axes.flat[0].legend(fontsize=8)
-    fig.tight_layout()
-    path = out_dir / "pass_at_k_all.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    paths.append(path)
-    return paths
+    return [*paths, save(fig, out_dir / "pass_at_k_all.png")]

@@ -82,13 +82,10 @@ class Scorer(contextlib.AbstractContextManager):
             rec.correct = np.array(correct, dtype=np.int8)
             rec.score_errors = errors or None
 
-    def close(self) -> None:
+    def __exit__(self, *exc):
         if self._pool is not None:
             self._pool.shutdown()
             self._pool = None
-
-    def __exit__(self, *exc):
-        self.close()
 
 
 @dataclass

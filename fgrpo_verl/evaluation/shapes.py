@@ -60,6 +60,8 @@ class Shape(BaseModel):
             return f"{key} is required: {expected(tp)}"
         if value is None and field is not None:  # null where the shape means "left out": a mistake, not a choice
             return f"{key} is null: give a value or leave the key out for its default"
+        if kind == "finite_number":
+            return f"{key} must be a finite number, got {value!r}"
         if kind in _BOUNDS:
             name, sign = _BOUNDS[kind]
             return f"{key} must be {sign} {ctx[name]}, got {value!r}"

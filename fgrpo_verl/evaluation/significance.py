@@ -39,7 +39,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fgrpo_verl.pass_at_k import ks_up_to, pass_at_k, pass_at_k_curve, pass_at_k_table
+from fgrpo_verl.evaluation.generate import request_seed
+from fgrpo_verl.pass_at_k import ks_up_to, pass_at_k_curve, pass_at_k_table
+from fgrpo_verl.theory._checks import whole
 
 # (iterations x problems) cells per chunk of hypergeometric draws; ~16 MiB of int64 per run.
 _CHUNK_CELLS = 1 << 20
@@ -73,27 +75,17 @@ class SubsampleDraws:
     n: int  # samples per problem (one value: the rescaled intervals need it)
 
 
-def _check_counts(name: str, n, c) -> tuple[np.ndarray, np.ndarray]:
-    n = np.asarray(n)
-    c = np.asarray(c)
-    if n.ndim != 1 or c.shape != n.shape or n.size == 0:
-        raise ValueError(f"{name}: n and c must be equal-length non-empty 1-D arrays, got shapes {n.shape} and {c.shape}")
-    pass_at_k(n, c, 1)  # validates integers, 0 <= c <= n
-    return n.astype(np.int64), c.astype(np.int64)
-
-
 def subsample_draws(n_baseline, c_baseline, n_focal, c_focal, ks=None, m: int = 256, iterations: int = 50_000,
                     seed=0) -> SubsampleDraws:
-    """The T paired m-out-of-n subsample differences per k (the loop in the module docstring).
+    """The T paired m-out-of-n subsample differences per k (the loop in the module docstring); the counts are per
+    problem, as ``scoring.count_correct`` gives them (its pass@k at full n checks them).
 
     ``seed``: anything ``numpy.random.default_rng`` takes (an int, or a ``SeedSequence`` child per benchmark)."""
-    nb, cb = _check_counts("baseline", n_baseline, c_baseline)
-    nf, cf = _check_counts("focal", n_focal, c_focal)
+    nb, cb, nf, cf = (np.asarray(x, dtype=np.int64) for x in (n_baseline, c_baseline, n_focal, c_focal))
     if nb.shape != nf.shape:
         raise ValueError(f"baseline and focal must cover the same problems, got {nb.size} and {nf.size} problems")
-    for name, val, low in (("m", m, 1), ("iterations", iterations, 2)):
-        if isinstance(val, bool) or not isinstance(val, (int, np.integer)) or val < low:
-            raise ValueError(f"{name} must be an int >= {low}, got {val!r}")
+    whole("m", m)
+    whole("iterations", iterations, 2)
     n_min = int(min(nb.min(), nf.min()))
     if m >= n_min:
         # m = n draws every generation: all iterations agree and the CI collapses onto the point estimate.
@@ -126,9 +118,8 @@ def _histograms(draws: np.ndarray, m: int) -> np.ndarray:
 
 
 def combine_draws(parts: list[SubsampleDraws]) -> SubsampleDraws:
-    """The average column: per k and iteration, the mean of the member benchmarks' values (same iteration t)."""
-    if not parts:
-        raise ValueError("an average needs at least one benchmark")
+    """The average column: per k and iteration, the mean of the member benchmarks' values (same iteration t); an
+    average has members (the options' ``--average`` and a recipe's ``averages`` are refused without)."""
     ks = [k for k in parts[0].ks if all(k in p.diffs for p in parts)]
     ns = {p.n for p in parts}
     return SubsampleDraws(
@@ -177,8 +168,6 @@ def paired_tests(baseline: dict, focal: dict, averages: dict[str, list[str]], pa
     runs ``pair`` names) on every benchmark both have, then on every average column whose members all were tested.
     A benchmark's draws have their own seed from (``seed``, ``stream``, the pair, the benchmark), so the columns
     tested beside it do not change its numbers; a ValueError names the pair and the benchmark."""
-    from fgrpo_verl.evaluation.seeds import request_seed
-
     draws = {}
     for bench in [b for b in baseline if b in focal]:
         a, b = baseline[bench], focal[bench]

@@ -6,8 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from fgrpo_verl.evaluation.report import write_csv
-from fgrpo_verl.report.render import finish
-from fgrpo_verl.report.runs import collect_runs
+from fgrpo_verl.report.runs import collect_runs, finish
 from fgrpo_verl.report.tables import columns_of, curves, report_k, selection_table, table1, table6, table_runs
 
 

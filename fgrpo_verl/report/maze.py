@@ -25,8 +25,9 @@ from pathlib import Path
 
 from fgrpo_verl.evaluation import paper_numbers
 from fgrpo_verl.evaluation.report import write_csv
-from fgrpo_verl.report.render import finish
-from fgrpo_verl.report.runs import Run
+from fgrpo_verl.monitoring.console import step_fields
+from fgrpo_verl.report.runs import Run, finish
+from fgrpo_verl.theory.plots import pyplot, save
 
 TABLE_4_SOURCE = "maze"  # the data_source of the maze's held-out set (fgrpo_verl/tasks/maze/data.py)
 TRAIN_REWARD = "critic/score/mean"
@@ -39,11 +40,15 @@ def logged_steps(log_dir: Path, job_name: str) -> dict[int, dict[str, float]]:
     """``{step: {metric: value}}`` of the run's trajectory (the train reward and ``val-core/*`` only), from its
     Slurm logs in job id order; a step below the last one logged starts a restart, which replaces every step from
     there on."""
-    from fgrpo_verl.monitoring.console import step_fields
-
     def job_id(path: Path) -> int:
         match = _JOB_ID.search(path.name)
         return int(match.group(1)) if match else -1
+
+    def number(text: str) -> float | None:
+        try:
+            return float(text)
+        except ValueError:
+            return None
 
     history: dict[int, dict[str, float]] = {}
     last = -1
@@ -51,25 +56,17 @@ def logged_steps(log_dir: Path, job_name: str) -> dict[int, dict[str, float]]:
         with open(path, "rb") as fh:
             for raw in fh:
                 fields = step_fields(raw.decode(errors="replace")) if b"step:" in raw else None
-                kept = {}
-                for key, value in (fields or {}).items():
-                    key = key.strip()
-                    if key == TRAIN_REWARD or key.startswith("val-core/"):
-                        try:
-                            kept[key] = float(value)
-                        except ValueError:
-                            continue
-                try:  # a line without these metrics is not a step of the run's (a timing line, another format)
-                    step = int(float(fields["step"])) if kept else None
-                except ValueError:
-                    step = None
+                kept = {key.strip(): number(value) for key, value in (fields or {}).items()
+                        if key.strip() == TRAIN_REWARD or key.strip().startswith("val-core/")}
+                kept = {key: value for key, value in kept.items() if value is not None}
+                # a line without these metrics is not a step of the run's (a timing line, another format)
+                step = number(fields["step"]) if kept else None
                 if step is None:
                     continue
-                if step < last:
-                    for later in [s for s in history if s >= step]:
-                        del history[later]
-                last = step
-                history.setdefault(step, {}).update(kept)
+                if int(step) < last:
+                    history = {s: metrics for s, metrics in history.items() if s < int(step)}
+                last = int(step)
+                history.setdefault(last, {}).update(kept)
     return history
 
 
@@ -88,10 +85,7 @@ class MazeRun(Run):
     history: dict[int, dict[str, float]] = field(default_factory=dict)
     step: int | None = None                                          # the step of the last validation found
     values: dict[str, dict[int, float]] = field(default_factory=dict)  # its pass@k per source (fraction)
-
-    @property
-    def final(self) -> bool:
-        return self.step is not None and self.total is not None and self.step >= self.total
+    final: bool = False                                              # that validation is at the last step
 
 
 def collect(jobs: list, log_dir: Path) -> list[MazeRun]:
@@ -104,6 +98,7 @@ def collect(jobs: list, log_dir: Path) -> list[MazeRun]:
                          history=history)
         run.step = max((s for s, m in history.items() if pass_at(m)), default=None)
         run.values = pass_at(history[run.step]) if run.step is not None else {}
+        run.final = run.step is not None and run.total is not None and run.step >= run.total
         if run.state != "not started" and not run.final:
             run.missing.append(f"no validation at the last step ({run.total}) in {log_dir}/{job.job_name}-*.out"
                                + (f": the last one is at step {run.step}" if run.step is not None else
@@ -121,13 +116,12 @@ def table4(runs: list[MazeRun], source: str, ks: list[int], key: str) -> tuple[s
     lines = [f"### Table 4: pass@k (%) at the last step, data source {source}", "",
              "| N | | " + " | ".join(f"p@{k} {labels[g]}" for k, g in columns) + " |",
              "|---" * (len(columns) + 2) + "|"]
-    rows, has_ours = [], False
+    rows = []
     for size in sorted({r.group_size for r in runs}):
         mine, ref = [], []
         for k, g in columns:
             run = next((r for r in runs if r.group_size == size and r.gamma == g), None)
             value = run.values.get(source, {}).get(k) if run is not None and run.final else None
-            has_ours = has_ours or value is not None
             theirs = paper.get((size, k, g))
             mine.append("-" if value is None else f"{100 * value:.1f}")
             ref.append("-" if theirs is None else f"{theirs:.1f}")
@@ -137,18 +131,13 @@ def table4(runs: list[MazeRun], source: str, ks: list[int], key: str) -> tuple[s
                          "step": "" if run is None or run.step is None else run.step,
                          "run": "" if run is None else run.name})
         lines += [f"| {size} | ours | " + " | ".join(mine) + " |", "| | paper | " + " | ".join(ref) + " |"]
-    return "\n".join(lines) + "\n", rows, has_ours
+    return "\n".join(lines) + "\n", rows, any(row["ours"] != "" for row in rows)
 
 
 def _plot(path: Path, panels: list[tuple[str, str, dict]], columns: int, xlabel: str, log_x: bool) -> None:
     """One PNG of ``panels`` (title, y label, {line label: [(x, y)]}), ``columns`` to a row."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # headless; never needs a display
-    import matplotlib.pyplot as plt
-
     rows = math.ceil(len(panels) / columns)
-    fig, axes = plt.subplots(rows, columns, figsize=(3.7 * columns, 2.8 * rows), squeeze=False)
+    fig, axes = pyplot().subplots(rows, columns, figsize=(3.7 * columns, 2.8 * rows), squeeze=False)
     for ax, (title, ylabel, lines) in zip(axes.flat, panels):
         for label, points in lines.items():
             ax.plot([x for x, _ in points], [y for _, y in points], marker="o" if log_x else None, label=label)
@@ -157,9 +146,7 @@ def _plot(path: Path, panels: list[tuple[str, str, dict]], columns: int, xlabel:
         ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
         ax.grid(alpha=0.3)
     axes.flat[0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)
 
 
 def figures(runs: list[MazeRun], source: str, val_n: int, out_dir: Path) -> list[str]:

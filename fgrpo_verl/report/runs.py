@@ -1,5 +1,6 @@
 """The recipe's runs as the report sees them: what each run is (model, base algorithm, γ, N), how far it got, and
-for a recipe with an evaluation block the protocol's choices (protocol.py decides as the final job does)."""
+for a recipe with an evaluation block the protocol's choices (protocol.py decides as the final job does); and the
+report's text files, ``report.md`` (the printed text) and ``missing.md`` (what keeps each run's cells empty)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fgrpo_verl.evaluation.plan import Plan
-from fgrpo_verl.evaluation.protocol import choose, run_scores
-from fgrpo_verl.evaluation.selection import RunSelection, select_gamma
+from fgrpo_verl.evaluation.protocol import RunSelection, choose, run_scores, select_gamma
 from fgrpo_verl.job import checkpoints as ck
 
 
@@ -117,3 +117,25 @@ def baseline_groups(reports: list[RunReport]) -> list[tuple[RunReport, dict[floa
                  if r.job.baseline_job is not None and r.job.baseline_job.job_name == rep.job.job_name}
         groups.append((rep, focal, select_gamma({g: r.final_score() for g, r in focal.items()})))
     return groups
+
+
+def finish(parts: list[str], empty: list[str], runs, out_dir: Path) -> str:
+    """The report's text, written to report.md: ``parts``, one line naming the tables left out (no number of ours
+    yet; their files hold the paper's), then what is missing: in ``missing.md`` every run and what keeps its cells
+    empty, a line each; printed, the runs not started on one line."""
+    def missing(lines: list[str]) -> str:
+        return "### Missing\n\n" + "\n".join(lines or ["nothing: every run is finished and evaluated"]) + "\n"
+
+    if empty:
+        parts.append(f"no numbers of ours yet: {', '.join(empty)} not printed (the paper's numbers are in "
+                     f"{out_dir}/<table>.md)\n")
+    every = [f"- {r.name} ({r.job.job_name}): {m}" for r in runs for m in r.missing]
+    (out_dir / "missing.md").write_text(missing(every), encoding="utf-8")
+    idle = [r.name for r in runs if r.missing == ["not started"]]
+    shown = [f"- {r.name} ({r.job.job_name}): {m}" for r in runs if r.name not in idle for m in r.missing]
+    if idle:
+        shown.insert(0, f"- not started: {len(idle)} run(s), " + (", ".join(idle) if len(idle) <= 6 else
+                                                                    f"{', '.join(idle[:6])}, ... (missing.md)"))
+    text = "\n".join([*parts, missing(shown)])
+    (out_dir / "report.md").write_text(text, encoding="utf-8")
+    return text

@@ -9,8 +9,11 @@ from pathlib import Path
 
 from fgrpo_verl.evaluation import paper_numbers
 from fgrpo_verl.evaluation.plan import Plan
+from fgrpo_verl.evaluation.report import markdown_table, plot_curves, scored_counts
+from fgrpo_verl.evaluation.significance import paired_tests
 from fgrpo_verl.report.runs import RunReport, baseline_groups
 
+SIGNIFICANCE_RATIO = 4  # m = n / 4 in Table 1's paired test (App. Q): the paper's 256 of 1024
 # a controls run's recipe ``variant`` -> the paper's Table 3 row it reproduces
 TABLE3_ROWS = {"low_lr": "GRPO low-LR (6.8e-7)", "entropy": "GRPO-H (entropy 1e-3)", "kl": "GRPO-KL (1e-3)",
                "ds_grpo": "DS-GRPO (Gai et al. 2025)"}
@@ -18,9 +21,7 @@ TABLE3_ROWS = {"low_lr": "GRPO low-LR (6.8e-7)", "entropy": "GRPO-H (entropy 1e-
 
 def report_k(reports: list[RunReport]) -> int:
     """K of pass@1/pass@K: 256 (the paper's), or the largest power of two every final pass's n allows."""
-    ns = [r.plan.passes.final.n for r in reports]
-    limit = min([256, *ns]) if ns else 256
-    return 1 << int(math.floor(math.log2(limit)))
+    return 1 << int(math.floor(math.log2(min([256, *(r.plan.passes.final.n for r in reports)]))))
 
 
 def columns_of(plan: Plan) -> list[str]:
@@ -98,11 +99,35 @@ def _paper_cells(table: str, model: str, method: str, columns: list[str]) -> dic
     return {c: cells[(table, model, method, c)] for c in columns if (table, model, method, c) in cells}
 
 
+def pair_significance(base, focal, plan: Plan, k: int, iterations: int, method: str,
+                      seed: int) -> tuple[dict[str, dict[int, bool]], list[dict], list[str], int]:
+    """``({column: {k: significant}}, rows, left out, m)``: the paired test of focal - baseline at pass@1 and at
+    pass@K (a k above m cannot be tested on m-sample subsets and is not), and a line per benchmark left out
+    (scored_counts: its unscored lines could not be scored here). ``base``, ``focal``: runs with a final result."""
+    (a, skip_a), (b, skip_b) = (scored_counts(r.final, plan.benchmarks, plan.sampling.threshold)
+                                for r in (base, focal))
+    left_out = list(dict.fromkeys(skip_a + skip_b))
+    if not set(a) & set(b):
+        raise ValueError("no benchmark scored for both runs: " + ("; ".join(left_out) or "no common benchmark"))
+    n = min(int(s.n.min()) for s in [*a.values(), *b.values()])
+    m = n // SIGNIFICANCE_RATIO
+    if m < 1:
+        raise ValueError(f"n = {n} samples per problem is too few for m-out-of-n subsampling (m = n / 4)")
+    ks = sorted({x for x in (1, k) if x <= m})
+    tested, rows = {}, []
+    for column, r in paired_tests(a, b, plan.averages, (base.name, focal.name), "report", ks, m, iterations, seed,
+                                  method=method):
+        rows.append({"baseline": base.name, "focal": focal.name, "column": column, "k": r.k, "m": m,
+                     "iterations": iterations, "method": method, "difference": r.difference,
+                     "ci_low": r.ci_low, "ci_high": r.ci_high, "p_value": r.p_value,
+                     "significant": r.significant})
+        tested.setdefault(column, {})[r.k] = bool(r.significant)
+    return tested, rows, left_out, m
+
+
 def table1(reports, columns, k, significance) -> tuple[Table, list[tuple[RunReport, RunReport]], list[dict]]:
     """Per model x base algorithm: the baseline and the focal run at the chosen γ, at their selected checkpoints;
     ``significance``: (iterations, method, seed) of the paired test, or None (not run)."""
-    from fgrpo_verl.report.significance import pair_significance
-
     rows, pairs, sig_rows, notes, ms = [], [], [], [], set()
     for base, focal, gamma in baseline_groups(reports):
         if not focal:
@@ -159,22 +184,17 @@ def table6(reports, plan, k) -> Table:
             runs = {r.model: r for r in reports if r.family == fam and r.gamma == g}
             if not runs:
                 continue
-            mine, paper = {}, {}
-            for m in models:
-                for a in averages:
-                    col = f"{m} {a}"
-                    mine[col] = (ours(runs.get(m), a, 1), ours(runs.get(m), a, k))
-                    ref = paper_numbers.cells().get(("Table 6", m, f"{fam.upper()} γ={g:g}", a))
-                    if ref is not None:
-                        paper[col] = ref
-            rows.append((f"{fam.upper()} γ={g:g}", mine, paper, {}))
+            label = f"{fam.upper()} γ={g:g}"
+            mine = {f"{m} {a}": (ours(runs.get(m), a, 1), ours(runs.get(m), a, k)) for m in models for a in averages}
+            rows.append((label, mine, {f"{m} {a}": cells for m in models for a in averages
+                                       if (cells := paper_numbers.cells().get(("Table 6", m, label, a)))}, {}))
     return Table("table6", "Table 6: γ sensitivity (averages at each run's selected checkpoint)", columns, rows,
                  "Table 6")
 
 
 def table_runs(reports, columns, k, key: str) -> Table:
     """Tables 2 and 3: one row per run, labelled as the paper's row it reproduces."""
-    rows = []
+    rows, source = [], "Table 2" if key == "table2" else "Table 3"
     for rep in reports:
         if key == "table2":
             label = f"{rep.method} N={rep.group_size}"
@@ -183,23 +203,18 @@ def table_runs(reports, columns, k, key: str) -> Table:
             label = TABLE3_ROWS.get(variant) if variant else (f"F-GRPO (γ={rep.gamma:g})" if rep.gamma > 0 else
                                                                rep.method)
             label = label or f"{rep.method} ({variant})"
-        source = "Table 2" if key == "table2" else "Table 3"
         paper = _paper_cells(source, rep.model, label, columns) if rep.model == paper_numbers.TABLE_2_3_MODEL else {}
         rows.append((label, _cells(rep, columns, k), paper, {}))
-    notes = []
-    if key == "table2":
-        notes.append("ΔNLL_rare (Table 2's last column): `fgrpo-verl rare-nll` on the selected checkpoints "
-                     f"(paper: {paper_numbers.delta_nll_rare()})")
+    notes = ["ΔNLL_rare (Table 2's last column): `fgrpo-verl rare-nll` on the selected checkpoints (paper: "
+             f"{paper_numbers.delta_nll_rare()})"] if key == "table2" else []
     title = {"table2": "Table 2: group size N (GRPO) against F-GRPO at N = 8",
              "table3": "Table 3: regularisation and update-scale controls against F-GRPO"}[key]
-    return Table(key, title, columns, rows, "Table 2" if key == "table2" else "Table 3", notes)
+    return Table(key, title, columns, rows, source, notes)
 
 
 def curves(pairs, plan, out_dir: Path) -> str:
     """Tables 12-14: each Table 1 pair's pass@k per benchmark, ours with the paper's beside it (markdown; a plot per
     benchmark under curves/, the paper's curves dashed)."""
-    from fgrpo_verl.evaluation.report import markdown_table, plot_curves
-
     lines = ["### Tables 12-14: pass@k of the Table 1 checkpoints (cells: baseline/focal, %)", ""]
     benches = list(plan.passes.final.benchmarks)
     for base, focal in pairs:

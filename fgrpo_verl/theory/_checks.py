@@ -1,4 +1,5 @@
-"""Argument checks shared by the theory modules: every bad value raises ``ValueError`` naming it.
+"""Argument checks shared by the theory modules and the tasks' settings: every bad value raises ``ValueError``
+naming it.
 
 Nothing is clamped or coerced: a value outside its range, a NaN, an inf, a bool or a non-integer group
 size is an error that says which argument, which value, and what is valid.
@@ -24,6 +25,13 @@ def group_size_array(name: str, value) -> np.ndarray:
     arr = _numeric(name, value, "a whole number >= 1")
     bad = ~np.isfinite(arr) | (arr != np.round(arr)) | (arr < 1) if arr.dtype.kind == "f" else arr < 1
     return _refuse_any(name, arr, bad, "must be a whole number >= 1").astype(np.int64)
+
+
+def whole(name: str, value, low: int = 1) -> int:
+    """``value``, an int (not a bool, not 8.0) >= ``low``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{name}={value!r} is invalid: must be a whole number >= {low}")
+    return value
 
 
 def _refuse_any(name: str, arr: np.ndarray, bad: np.ndarray, what: str) -> np.ndarray:

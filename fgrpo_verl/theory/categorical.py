@@ -50,6 +50,7 @@ import numpy as np
 import torch
 
 from fgrpo_verl.focal import focal_weight
+from fgrpo_verl.theory._checks import group_size_array, real_array, whole
 from fgrpo_verl.theory.shrink import configurations
 
 SURROGATES = ("log", "linear")
@@ -60,7 +61,8 @@ ADAM_EPS = 1e-8
 
 @dataclass(frozen=True)
 class CategoricalSetup:
-    """The action space and initial policy (paper §5.1); defaults are the paper's."""
+    """The action space and initial policy (paper §5.1); defaults are the paper's (``fgrpo-verl simulate`` sets only
+    the two sizes, which are checked)."""
 
     num_actions: int = 128_000  # |A|
     num_correct: int = 10_000  # |P|; action 0 is the anchor, actions 0..num_correct-1 are correct
@@ -72,16 +74,10 @@ class CategoricalSetup:
 
     def __post_init__(self):
         for name in ("num_actions", "num_correct"):
-            _whole(name, getattr(self, name))
+            whole(name, getattr(self, name))
         if not 1 <= self.num_correct < self.num_actions:
             raise ValueError(
                 f"num_correct={self.num_correct!r} is invalid for num_actions={self.num_actions}: need 1 <= num_correct < num_actions"
-            )
-        for name in ("anchor_logit", "correct_logit", "incorrect_logit", "reward_correct", "reward_incorrect"):
-            _finite(name, getattr(self, name))
-        if not self.reward_correct > self.reward_incorrect:
-            raise ValueError(
-                f"reward_correct={self.reward_correct!r} is invalid: must exceed reward_incorrect={self.reward_incorrect!r}"
             )
 
     def initial_logits(self, dtype=torch.float64) -> torch.Tensor:
@@ -89,11 +85,6 @@ class CategoricalSetup:
         z[: self.num_correct] = self.correct_logit
         z[0] = self.anchor_logit
         return z
-
-    def rewards(self, dtype=torch.float64) -> torch.Tensor:
-        r = torch.full((self.num_actions,), self.reward_incorrect, dtype=dtype)
-        r[: self.num_correct] = self.reward_correct
-        return r
 
     def initial_masses(self) -> dict:
         """Q_pos, the anchor's probability and one other correct action's probability at step 0."""
@@ -122,28 +113,19 @@ class SimulationConfig:
     controls: tuple = ()  # γ values whose scale-matched control (γ = 0 at lr · m_γ) is added; see the module docstring
 
     def __post_init__(self):
-        for name in ("group_sizes", "gammas", "controls"):
+        # the same refusals as every theory function's (theory/_checks.py); group sizes kept as Python ints
+        object.__setattr__(self, "group_sizes", tuple(group_size_array("group_sizes", self.group_sizes).tolist()))
+        for name in ("gammas", "controls"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
-        for g in self.controls:
-            if _finite("controls", g) <= 0:
-                raise ValueError(f"controls holds {g!r}: a scale-matched control needs a finite gamma > 0 (m_0 = 1 is GRPO itself)")
-        if not self.group_sizes:
-            raise ValueError("group_sizes is empty: give at least one group size N >= 1")
-        for n in self.group_sizes:
-            if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-                raise ValueError(f"group_sizes holds {n!r}: every group size must be a whole number >= 1")
-        if not self.gammas:
-            raise ValueError("gammas is empty: give at least one gamma >= 0")
-        for g in self.gammas:
-            if _finite("gammas", g) < 0:
-                raise ValueError(f"gammas holds {g!r}: every gamma must be a finite number >= 0")
+        real_array("gammas", self.gammas, low=0.0, high=math.inf, high_open=True)
+        if self.controls:  # a scale-matched control needs γ > 0: m_0 = 1 is GRPO itself
+            real_array("controls", self.controls, low=0.0, high=math.inf, low_open=True, high_open=True)
         for name, values, what in (("group_sizes", self.group_sizes, "N"), ("controls", self.controls, "gamma")):
             if len(set(values)) != len(values):  # repeated gammas: the configurations check below
                 raise ValueError(f"{name}={values!r} repeats a value: list each {what} once")
         for name, low in (("seeds", 1), ("steps", 1), ("seed", 0)):
-            _whole(name, getattr(self, name), low)
-        if _finite("lr", self.lr) <= 0:
-            raise ValueError(f"lr={self.lr!r} is invalid: must be a finite number > 0")
+            whole(name, getattr(self, name), low)
+        real_array("lr", self.lr, low=0.0, high=math.inf, low_open=True, high_open=True)
         for name, valid in (("surrogate", SURROGATES), ("optimizer", OPTIMIZERS)):
             if getattr(self, name) not in valid:
                 raise ValueError(f"{name}={getattr(self, name)!r} is invalid: valid {name}s are {', '.join(valid)}")
@@ -168,18 +150,6 @@ class SimulationResult:
     anchor: np.ndarray  # the anchor action's probability
     final_entropy: np.ndarray  # (N, configuration, seed) policy entropy in nats after the last step
     seconds: float  # wall time of the run loop
-
-
-def _whole(name, value, low: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{name}={value!r} is invalid: must be a whole number >= {low}")
-    return value
-
-
-def _finite(name, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not math.isfinite(value):
-        raise ValueError(f"{name}={value!r} is invalid: must be a finite real number")
-    return float(value)
 
 
 class CountSampler:
@@ -235,13 +205,9 @@ class CountSampler:
         idx.clamp_max_(self.actions - 1).add_(blk["row_offset"])
 
     def __call__(self, p: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-        if self.pool is None:
-            for b in self.order:
-                self._draw_block(self.blocks[b], p)
-        else:
-            for future in [self.pool.submit(self._draw_block, self.blocks[b], p) for b in self.order]:
-                future.result()
-        out.zero_().view(-1).index_add_(0, self.flat, self.ones.to(out.dtype) if out.dtype != self.ones.dtype else self.ones)
+        draw = map if self.pool is None else self.pool.map  # longest block first; a block's error is raised here
+        list(draw(lambda b: self._draw_block(self.blocks[b], p), self.order))
+        out.zero_().view(-1).index_add_(0, self.flat, self.ones.to(out.dtype))  # .to: no copy at the same dtype
         return out
 
     def close(self) -> None:
@@ -369,9 +335,5 @@ def concentration_zone(group_sizes, final_m_ret, threshold: float = 0.5):
     ``threshold``: from the first such N to the last. Zone I lies below it, zone III above. Returns
     (first_n, last_n) of zone II, or None when no N falls below the threshold.
     """
-    n = np.asarray(group_sizes)
-    below = np.asarray(final_m_ret) < threshold
-    if not below.any():
-        return None
-    hits = np.flatnonzero(below)
-    return int(n[hits[0]]), int(n[hits[-1]])
+    hits = np.flatnonzero(np.asarray(final_m_ret) < threshold)
+    return (int(group_sizes[hits[0]]), int(group_sizes[hits[-1]])) if hits.size else None

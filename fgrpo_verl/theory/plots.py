@@ -47,10 +47,7 @@ def plot_tail_miss(mus, rhos, path, n_max: int = 512) -> Path:
             n_star, p_star = peak_group_size(mu, rho * mu, n_max=max(n_max, 1 << 16))
             if n_star <= n_max:
                 ax.plot([n_star], [p_star], marker="*", markersize=12, color=line.get_color())
-        ax.set_xscale("log")
-        ax.set_xlim(1, n_max)
-        ax.set_title(f"μ_pos = {mu:g}")
-        ax.set_xlabel("group size N")
+        ax.set(xscale="log", xlim=(1, n_max), title=f"μ_pos = {mu:g}", xlabel="group size N")
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("Pr(active, no rollout in E)")
     axes[0][-1].legend(fontsize=8)
@@ -66,10 +63,7 @@ def plot_focal_weight(gammas, path) -> Path:
         pos, neg = focal_advantage_magnitudes(mu, gamma)
         (line,) = ax.plot(mu, pos, label=f"γ={gamma:g}, |A+|")
         ax.plot(mu, neg, linestyle="--", color=line.get_color(), label=f"γ={gamma:g}, |A−|")
-    ax.set_ylim(0, 1.4)
-    ax.set_xlim(0, 1)
-    ax.set_xlabel("μ_pos (group success rate)")
-    ax.set_ylabel("g · |A^GRPO|")
+    ax.set(xlim=(0, 1), ylim=(0, 1.4), xlabel="μ_pos (group success rate)", ylabel="g · |A^GRPO|")
     ax.set_title("Focal weight times GRPO's |A| (Fig. 4; 1/0 rewards)", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
@@ -110,8 +104,7 @@ def plot_simulation(result, out_dir, curve_ns, zone) -> list:
             for gi, c in enumerate(cfg.configurations):
                 ax.plot(xs[:, i, gi], ys[:, i, gi], linestyle=styles[gi % len(styles)], color=colors[ci % len(colors)],
                         label=f"N={n}, {_label(c)}")
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel(ylabel)
+        ax.set(xlabel=xlabel, ylabel=ylabel)
         ax.set_title(f"({key}) {title} (mean of {cfg.seeds} seed(s))", fontsize=10)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, ncol=2)
@@ -122,9 +115,7 @@ def plot_simulation(result, out_dir, curve_ns, zone) -> list:
         ax.plot(ns, q_mean[-1, :, gi], linestyle=styles[gi % len(styles)], marker="o", color=colors[0], label=f"Q_pos, {_label(c)}")
         ax.plot(ns, m_mean[-1, :, gi], linestyle=styles[gi % len(styles)], marker="s", color=colors[1], label=f"M_ret, {_label(c)}")
     ax.set_xscale("log", base=2)
-    ax.set_ylim(-0.05, 1.08)
-    ax.set_xlabel("group size N")
-    ax.set_ylabel(f"value at step {cfg.steps}")
+    ax.set(ylim=(-0.05, 1.08), xlabel="group size N", ylabel=f"value at step {cfg.steps}")
     if zone is not None:
         # Shade zone II between the geometric midpoints to its neighbouring grid points.
         first, last = ns.index(zone[0]), ns.index(zone[1])

@@ -13,7 +13,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from fgrpo_verl.tasks.maze.data import Splits, make_splits, write_parquet
+from fgrpo_verl.tasks.maze.data import Splits, make_splits, prompt_text, write_parquet
 from fgrpo_verl.tasks.maze.generator import max_possible_path_length
 from fgrpo_verl.tasks.maze.model import build_model, save_model_dir
 from fgrpo_verl.tasks.maze.tokenizer import build_tokenizer
@@ -67,8 +67,6 @@ def build(out_dir, size: int = 17, n_train: int = 10000, n_val: int = 256, model
 
 def build_with_splits(out_dir, size: int = 17, n_train: int = 10000, n_val: int = 256, model_preset: str = "paper", seed: int = 0) -> tuple[MazeBuild, Splits]:
     """:func:`build`, also returning the generated mazes (the demo's SFT and evaluation use them directly)."""
-    from fgrpo_verl.tasks.maze.prompt import prompt_text
-
     splits = make_splits(size, n_train, n_val, seed)
     result = MazeBuild(
         **write_task_dir(Path(out_dir), splits, write_parquet, build_tokenizer(), prompt_text(splits.train[0]),

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fgrpo_verl.pass_at_k import mean_pass_at_k
 from fgrpo_verl.tasks.maze.generator import Maze, max_possible_path_length
-from fgrpo_verl.tasks.maze.prompt import DATA_SOURCE, prompt_text
+from fgrpo_verl.tasks.maze.data import DATA_SOURCE, prompt_text
 from fgrpo_verl.tasks.maze.reward import compute_score
 
 
@@ -27,10 +28,6 @@ def sample_correct_counts(model, tokenizer, prompts: list[str], truths: list, sc
     prompts must have one length (true of either task), so no padding is needed."""
     import torch
 
-    if n < 1 or batch_size < 1:
-        raise ValueError(f"n and batch_size must be >= 1, got n={n!r}, batch_size={batch_size!r}")
-    if not temperature > 0:
-        raise ValueError(f"temperature must be > 0, got {temperature!r}")
     torch.manual_seed(seed)
     encoded = [tokenizer.encode(p, add_special_tokens=False) for p in prompts]
     jobs = [i for i in range(len(prompts)) for _ in range(n)]  # one row per (prompt, sample)
@@ -58,8 +55,6 @@ def sample_correct_counts(model, tokenizer, prompts: list[str], truths: list, sc
 
 def evaluate(model, tokenizer, mazes: list[Maze], n: int, ks: list[int], temperature: float = 1.0, batch_size: int = 256, seed: int = 0) -> MazeEval:
     """Sample ``n`` responses per maze and return the counts and mean pass@k for each k in ``ks`` (k <= n)."""
-    from fgrpo_verl.pass_at_k import mean_pass_at_k
-
     correct = sample_correct_counts(
         model, tokenizer, [prompt_text(m) for m in mazes], [m.path for m in mazes],
         lambda text, truth: compute_score(DATA_SOURCE, text, truth), n, max_possible_path_length(mazes[0].size) + 1,

@@ -26,6 +26,8 @@ import random
 from collections import deque
 from dataclasses import dataclass
 
+from fgrpo_verl.theory._checks import whole
+
 WALL, OPEN, START, GOAL = "#", ".", "S", "G"
 # action -> (row delta, col delta)
 MOVES = {"U": (-1, 0), "D": (1, 0), "L": (0, -1), "R": (0, 1)}
@@ -52,12 +54,9 @@ class Maze:
 
 def check_size(size) -> int:
     """Return ``size`` if it is a valid grid side, else raise ``ValueError``."""
-    if isinstance(size, bool) or not isinstance(size, int):
-        raise ValueError(f"maze size must be an int, got {size!r} ({type(size).__name__})")
-    if size < MIN_SIZE or size % 2 == 0:
-        raise ValueError(
-            f"maze size must be an odd int >= {MIN_SIZE} (grid side including walls, e.g. 17), got {size}"
-        )
+    if isinstance(size, bool) or not isinstance(size, int) or size < MIN_SIZE or size % 2 == 0:
+        raise ValueError(f"maze size must be an odd int >= {MIN_SIZE} (grid side including walls, e.g. 17), got "
+                         f"{size!r}")
     return size
 
 
@@ -122,8 +121,6 @@ def shortest_path(rows, start: tuple[int, int], goal: tuple[int, int]) -> str:
 def generate_maze(size: int, seed: int | str) -> Maze:
     """One perfect maze of grid side ``size`` with random start and goal cells, deterministic in ``seed``."""
     check_size(size)
-    if isinstance(seed, bool) or not isinstance(seed, (int, str)):
-        raise ValueError(f"seed must be an int or str, got {seed!r}")
     rng = random.Random(seed)
     n_cells = (size - 1) // 2
     grid = _carve(n_cells, rng)
@@ -144,21 +141,16 @@ def generate_split(
     disjoint even when the streams collide, which happens often for small sizes (a 7x7 grid has only
     192 spanning trees x 72 start/goal pairs = 13,824 distinct instances).
     """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n (number of mazes) must be a positive int, got {n!r}")
+    whole("n (number of mazes)", n)
     mazes: list[Maze] = []
     seen = set(exclude)
-    i = 0
-    while len(mazes) < n:
-        if i >= max_tries_factor * n:
-            raise ValueError(
-                f"only {len(mazes)} distinct {size}x{size} mazes found for split {split!r} after {i} draws "
-                f"(asked for n={n}): the maze space at this size is too small; use a larger size or a smaller n"
-            )
+    for i in range(max_tries_factor * n):
         maze = generate_maze(size, f"{seed}:{split}:{i}")
-        i += 1
-        if maze.key() in seen:
-            continue
-        seen.add(maze.key())
-        mazes.append(maze)
-    return mazes
+        if maze.key() not in seen:
+            seen.add(maze.key())
+            mazes.append(maze)
+            if len(mazes) == n:
+                return mazes
+    raise ValueError(f"only {len(mazes)} distinct {size}x{size} mazes found for split {split!r} after "
+                     f"{max_tries_factor * n} draws (asked for n={n}): the maze space at this size is too small; use "
+                     "a larger size or a smaller n")

@@ -28,7 +28,7 @@ Malformed output (characters other than U/D/L/R, reserved tokens, a non-string) 
 from __future__ import annotations
 
 from fgrpo_verl.tasks.maze.generator import GOAL, MOVES, START, WALL
-from fgrpo_verl.tasks.maze.prompt import EOS, parse_grid
+from fgrpo_verl.tasks.maze.data import EOS, parse_grid
 
 RULES = ("exact", "reach")
 

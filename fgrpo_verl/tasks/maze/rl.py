@@ -10,6 +10,7 @@ pass@k comes from verl's validation with ``n`` samples per maze, dumped by ``tra
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from fgrpo_verl.monitoring.console import step_summary
 from fgrpo_verl.tasks.maze.build import MazeBuild
+from fgrpo_verl.theory._checks import real_array, whole
 
 REWARD_PATH = "pkg://fgrpo_verl.tasks.maze.reward"
 TRAIN_REWARD_KEY = "critic/score/mean"  # verl's per-step mean sequence score (our 0/1 reward)
@@ -37,16 +39,14 @@ class RLSettings:
 
     def __post_init__(self):
         for name in ("steps", "batch_size", "n", "val_n", "micro_batch"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"RLSettings.{name} must be an int >= 1, got {value!r}")
+            whole(f"RLSettings.{name}", getattr(self, name))
         if (self.batch_size * self.n) % self.micro_batch:
             raise ValueError(
                 f"RLSettings.micro_batch={self.micro_batch} must divide batch_size * n = {self.batch_size * self.n} "
                 "(verl splits each step's rollouts into micro-batches of that size)"
             )
-        if not self.lr > 0 or not self.temperature > 0:
-            raise ValueError(f"RLSettings.lr and .temperature must be > 0, got {self.lr!r}, {self.temperature!r}")
+        for name in ("lr", "temperature"):
+            real_array(f"RLSettings.{name}", getattr(self, name), low=0.0, high=math.inf, low_open=True, high_open=True)
 
 
 def maze_overrides(build: MazeBuild, model_dir: str, gamma: float, settings: RLSettings, run_dir: str, name: str,

@@ -4,7 +4,7 @@ The paper: SFT from scratch, 1,500 steps, batch 32, AdamW, lr 5e-4; it sets up t
 non-zero pass rate before RL. This is a plain torch loop, not verl's SFT trainer: verl 0.9.1's SFT trainer runs
 through ``torchrun`` and an FSDP engine that registers only for CUDA/NPU devices, so on CPU it would need the
 whole CPU platform just to fit a few-hundred-thousand-parameter model for a minute; a 40-line loop is clearer.
-The rare-mode task's warm start (``fgrpo_verl.tasks.raremode.sft``) runs the same loop on its own batches.
+The rare-mode task's warm start (``fgrpo_verl.tasks.raremode.generator.sft``) runs the same loop on its own batches.
 
 Loss: next-token cross-entropy on the response tokens only (the actions and the closing ``<|endoftext|>``); prompt
 positions get label -100. All prompts of one maze size have the same length, so a batch is
@@ -17,7 +17,8 @@ import math
 from dataclasses import dataclass, field
 
 from fgrpo_verl.tasks.maze.generator import Maze
-from fgrpo_verl.tasks.maze.prompt import prompt_text, response_text
+from fgrpo_verl.tasks.maze.data import prompt_text, response_text
+from fgrpo_verl.theory._checks import real_array, whole
 
 
 @dataclass
@@ -31,17 +32,10 @@ class SFTConfig:
     log_every: int = field(default=50, metadata={"help": "print the mean loss every this many steps (0 = never)"})
 
     def __post_init__(self):
-        for name in ("steps", "batch_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"SFTConfig.{name} must be an int >= 1, got {value!r}")
-        if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
-            raise ValueError(f"SFTConfig.lr must be a finite float > 0, got {self.lr!r}")
-        if self.warmup_steps < 0 or self.log_every < 0 or self.weight_decay < 0:
-            raise ValueError(
-                f"SFTConfig warmup_steps, log_every and weight_decay must be >= 0, got "
-                f"{self.warmup_steps!r}, {self.log_every!r}, {self.weight_decay!r}"
-            )
+        for name, low in (("steps", 1), ("batch_size", 1), ("warmup_steps", 0), ("log_every", 0)):
+            whole(f"SFTConfig.{name}", getattr(self, name), low)
+        real_array("SFTConfig.lr", self.lr, low=0.0, high=math.inf, low_open=True, high_open=True)
+        real_array("SFTConfig.weight_decay", self.weight_decay, low=0.0, high=math.inf, high_open=True)
 
 
 def train_steps(model, next_batch, config: SFTConfig) -> list[float]:

@@ -1,9 +1,10 @@
 """Build the rare-mode task into one directory: data, tokenizer, a random-init tiny Qwen2, and ``build.json``.
 
-Layout of ``out_dir``: ``data/{train,val}.parquet`` (verl RL datasets, held-out = "val"), ``init_model/`` (a
-complete HF model dir; the maze's model presets, since both tokenizers have 32 ids), ``build.json``. The
-fields of ``fgrpo_verl.tasks.maze.build.TaskBuild`` are the ones the verl run overrides read
-(``fgrpo_verl.tasks.maze.rl.maze_overrides`` is task-agnostic apart from reward and project).
+Layout of ``out_dir``: ``data/{train,val}.parquet`` (verl RL datasets, held-out = "val"; the maze task's columns:
+``reward_model.ground_truth`` is the string of the prompt's correct symbols, ``extra_info`` carries the split, the
+index and the anchor symbol), ``init_model/`` (a complete HF model dir; the maze's model presets, since both
+tokenizers have 32 ids), ``build.json``. The fields of ``fgrpo_verl.tasks.maze.build.TaskBuild`` are the ones the
+verl run overrides read (``fgrpo_verl.tasks.maze.rl.maze_overrides`` is task-agnostic apart from reward and project).
 """
 
 from __future__ import annotations
@@ -11,13 +12,34 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from fgrpo_verl.data.records import write_rows
 from fgrpo_verl.tasks.maze.build import TaskBuild, write_task_dir
 from fgrpo_verl.tasks.maze.data import Splits
-from fgrpo_verl.tasks.raremode.data import make_splits, write_parquet
-from fgrpo_verl.tasks.raremode.tokenizer import build_tokenizer
+from fgrpo_verl.tasks.raremode.generator import RarePrompt, build_tokenizer, generate_split
 
+DATA_SOURCE = "raremode"
 # one symbol and the termination token: any other 2-token response is wrong, and nothing longer is possible
 MAX_RESPONSE_LENGTH = 2
+
+
+def prompt_row(prompt: RarePrompt, split: str, index: int) -> dict:
+    return {
+        "data_source": DATA_SOURCE,
+        "prompt": [{"role": "user", "content": prompt.text}],
+        "ability": "rare_mode",
+        "reward_model": {"style": "rule", "ground_truth": "".join(prompt.correct)},
+        "extra_info": {"split": split, "index": index, "anchor": prompt.symbols[0]},
+    }
+
+
+def make_splits(k: int, n_train: int, n_val: int, seed: int) -> Splits:
+    val = generate_split(k, n_val, seed, "val")
+    train = generate_split(k, n_train, seed, "train", exclude=frozenset(p.symbols for p in val))
+    return Splits(train=train, val=val)
+
+
+def write_parquet(prompts: list[RarePrompt], split: str, path: str | Path) -> Path:
+    return write_rows([prompt_row(p, split, i) for i, p in enumerate(prompts)], path)
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,12 @@
 """``fgrpo-verl demo`` (default task): GRPO vs F-GRPO vs the scale-matched control on the rare-mode task, through
 verl's trainer on the CPU backend, with exact rare-mass metrics per step.
 
-1. build the task and a tiny Qwen2 (``build.py``), SFT warm start on the skewed answer distribution (``sft.py``);
+1. build the task and a tiny Qwen2 (``build.py``), SFT warm start on the skewed answer distribution (``generator.sft``);
 2. exact metrics of the warm start on held-out prompts; the rare set E_x is fixed here (``measure.py``);
 3. one verl run per (configuration, seed) (``experiment.py``), seed-major so that an interrupted demo still has
-   complete pairs; every step's checkpoint is scored exactly afterwards (``evaluate.py``);
+   complete pairs; every step's checkpoint is scored exactly afterwards (``measure.py``);
 4. table: final Q_pos, M_ret, ΔNLL_rare, sampled pass@1 / pass@k (mean ± 95% seed CI), paired differences against
-   GRPO; then M_ret, ΔNLL_rare and the step at equal Q_pos (``frontier_report.py``); plots of the per-step
+   GRPO; then M_ret, ΔNLL_rare and the step at equal Q_pos (``report.py``); plots of the per-step
    curves; ``results.json`` with every per-seed, per-step number (the equal-Q_pos table under "equal_q_pos").
 
 ``--report-equal-q FILE`` prints the equal-Q_pos table of an existing ``raremode_results.json`` without training.
@@ -20,7 +20,9 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from fgrpo_verl.tasks.raremode.stats import paired_difference, t_interval
+from fgrpo_verl.tasks.raremode.report import (
+    equal_q_report, paired_difference, plot_curves, report_from_results, t_interval,
+)
 
 # The quick default and --full (<= 60 min): what an option left out on the command line (None) becomes.
 QUICK = dict(n_train=2000, n_val=128, model_preset="tiny", sft_steps=300, sft_batch=64, sft_lr=3e-3, batch_size=16,
@@ -29,8 +31,6 @@ FULL = dict(seeds=5, gammas=[0.0, 0.5, 1.0], control_gamma=1.0, rl_steps=40)
 
 
 def report_equal_q(path: str, levels: list[float] | None) -> int:
-    from fgrpo_verl.tasks.raremode.frontier_report import report_from_results
-
     try:
         results = json.loads(Path(path).read_text())
         lines, _ = report_from_results(results, levels)
@@ -56,23 +56,24 @@ def run(args, memory) -> int:
         raise ValueError(f"--warm must be three comma-separated numbers (anchor,rare,distractor), got {args.warm}")
 
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as transformers_logging
 
     # a progress bar per model load or save: dozens (every scored checkpoint), none of them news
     transformers_logging.disable_progress_bar()
 
     from fgrpo_verl.backends.cpu.session import FAST_OVERRIDES, RaySession
+    from fgrpo_verl.evaluation.generate import load_model
     from fgrpo_verl.job.checkpoints import checkpoint_dir
     from fgrpo_verl.pass_at_k import ks_up_to
     from fgrpo_verl.tasks.maze.model import save_model_dir
     from fgrpo_verl.tasks.maze.rl import RLSettings, read_metrics
+    from fgrpo_verl.tasks.maze.sft import SFTConfig
     from fgrpo_verl.tasks.raremode.build import build
-    from fgrpo_verl.tasks.raremode.evaluate import load_policy, sampled_pass_at_k, step_metrics
     from fgrpo_verl.tasks.raremode.experiment import configs, run_one
-    from fgrpo_verl.tasks.raremode.generator import WarmStart
-    from fgrpo_verl.tasks.raremode.measure import candidate_probs, exact_metrics, rare_mask
-    from fgrpo_verl.tasks.raremode.sft import SFTConfig, sft
+    from fgrpo_verl.tasks.raremode.generator import WarmStart, sft
+    from fgrpo_verl.tasks.raremode.measure import (
+        candidate_probs, exact_metrics, rare_mask, sampled_pass_at_k, step_metrics,
+    )
 
     warm = WarmStart(*args.warm)
     cfgs = configs(args.gammas, args.lr, args.control_gamma, ds_grpo=args.ds_grpo)
@@ -87,9 +88,8 @@ def run(args, memory) -> int:
           f"prompts, '{args.model_preset}' Qwen2, in {out}", flush=True)
     b, splits = build(out / "raremode", k=args.k, n_train=args.n_train, n_val=args.n_val,
                       model_preset=args.model_preset, seed=args.seed)
-    tok = AutoTokenizer.from_pretrained(b.model_dir)
     torch.manual_seed(args.seed)
-    model = AutoModelForCausalLM.from_pretrained(b.model_dir)
+    model, tok = load_model(b.model_dir)
     sft_cfg = SFTConfig(steps=args.sft_steps, batch_size=args.sft_batch, lr=args.sft_lr, seed=args.seed, log_every=0)
     losses = sft(model, tok, splits.train, warm, sft_cfg)
     sft_dir = str(save_model_dir(model, tok, out / "raremode" / "sft_model"))
@@ -113,8 +113,7 @@ def run(args, memory) -> int:
     # fgrpo_verl.backends.cpu.session). The runs go one at a time: verl's TransferQueue names its controller actor in
     # a fixed Ray namespace (``transfer_queue``), so two runs in one cluster at once share it and corrupt each
     # other's batches (docs/raremode.md).
-    with contextlib.ExitStack() as stack:
-        session = stack.enter_context(RaySession()) if args.backend == "cpu" else None
+    with RaySession() if args.backend == "cpu" else contextlib.nullcontext() as session:
         session_overrides = [] if session is None else list(FAST_OVERRIDES)
         for seed in range(args.seeds):  # seed-major: an interrupted demo still has complete pairs
             for cfg in cfgs:
@@ -129,7 +128,7 @@ def run(args, memory) -> int:
                 curve = step_metrics(run_dir / "checkpoints", tok, splits.val, base, rare)
                 last = max(curve)
                 final_dir = checkpoint_dir(run_dir / "checkpoints", last) / "actor" / "huggingface"
-                passes = sampled_pass_at_k(load_policy(final_dir), tok, splits.val, args.pass_n, ks, seed=seed)
+                passes = sampled_pass_at_k(load_model(final_dir)[0], tok, splits.val, args.pass_n, ks, seed=seed)
                 results[cfg.name][seed] = {
                     "curve": {t: m.as_dict() for t, m in curve.items()},
                     "final": {**curve[last].as_dict(), **{f"pass@{k}": v for k, v in passes.items()}},
@@ -146,9 +145,6 @@ def run(args, memory) -> int:
 
 def _report(args, out, results, failed, start, ks, settings, cfgs, warm, sft_cfg, times, memory, levels) -> int:
     """Step 4: the table, the plot and raremode_results.json; ``start`` = the SFT start's metrics and pass@k."""
-    from fgrpo_verl.tasks.raremode.frontier_report import equal_q_report
-    from fgrpo_verl.tasks.raremode.plots import plot_curves
-
     print("[demo] 4/4 results", flush=True)
     done = {n: v for n, v in results.items() if v}
     plot = plot_curves({n: {s: {int(t): m for t, m in r["curve"].items()} for s, r in v.items()} for n, v in done.items()},
@@ -158,23 +154,21 @@ def _report(args, out, results, failed, start, ks, settings, cfgs, warm, sft_cfg
     header = f"{'configuration':<20}{'seeds':>6}" + "".join(f"{c:>18}" for c in columns)
     lines = ["", header, "-" * len(header)]
     lines.append(f"{'SFT start':<20}{'':>6}" + "".join(f"{start[c]:>18.3f}" for c in columns))
-    summary = {}
-    for name, by_seed in done.items():
-        stats = {c: t_interval([by_seed[s]["final"][c] for s in sorted(by_seed)]) for c in columns}
+    summary, final = {}, {name: {s: r["final"] for s, r in by_seed.items()} for name, by_seed in done.items()}
+    for name, by_seed in final.items():
+        stats = {c: t_interval([by_seed[s][c] for s in sorted(by_seed)]) for c in columns}
         summary[name] = {c: asdict(v) for c, v in stats.items()}
         lines.append(f"{name:<20}{len(by_seed):>6}" + "".join(f"{str(stats[c]):>18}" for c in columns))
     if "grpo" in done:
         lines += ["", "paired difference to GRPO (same seeds), mean ± 95% CI; * = CI excludes 0"]
-        for name, by_seed in done.items():
-            common = sorted(set(by_seed) & set(done["grpo"]))
+        for name, by_seed in final.items():
+            common = sorted(set(by_seed) & set(final["grpo"]))
             if name == "grpo" or not common:
                 continue
-            cells = []
-            for c in columns:
-                d = paired_difference([by_seed[s]["final"][c] for s in common], [done["grpo"][s]["final"][c] for s in common])
-                summary[name][f"diff_vs_grpo_{c}"] = asdict(d)
-                cells.append(f"{d.marked():>18}")
-            lines.append(f"{name + ' - grpo':<20}{len(common):>6}" + "".join(cells))
+            diffs = {c: paired_difference([by_seed[s][c] for s in common], [final["grpo"][s][c] for s in common])
+                     for c in columns}
+            summary[name].update({f"diff_vs_grpo_{c}": asdict(d) for c, d in diffs.items()})
+            lines.append(f"{name + ' - grpo':<20}{len(common):>6}" + "".join(f"{d.marked():>18}" for d in diffs.values()))
     equal_q_lines, equal_q = equal_q_report(done, start["q_pos"], levels)
     wall = time.time() - times["start"]
     lines += [*equal_q_lines, "",

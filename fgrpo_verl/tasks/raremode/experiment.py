@@ -5,11 +5,11 @@ A configuration is (gamma, lr, overrides): GRPO (gamma = 0), F-GRPO (gamma > 0),
 (``control=ds_grpo``, ``fgrpo_verl/integration/ds_grpo.py``; Table 3) at GRPO's lr. Each (configuration, seed)
 is one verl run from the same warm-start model on the same data, with ``data.seed`` = the seed (so the same seed
 gives every configuration the same prompt order and the comparison is paired). verl saves an HF checkpoint every
-step; ``evaluate.step_metrics`` turns them into the exact per-step curves afterwards.
+step; ``measure.step_metrics`` turns them into the exact per-step curves afterwards.
 
 The verl overrides are the maze task's (``fgrpo_verl.tasks.maze.rl.maze_overrides``: data, on-policy actor,
 rollouts, F-GRPO estimator, no KL), then the rare-mode reward, per-step HF checkpoints, and no verl validation
-(pass@k is sampled from the final checkpoint instead, ``evaluate.sampled_pass_at_k``).
+(pass@k is sampled from the final checkpoint instead, ``measure.sampled_pass_at_k``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Exact, sampling-free metrics of a rare-mode policy on held-out prompts (teacher-forced log-probs).
+"""Metrics of a rare-mode policy on held-out prompts: exact, sampling-free ones (teacher-forced log-probs) per saved
+checkpoint, and sampled pass@k.
 
 Every prompt x has k correct responses y = (a, <|endoftext|>), a in x's symbols, so the policy's correct mass is
 a finite sum, computed exactly from one forward pass over the k candidates per prompt:
@@ -15,6 +16,14 @@ below ``rare_share`` of the prompt's base correct mass, pi_0(a | x) < rare_share
 
 Reported values are means over held-out prompts (prompts whose E_x is empty are left out of M_ret). The NLLs
 come from ``fgrpo_verl.evaluation.rare_nll.length_normalised_nll`` (the App. M.2 implementation), so |y| = 2.
+
+Per-step exact metrics come from the checkpoints verl writes every step (``trainer.save_freq=1`` with
+``actor_rollout_ref.actor.checkpoint.save_contents=[hf_model]``: a plain HF model dir per step, a few hundred kB
+for the tiny policy); they are read back after the run, so nothing inside verl's trainer changes.
+
+Sampled pass@k: ``n`` responses per held-out prompt at T = 1 (the maze's sampler, ``generate`` with at most
+``MAX_RESPONSE_LENGTH`` = 2 new tokens as in the rollouts), scored with the task's reward, and the unbiased
+estimator ``fgrpo_verl.pass_at_k.mean_pass_at_k``.
 """
 
 from __future__ import annotations
@@ -23,8 +32,14 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from fgrpo_verl.evaluation.generate import load_model
 from fgrpo_verl.evaluation.rare_nll import length_normalised_nll
+from fgrpo_verl.job.checkpoints import checkpoint_dir, saved_steps
+from fgrpo_verl.pass_at_k import mean_pass_at_k
+from fgrpo_verl.tasks.maze.evaluate import sample_correct_counts
+from fgrpo_verl.tasks.raremode.build import DATA_SOURCE, MAX_RESPONSE_LENGTH
 from fgrpo_verl.tasks.raremode.generator import RarePrompt
+from fgrpo_verl.tasks.raremode.reward import compute_score
 
 DEFAULT_RARE_SHARE = 0.2
 
@@ -43,17 +58,12 @@ class Candidates:
 def candidate_probs(model, tokenizer, prompts: list[RarePrompt]) -> Candidates:
     """Exact probability of every correct response of every prompt (no sampling)."""
     eos = tokenizer.eos_token_id
-    pairs = []
-    for p in prompts:
-        ids = tokenizer.encode(p.text, add_special_tokens=False)
-        for a in p.correct:
-            pairs.append((ids, tokenizer.encode(a, add_special_tokens=False) + [eos]))
-    k = len(prompts[0].correct)
-    if any(len(p.correct) != k for p in prompts):
-        raise ValueError("all prompts must have the same number of correct answers")
+    pairs = [(tokenizer.encode(p.text, add_special_tokens=False), tokenizer.encode(a, add_special_tokens=False) + [eos])
+             for p in prompts for a in p.correct]
     nll = length_normalised_nll(model, pairs)
     lengths = np.array([len(c) for _, c in pairs], dtype=np.float64)
-    return Candidates(probs=np.exp(-nll * lengths).reshape(len(prompts), k))
+    # every prompt of a task directory has the same k (its build's)
+    return Candidates(probs=np.exp(-nll * lengths).reshape(len(prompts), -1))
 
 
 def rare_mask(base: Candidates, rare_share: float = DEFAULT_RARE_SHARE) -> np.ndarray:
@@ -77,8 +87,6 @@ class ExactMetrics:
 
 
 def exact_metrics(base: Candidates, current: Candidates, rare: np.ndarray) -> ExactMetrics:
-    if base.probs.shape != current.probs.shape or rare.shape != base.probs.shape:
-        raise ValueError(f"shape mismatch: base {base.probs.shape}, current {current.probs.shape}, rare {rare.shape}")
     has_rare = rare.any(axis=1)
     if not has_rare.any():
         raise ValueError("no held-out prompt has a rare correct answer under this rare_share; raise it")
@@ -97,3 +105,23 @@ def exact_metrics(base: Candidates, current: Candidates, rare: np.ndarray) -> Ex
         rare_fraction=float((tau / current.q_pos).mean()),
         anchor_mass=float(anchor.mean()),
     )
+
+
+def step_metrics(checkpoints, tokenizer, prompts: list[RarePrompt], base: Candidates, rare) -> dict[int, ExactMetrics]:
+    """Exact metrics of every saved step (step 0, the warm start, is the caller's ``base``)."""
+    steps = saved_steps(checkpoints)  # the checkpoints verl finished (its resume point) and logged
+    if not steps:
+        raise FileNotFoundError(f"no complete global_step_*/actor checkpoints under {checkpoints}")
+    out = {0: exact_metrics(base, base, rare)}
+    for step in steps:
+        model, _ = load_model(checkpoint_dir(checkpoints, step) / "actor" / "huggingface")
+        out[step] = exact_metrics(base, candidate_probs(model, tokenizer, prompts), rare)
+    return out
+
+
+def sampled_pass_at_k(model, tokenizer, prompts: list[RarePrompt], n: int, ks: list[int], seed: int = 0) -> dict[int, float]:
+    counts = sample_correct_counts(
+        model, tokenizer, [p.text for p in prompts], ["".join(p.correct) for p in prompts],
+        lambda text, truth: compute_score(DATA_SOURCE, text, truth), n, MAX_RESPONSE_LENGTH, batch_size=4096, seed=seed,
+    )
+    return {k: mean_pass_at_k(n, counts, k) for k in ks}
