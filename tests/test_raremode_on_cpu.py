@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 import random
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -218,6 +220,30 @@ def test_step_metrics_score_each_checkpoint_verl_finished(tmp_path):
     (tmp_path / "latest_checkpointed_iteration.txt").unlink()
     with pytest.raises(FileNotFoundError, match="no complete"):
         step_metrics(tmp_path, tok, prompts, base, rare)
+
+
+def test_the_bare_torch_measurement_moves_the_policy():
+    """benchmarks/raremode_bare_torch.py, the script behind docs/raremode.md's bare-torch numbers, still runs."""
+    import importlib.util
+
+    import torch
+
+    from fgrpo_verl.tasks.maze.model import build_model
+    from fgrpo_verl.tasks.raremode.generator import build_tokenizer
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "raremode_bare_torch.py"
+    spec = importlib.util.spec_from_file_location("raremode_bare_torch", path)
+    bare = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = bare  # its dataclass looks its module up there
+    spec.loader.exec_module(bare)
+    tok = build_tokenizer()
+    model = build_model("tiny", tok, 0)
+    before = [p.detach().clone() for p in model.parameters()]
+    seen = []
+    bare.run(model, tok, generate_split(4, 20, 0, "train"),
+             bare.ProtoSettings(steps=2, batch_size=4, n=4, lr=1e-3, gamma=1.0), on_step=lambda step, m: seen.append(step))
+    assert seen == [0, 1, 2]
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
 
 
 # ---------------------------------------------------------------- the demo's argument checks
