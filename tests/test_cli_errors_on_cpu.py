@@ -27,13 +27,13 @@ def _recipe(tmp_path: Path, *extra: str) -> Path:
 
 
 def test_a_bug_while_planning_is_not_reported_as_an_invalid_config(tmp_path, monkeypatch):
-    import fgrpo_verl.launch.steps as steps
+    import fgrpo_verl.data.records as records
     from fgrpo_verl.launch import plan_jobs
 
     def broken(*args, **kwargs):
         raise TypeError("unsupported operand type(s) for +: 'int' and 'NoneType'")
 
-    monkeypatch.setattr(steps, "train_rows", broken)
+    monkeypatch.setattr(records, "parquet_rows", broken)
     with pytest.raises(TypeError, match="unsupported operand"):
         plan_jobs(str(_recipe(tmp_path)), None, [], tmp_path / "logs", tmp_path, check=False)
 
@@ -47,7 +47,7 @@ def test_a_config_that_cannot_be_resolved_names_the_run(tmp_path):
 
 
 def test_a_bug_exits_1_with_an_internal_error_line_and_a_bad_config_exits_2(tmp_path, monkeypatch, capsys):
-    import fgrpo_verl.launch.steps as steps
+    import fgrpo_verl.data.records as records
 
     monkeypatch.chdir(tmp_path)
     path = _recipe(tmp_path)
@@ -55,7 +55,7 @@ def test_a_bug_exits_1_with_an_internal_error_line_and_a_bad_config_exits_2(tmp_
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "invalid config" in err[0] and "grpoo" in err[0], err
 
-    monkeypatch.setattr(steps, "train_rows", lambda *a, **k: None.missing)
+    monkeypatch.setattr(records, "parquet_rows", lambda *a, **k: None.missing)
     assert main(["launch", str(path), "--dry-run", "--no-eval"]) == 1
     err = capsys.readouterr().err
     assert "internal error: AttributeError" in err and "invalid config" not in err, err

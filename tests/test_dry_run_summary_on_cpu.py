@@ -197,12 +197,12 @@ def test_checkpoint_storage_follows_verls_keep_rules(trainer, count, monkeypatch
 def test_readiness_names_a_scorer_that_does_not_resolve_once_with_the_fixes_that_apply(tmp_path, monkeypatch):
     """A scorer read from a variable (paper_main's SynLogic: ``${FGRPO_SYNLOGIC_SCORER}``) that does not import here:
     one line naming it once, why, and both ways to fix it (the module on PYTHONPATH, or the recipe's key)."""
-    from fgrpo_verl.launch.eval_spec import load_eval_spec
+    from fgrpo_verl.launch.eval_spec import EvalSpec
     from fgrpo_verl.launch.summary import readiness
 
     (tmp_path / "b.jsonl").write_text('{"problem": "1+1", "answer": "2"}\n')
     monkeypatch.setenv("MY_SCORER", "no_such_module_xyz:compute_score")
-    spec = load_eval_spec({"benchmarks": {"Logic": {"file": "b.jsonl", "scorer": "${MY_SCORER}"}},
+    spec = EvalSpec.parse({"benchmarks": {"Logic": {"file": "b.jsonl", "scorer": "${MY_SCORER}"}},
                            "select_by": "Logic"}, "evaluation")
     (tmp_path / "data").mkdir()
     job = SimpleNamespace(config=OmegaConf.create({"data": {"train_files": "x.parquet"},
@@ -213,7 +213,7 @@ def test_readiness_names_a_scorer_that_does_not_resolve_once_with_the_fixes_that
     assert "does not resolve here" in line and "PYTHONPATH" in line and "evaluation.benchmarks.Logic.scorer" in line
     # a scorer that imports but is misspelt: no module to install, only the recipe (or the variable) to fix
     monkeypatch.setenv("MY_SCORER", "os:no_such_function")
-    spec = load_eval_spec({"benchmarks": {"Logic": {"file": "b.jsonl", "scorer": "${MY_SCORER}"}},
+    spec = EvalSpec.parse({"benchmarks": {"Logic": {"file": "b.jsonl", "scorer": "${MY_SCORER}"}},
                            "select_by": "Logic"}, "evaluation")
     job.evaluation = SimpleNamespace(spec=spec, workdir=tmp_path)
     (line,) = [x for x in readiness([job], tmp_path) if "Logic" in x]

@@ -15,7 +15,7 @@ from fgrpo_verl.evaluation.model_presets import eval_setting, known_model
 from fgrpo_verl.evaluation.plan import Plan
 from fgrpo_verl.launch import eval_baseline, eval_memory, eval_submit, queue
 from fgrpo_verl.launch import eval_jobs as ej
-from fgrpo_verl.launch.eval_spec import load_eval_spec
+from fgrpo_verl.launch.eval_spec import EvalSpec
 from fgrpo_verl.launch.recipe import load_recipe
 from fgrpo_verl.launch.summary import eval_cost, eval_lines, eval_total
 
@@ -24,7 +24,7 @@ BENCH = {"AIME24": "b/AIME24.jsonl", "MATH500": "b/MATH500.jsonl", "GPQA": "b/GP
 
 def spec(**extra):
     raw = {"benchmarks": dict(BENCH), "averages": {"Math Avg": ["AIME24", "MATH500"]}, **extra}
-    return load_eval_spec(raw, "r.yaml")
+    return EvalSpec.parse(raw, "r.yaml: evaluation")
 
 
 # ---- the recipe block -------------------------------------------------------------------------------------------
@@ -89,8 +89,8 @@ def test_bad_values_are_refused_naming_the_key(raw, match):
 def test_benchmark_paths_and_scorers_expand_environment_variables(monkeypatch):
     monkeypatch.setenv("BENCH_DIR", "/data/b")
     monkeypatch.delenv("MY_SCORER", raising=False)
-    s = load_eval_spec({"benchmarks": {"A": "${BENCH_DIR}/A.jsonl", "B": "${NOPE:-x}/B.jsonl",
-                                          "C": {"file": "c.jsonl", "scorer": "${MY_SCORER}"}}, "select_by": "A"}, "r")
+    s = EvalSpec.parse({"benchmarks": {"A": "${BENCH_DIR}/A.jsonl", "B": "${NOPE:-x}/B.jsonl",
+                                       "C": {"file": "c.jsonl", "scorer": "${MY_SCORER}"}}, "select_by": "A"}, "r")
     assert s.benchmarks["A"].file == "/data/b/A.jsonl" and s.benchmarks["B"].file == "x/B.jsonl"
     assert s.benchmarks["C"].unset == ["MY_SCORER"]
     problems = ej.benchmark_problems(s, Path("/nonexistent"))
@@ -100,8 +100,8 @@ def test_benchmark_paths_and_scorers_expand_environment_variables(monkeypatch):
 
 def test_benchmark_problems_name_missing_files_and_unresolvable_scorers(tmp_path):
     (tmp_path / "a.jsonl").write_text('{"id": 1, "problem": "1+1", "answer": "2"}\n')
-    s = load_eval_spec({"benchmarks": {"A": "a.jsonl", "B": {"file": "a.jsonl", "scorer": "no_such_mod:fn"}},
-                           "select_by": "A"}, "r")
+    s = EvalSpec.parse({"benchmarks": {"A": "a.jsonl", "B": {"file": "a.jsonl", "scorer": "no_such_mod:fn"}},
+                        "select_by": "A"}, "r")
     problems = ej.benchmark_problems(s, tmp_path)
     assert len(problems) == 1 and "benchmark B: scorer 'no_such_mod:fn' does not resolve here" in problems[0]
 
@@ -509,7 +509,8 @@ def _job(name, gamma, lr=1e-6):
 
     config = OmegaConf.create({"algorithm": {"fgrpo": {"gamma": gamma}}, "trainer": {"experiment_name": name},
                                "actor_rollout_ref": {"actor": {"optim": {"lr": lr}}}})
-    return SimpleNamespace(job_name=name, config=config, run=SimpleNamespace(name=name), run_label=name, command_line=())
+    return SimpleNamespace(job_name=name, config=config, run=SimpleNamespace(name=name), run_label=name, command_line=(),
+                           baseline_job=None)
 
 
 def test_the_baseline_is_the_run_with_the_same_config_but_gamma_0():

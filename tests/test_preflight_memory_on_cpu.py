@@ -242,8 +242,9 @@ def test_the_estimate_warns_unless_the_site_asks_it_to_refuse(tmp_path, monkeypa
     (line,) = refused(SEVEN_B, tmp_path, env={"FGRPO_PREFLIGHT_MEMORY": "yes"})
     assert line == ("FGRPO_PREFLIGHT_MEMORY='yes': not one of its values (warn, refuse, or unset); unset it (the "
                     "memory estimate warns), or set FGRPO_PREFLIGHT_MEMORY=refuse to refuse a run over it")
-    status, text = preflight.check_run(compose(over), str(tmp_path), env=REFUSE)
-    assert status == "refused" and text.endswith(STRICT)
+    with pytest.raises(preflight.PreflightError) as refusal:
+        preflight.check_run(compose(over), str(tmp_path), env=REFUSE)
+    assert str(refusal.value).endswith(STRICT)
     monkeypatch.setenv("FGRPO_PREFLIGHT_MEMORY", "refuse")
     refused(over, tmp_path)
     monkeypatch.delenv("FGRPO_PREFLIGHT_MEMORY")

@@ -61,16 +61,13 @@ def read_json(path: Path, fix: str = "move it away to redo what it records") -> 
         raise ValueError(f"{path}: unreadable ({exc}); {fix}") from exc
 
 
-def checkpointed_step(checkpoint_dir: Path) -> int:
+def tracker_step(checkpoint_dir: Path) -> int:
     """The run's resume point as verl's tracker file in ``checkpoint_dir`` names it (0 when none or unreadable): what
     the launcher's ``--status`` and checkpoint evaluation read, outside the job (fgrpo_verl/job/resume_point.py)."""
     try:
         return int((Path(checkpoint_dir) / TRACKER).read_text().strip())
     except (OSError, ValueError):
         return 0
-
-
-tracker_step = checkpointed_step
 
 
 def read_steps(run_dir: Path) -> dict | None:
@@ -96,15 +93,10 @@ def step_plan(run_dir: Path, planned_save_freq: int | None, planned_total: int |
 def saved_steps(run_dir: Path) -> list[int]:
     """Steps of the complete checkpoints: a ``global_step_<s>/actor`` folder with s <= verl's resume point (a folder
     past it is being written, or was saved but never logged and will be trained again)."""
-    run_dir, last = Path(run_dir), tracker_step(run_dir)
-    out = []
-    if not run_dir.is_dir():
-        return out
-    for child in run_dir.iterdir():
-        match = _STEP_DIR.match(child.name)
-        if match and int(match.group(1)) <= last and (child / "actor").is_dir():
-            out.append(int(match.group(1)))
-    return sorted(out)
+    last = tracker_step(run_dir)
+    steps = [int(m.group(1)) for actor in Path(run_dir).glob("global_step_*/actor")
+             if actor.is_dir() and (m := _STEP_DIR.match(actor.parent.name))]
+    return sorted(s for s in steps if s <= last)
 
 
 def epoch_steps(save_freq: int | None, total: int | None) -> list[int]:

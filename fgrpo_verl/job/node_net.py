@@ -34,6 +34,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ipaddress
 import logging
 import os
 import socket
@@ -85,24 +87,16 @@ def node_ports(base: int, index: int) -> list[int]:
     block = [first + i for i in range(len(NODE_PORT_FLAGS))]
     if all(port_free(p) for p in block):
         return block
-    socks, ports = [], []
-    try:
-        for _ in NODE_PORT_FLAGS:
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind(("", 0))
-            socks.append(sock)
-            ports.append(sock.getsockname()[1])
-    finally:
+    with contextlib.ExitStack() as stack:  # all held at once: six distinct ports
+        socks = [stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) for _ in NODE_PORT_FLAGS]
         for sock in socks:
-            sock.close()
-    return ports
+            sock.bind(("", 0))
+        return [sock.getsockname()[1] for sock in socks]
 
 
 def interface_of(ip: str) -> str:
     """The name of the network interface that holds IPv4 address ``ip`` on this host: the one with that address,
     else the one whose network contains it (loopback's 127.0.0.0/8 holds 127.0.0.2 without listing it)."""
-    import ipaddress
-
     import psutil
 
     wanted = ipaddress.ip_address(ip)
@@ -170,10 +164,8 @@ def alive_node_ips(address: str, timeout_s: float = 10.0) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fgrpo_verl.job.node_net", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    base = sub.add_parser("base", help="print the job's Ray port base")
-    base.add_argument("job_id", type=int)
-    ifname = sub.add_parser("ifname", help="print the interface holding IP")
-    ifname.add_argument("ip")
+    sub.add_parser("base", help="print the job's Ray port base").add_argument("job_id", type=int)
+    sub.add_parser("ifname", help="print the interface holding IP").add_argument("ip")
     run = sub.add_parser("exec", help="set GLOO_SOCKET_IFNAME and this node's ports, then exec the command")
     run.add_argument("--ip", required=True)
     run.add_argument("--base", type=int, required=True)
@@ -191,19 +183,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "private-dir":
             ensure_private_dir(args.dir)
-            return 0
-        if args.command == "base":
-            print(port_base(args.job_id))
-            return 0
-        if args.command == "ifname":
-            print(interface_of(args.ip))
+        elif args.command in ("base", "ifname"):
+            print(port_base(args.job_id) if args.command == "base" else interface_of(args.ip))
+        if args.command in ("private-dir", "base", "ifname"):
             return 0
         command = list(args.command[1:] if args.command[:1] == ["--"] else args.command)
         if not command:
             parser.error("exec needs a command after --")
         os.environ.update(interface_env(args.ip))
-        ports = node_ports(args.base, args.index)
-        command += [f"{flag}={port}" for flag, port in zip(NODE_PORT_FLAGS, ports)]
+        command += [f"{flag}={port}" for flag, port in zip(NODE_PORT_FLAGS, node_ports(args.base, args.index))]
     except (ValueError, OSError) as exc:
         print(f"fgrpo node_net: error: {exc}", file=sys.stderr)
         return 1 if args.command == "private-dir" else 2

@@ -15,53 +15,36 @@ touched: a child this process started in a session of its own, with its own Ray,
 from __future__ import annotations
 
 import contextlib
-import logging
+import functools
+import os
 import sys
 from collections.abc import Iterator
-
-logger = logging.getLogger("fgrpo_verl")
 
 ATTEMPTS = 3
 # Ray's message for a local node that did not come up in time (raylet not registered with the GCS)
 SLOW_START = "timed out during startup"
 
 
-def is_slow_start(exc: BaseException) -> bool:
-    return SLOW_START in str(exc)
-
-
-def _children() -> dict[int, float]:
-    """pid -> start time of this process's descendants in its own session (Ray starts its node's processes there)."""
-    import os
-
+def _children() -> dict:
+    """(pid, start time) -> process, of this process's descendants in its own session (Ray starts its node's
+    processes there); the start time tells a reused pid from an old process."""
     import psutil
 
-    session = os.getsid(0)
-    try:
-        children = psutil.Process().children(recursive=True)
-    except psutil.Error:
-        return {}
     found = {}
-    for child in children:
-        with contextlib.suppress(psutil.Error, OSError):
-            if os.getsid(child.pid) == session:
-                found[child.pid] = child.create_time()
+    with contextlib.suppress(psutil.Error):
+        for child in psutil.Process().children(recursive=True):
+            with contextlib.suppress(psutil.Error, OSError):
+                if os.getsid(child.pid) == os.getsid(0):
+                    found[child.pid, child.create_time()] = child
     return found
 
 
-def _end_new_children(before: dict[int, float]) -> list[int]:
-    """Terminate (then kill) this process's descendants that were not in ``before`` (pid and start time, so a
-    reused pid is not mistaken for an old process); returns their pids."""
+def _end_new_children(before: dict) -> list[int]:
+    """Terminate (then kill) this process's descendants that were not in ``before`` (:func:`_children`); returns
+    their pids."""
     import psutil
 
-    new = []
-    for pid, started in _children().items():
-        if before.get(pid) == started:
-            continue
-        try:
-            new.append(psutil.Process(pid))
-        except psutil.Error:
-            pass
+    new = [p for key, p in _children().items() if key not in before]
     for p in new:
         with contextlib.suppress(psutil.Error):
             p.terminate()
@@ -82,20 +65,19 @@ def init(*args, _ray_init=None, attempts: int = ATTEMPTS, **kwargs):
         try:
             return ray_init(*args, **kwargs)
         except Exception as exc:
-            if not is_slow_start(exc) or attempt == attempts:
-                if is_slow_start(exc):
-                    raise RuntimeError(
-                        f"Ray's local node did not start in {attempts} attempts of 30 s each (Ray: {exc}); the "
-                        "machine is too busy: retry when it is quieter"
-                    ) from exc
+            if SLOW_START not in str(exc):
                 raise
+            if attempt == attempts:
+                raise RuntimeError(
+                    f"Ray's local node did not start in {attempts} attempts of 30 s each (Ray: {exc}); the "
+                    "machine is too busy: retry when it is quieter"
+                ) from exc
             with contextlib.suppress(Exception):
                 ray.shutdown()
             ended = _end_new_children(before)
             print(f"fgrpo-verl: WARNING: Ray's local node did not start within Ray's 30 s (machine busy?); ended "
                   f"the {len(ended)} process(es) of that attempt, retrying ({attempt + 1}/{attempts})",
                   file=sys.stderr, flush=True)
-    raise AssertionError("unreachable")
 
 
 @contextlib.contextmanager
@@ -104,11 +86,7 @@ def retrying_init() -> Iterator[None]:
     import ray
 
     original = ray.init
-
-    def patched(*args, **kwargs):
-        return init(*args, _ray_init=original, **kwargs)
-
-    ray.init = patched
+    ray.init = functools.partial(init, _ray_init=original)
     try:
         yield
     finally:

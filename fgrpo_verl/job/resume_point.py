@@ -70,10 +70,9 @@ def hold_back(trainer, before: str | None) -> int | None:
     if before is None:
         path.unlink()
         return step
-    previous = int(before) if before.isdigit() else None
-    if previous is None or previous >= step or not _loadable(trainer, previous):
+    if not before.isdigit() or int(before) >= step or not _loadable(trainer, int(before)):
         return None
-    write_text(path, str(previous))
+    write_text(path, str(int(before)))
     return step
 
 
@@ -91,12 +90,9 @@ def release(trainer, step: int | None) -> None:
             prune_optimizer_states(_tracker(trainer).parent, int(step))
 
 
-def prune_optimizer_states(root: Path, step: int) -> list[Path]:
-    """Remove the optimizer shards of ``root``'s checkpoints before ``step``; returns the removed files."""
-    removed = []
-    for path in sorted(Path(root).glob(OPTIMIZER_FILES)):
+def prune_optimizer_states(root: Path, step: int) -> None:
+    """Remove the optimizer shards of ``root``'s checkpoints before ``step``."""
+    for path in Path(root).glob(OPTIMIZER_FILES):
         number = path.parent.parent.name.removeprefix("global_step_")
         if number.isdigit() and int(number) < step:
             path.unlink(missing_ok=True)
-            removed.append(path)
-    return removed

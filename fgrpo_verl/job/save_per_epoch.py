@@ -22,13 +22,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from fgrpo_verl.job.checkpoints import write_steps
+
 
 def apply(trainer) -> dict | None:
     """Set ``trainer.save_freq`` to verl's steps per epoch when ``trainer.save_per_epoch`` is on; record the steps.
     Returns the record (None when the option is off)."""
     from omegaconf import open_dict
-
-    from fgrpo_verl.job.checkpoints import write_steps
 
     config = trainer.config
     if not bool(config.trainer.get("save_per_epoch", False)):

@@ -34,6 +34,9 @@ import math
 import numbers
 import os
 import re
+import sys
+from pathlib import Path
+from urllib.parse import urlparse
 
 RESUME = "allow"
 MODES = ("online", "offline", "disabled")
@@ -231,11 +234,8 @@ def commit_wandb_row(tracking, step: int | None) -> bool:
     to the ``.wandb`` file at its next flush: every 15 s by default (an offline run killed 5 s after logging two
     rows kept none), every second in our Slurm jobs (``WANDB_X_TRANSACTION_LOG_FLUSH_INTERVAL``, slurm/lifecycle.sh). ``tracking`` is verl's ``Tracking`` (or None); returns whether
     a row was committed (only when W&B is one of its backends and ``step`` is not None)."""
-    backends = getattr(tracking, "logger", None) or {}
-    if step is None or "wandb" not in backends:
-        return False
-    run = backends["wandb"].run
-    if run is None:
+    run = getattr((getattr(tracking, "logger", None) or {}).get("wandb"), "run", None)
+    if step is None or run is None:
         return False
     run.log({}, step=int(step), commit=True)
     return True
@@ -249,8 +249,6 @@ def close_wandb(tracking) -> None:
     returns; by then W&B's service process is gone, and every successful run ended with a ~30-line
     "Exception ignored in atexit callback ... ConnectionResetError: Connection lost" traceback. ``Tracking.finish``
     is idempotent, so verl's own call after ``fit`` does nothing more."""
-    import sys
-
     if tracking is not None and hasattr(tracking, "finish"):
         tracking.finish(exit_code=0)
     if "wandb" in sys.modules:
@@ -263,9 +261,8 @@ PROJECT_ENV = "FGRPO_PROJECT_NAME"
 _NAME_PARTS = re.compile(r"^(?P<algo>[A-Za-z0-9._]+)-g(?P<gamma>[0-9.e+-]+?)-n(?P<n>\d+)-(?P<model>.+)-s(?P<seed>\d+)$")
 
 
-def env_run_names(environ=None) -> tuple[str | None, str | None]:
+def env_run_names(environ=os.environ) -> tuple[str | None, str | None]:
     """``(project, experiment)`` that ``fgrpo-verl wandb-env`` exported (None where unset)."""
-    environ = os.environ if environ is None else environ
     return environ.get(PROJECT_ENV) or None, environ.get(EXPERIMENT_ENV) or None
 
 
@@ -292,15 +289,11 @@ def check_env_run_name(config, experiment: str, project: str | None) -> None:
         )
 
 
-def wandb_configured(environ=None, home=None, cwd=None) -> bool:
+def wandb_configured(environ=os.environ, home=None, cwd=None) -> bool:
     """Whether ``wandb.init`` can start without asking for a key: ``WANDB_MODE`` or ``WANDB_API_KEY`` set, a
     ``wandb login`` entry in ``~/.netrc`` (for api.wandb.ai or ``WANDB_BASE_URL``'s host), or a mode saved by
     ``wandb offline`` / ``wandb disabled`` (``$WANDB_CONFIG_DIR/settings``, ``~/.config/wandb/settings``,
     ``./wandb/settings``)."""
-    from pathlib import Path
-    from urllib.parse import urlparse
-
-    environ = os.environ if environ is None else environ
     home = Path.home() if home is None else Path(home)
     cwd = Path.cwd() if cwd is None else Path(cwd)
     if environ.get("WANDB_MODE") or environ.get("WANDB_API_KEY"):

@@ -57,10 +57,8 @@ def read_payloads(path: Path) -> list[bytes]:
             pos += BLOCK - pos % BLOCK
             continue
         crc, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
-        if kind == 0:
-            break
-        if pos + 7 + length > len(data):
-            # the writer was killed inside this record: what came before it is complete, the rest never was
+        # zero padding: the end; a record cut short: the writer was killed inside it (what came before is complete)
+        if kind == 0 or pos + 7 + length > len(data):
             break
         chunk = data[pos + 7 : pos + 7 + length]
         if _checksum(kind, chunk) != crc:
@@ -77,7 +75,7 @@ def write_payloads(path: Path, payloads: list[bytes]) -> None:
     out = bytearray(HEADER)
     for payload in payloads:
         rest, first = payload, True
-        while True:
+        while first or rest:  # an empty payload is one empty record
             room = BLOCK - len(out) % BLOCK
             if room < 7:
                 out += b"\0" * room
@@ -86,8 +84,6 @@ def write_payloads(path: Path, payloads: list[bytes]) -> None:
             kind = (_FULL if not rest else _FIRST) if first else (_LAST if not rest else _MIDDLE)
             out += struct.pack("<IHB", _checksum(kind, chunk), len(chunk), kind) + chunk
             first = False
-            if not rest:
-                break
     # the rename is atomic; the fsyncs make it durable, so a node that dies right after the job's start never
     # leaves an empty or half-written history in place of the original
     tmp = Path(f"{path}.fgrpo-tmp")

@@ -19,6 +19,8 @@ from __future__ import annotations
 import math
 import os
 
+from fgrpo_verl.preflight.models import architecture
+
 BYTES_PER_PARAM = 12
 # fp32 weights alone: a checkpoint whose optimizer states were removed
 WEIGHT_BYTES_PER_PARAM = 4
@@ -27,8 +29,6 @@ WEIGHT_BYTES_PER_PARAM = 4
 def model_params(path: str) -> float | None:
     """Parameters of the model at ``path`` (fgrpo_verl/preflight/models.py: its files, or the paper's published
     counts); None when unknown here."""
-    from fgrpo_verl.preflight.models import architecture
-
     arch = architecture(path)
     return None if arch is None else arch.params
 
@@ -57,9 +57,7 @@ def checkpoint_storage(config, total_steps: int | None) -> tuple[float, int | No
     else:
         return each, None, None
     # verl keeps them all for a null or non-positive max_actor_ckpt_to_keep, one with remove_previous_ckpt_in_save
-    keep = config.trainer.get("max_actor_ckpt_to_keep")
-    if config.trainer.get("remove_previous_ckpt_in_save"):
-        keep = 1
+    keep = 1 if config.trainer.get("remove_previous_ckpt_in_save") else config.trainer.get("max_actor_ckpt_to_keep")
     if keep is not None and int(keep) >= 1:
         count = min(count, int(keep))
     full = count if _keep_optimizer_states() else min(count, 2)

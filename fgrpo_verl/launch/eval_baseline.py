@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+from fgrpo_verl.launch.identity import drop_key
+
 # Settings of training-time validation: they do not change what is trained, so a focal run validating on AIME25
 # (validation=aime25) is still selected against its γ = 0 twin that does not (paper_main's Qwen3 runs, App. P)
 VALIDATION_KEYS = ("trainer.test_freq", "trainer.val_before_train", "trainer.val_only", "data.val_files",
@@ -17,8 +19,6 @@ def _config_text(job, gamma: float | None = None) -> str:
     makes γ a float, so ``0`` and ``0.0`` read the same here."""
     from omegaconf import OmegaConf
 
-    from fgrpo_verl.launch.identity import drop_key
-
     tree = OmegaConf.to_container(job.config, resolve=True)
     if gamma is not None:
         tree["algorithm"]["fgrpo"]["gamma"] = float(gamma)
@@ -30,10 +30,8 @@ def _config_text(job, gamma: float | None = None) -> str:
 def find_baselines(jobs: list, candidates: list) -> dict:
     """``{job name: the job among candidates whose config is the job's with γ = 0}`` (None for γ = 0 or when
     absent). Each config is written out once: a recipe's 36 runs compare each focal run with every baseline."""
-    zero = {}
-    for other in reversed(candidates):  # the first of equal ones
-        if float(other.config.algorithm.fgrpo.gamma) == 0:
-            zero[_config_text(other)] = other
+    zero = {_config_text(other): other for other in reversed(candidates)  # reversed: the first of equal ones
+            if float(other.config.algorithm.fgrpo.gamma) == 0}
     return {job.job_name: None if float(job.config.algorithm.fgrpo.gamma) == 0 else zero.get(_config_text(job, 0.0))
             for job in jobs}
 
@@ -42,7 +40,7 @@ def missing_baseline(job) -> str:
     """Why a focal run's evaluation has no γ = 0 baseline to select its checkpoint against; "" when it has one,
     is not focal, or has no evaluation."""
     ev = job.evaluation
-    if ev is None or ev.baseline or float(job.config.algorithm.fgrpo.gamma) <= 0:
+    if ev is None or job.baseline_job or float(job.config.algorithm.fgrpo.gamma) <= 0:
         return ""
     # a command-line γ applies to every run of the plan, the recipe's γ = 0 twin included
     if any(o.lstrip("+").startswith(("algorithm.fgrpo.gamma=", "algorithm.fgrpo={", "algorithm={"))

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from dataclasses import dataclass
+from collections import namedtuple
 from pathlib import Path
 
 from fgrpo_verl.evaluation.cost import KNOWN_PROBLEMS
@@ -30,38 +30,23 @@ from fgrpo_verl.evaluation.formats import load_benchmark
 from fgrpo_verl.evaluation.model_presets import eval_setting
 from fgrpo_verl.evaluation.plan import Baseline, BenchmarkFile, Pass, Passes, Plan, Sampling, Steps, Wandb
 from fgrpo_verl.evaluation.scorers import resolve_scorer
+from fgrpo_verl.job.wandb_online import logs_to_wandb
 from fgrpo_verl.launch.disk import model_params
 from fgrpo_verl.launch.eval_baseline import find_baselines
 from fgrpo_verl.launch.eval_memory import eval_memory
-from fgrpo_verl.launch.eval_spec import EvalSpec, load_eval_spec
+from fgrpo_verl.launch.eval_spec import EvalSpec
 from fgrpo_verl.launch.render import render_script, sbatch_directives
 
 TEMPLATE = "eval.sbatch.template"
 # Signal lead of an evaluation job: enough to stop a generation call and requeue
 EVAL_SIGNAL_LEAD_S = 120
-
-
-@dataclass(frozen=True)
-class EvalJob:
-    """One evaluation job of one run: its script, rendered once (the ids it depends on are given to sbatch)."""
-
-    phase: str
-    plan: Plan
-    depends_on: tuple[str, ...]   # "training", "selection", "baseline selection"
-    text: str = ""
-
-
-@dataclass(frozen=True)
-class RunEvaluation:
-    """The evaluation of one planned run: its jobs and what its cost is computed from (summary.eval_cost)."""
-
-    jobs: tuple[EvalJob, ...]
-    spec: EvalSpec
-    workdir: Path   # where the submit looks for the benchmark files and scorers (check_submission)
-    problems: dict   # benchmark -> problem count (None: unknown here)
-    params: float | None   # of the run's model (None: unknown here)
-    baseline: str | None = None   # the γ = 0 run (recipe run name) a focal run is selected against
-    memory_line: str = ""   # where the jobs' --mem comes from (eval_memory)
+# One evaluation job of one run: its pass, its plan, what it runs after ("training", "selection", "baseline
+# selection") and its script, rendered once (the ids it depends on are given to sbatch)
+EvalJob = namedtuple("EvalJob", "phase plan depends_on text", defaults=("",))
+# The evaluation of one planned run: its jobs and what its cost is computed from (summary.eval_cost): its EvalSpec,
+# where the submit looks for the benchmark files and scorers (check_submission), benchmark -> problem count and the
+# model's parameters (None: unknown here), and where the jobs' --mem comes from (eval_memory)
+RunEvaluation = namedtuple("RunEvaluation", "jobs spec workdir problems params memory_line", defaults=("",))
 
 
 def _steps(job) -> Steps:
@@ -77,13 +62,11 @@ def plan_for_run(spec: EvalSpec, recipe, job, workdir: Path, baseline_job=None) 
     config = job.config
     setting = eval_setting(str(config.actor_rollout_ref.model.path), int(config.data.max_response_length),
                            spec.prompt_preset, spec.max_new_tokens)
-    logger = config.trainer.get("logger") or []
-    logger = [logger] if isinstance(logger, str) else list(logger)
     return Plan(
         recipe=recipe.name, run=job.run.name, experiment=job.job_name,
         project=str(config.trainer.project_name), run_dir=str(job.checkpoint_dir),
         gamma=float(config.algorithm.fgrpo.gamma),
-        wandb=Wandb(run_id=job.wandb_run_id, log="wandb" in logger),
+        wandb=Wandb(run_id=job.wandb_run_id, log=logs_to_wandb(config.trainer.get("logger"))),
         steps=_steps(job),
         benchmarks={name: BenchmarkFile(file=str(Path(workdir) / b.file), scorer=b.scorer, group=b.group)
                     for name, b in spec.benchmarks.items()},
@@ -119,14 +102,11 @@ def attach_evaluation(recipe, jobs: list, plan_more, log_dir: Path, workdir: Pat
     """``jobs`` with their :class:`RunEvaluation` (``JobScript.evaluation``) and γ = 0 twin (``baseline_job``).
     ``plan_more(names)`` plans recipe runs that are not selected (a focal run's baseline outside ``--only``),
     without evaluation."""
-    spec = load_eval_spec(recipe.evaluation, str(recipe.path))
+    spec = EvalSpec.parse(recipe.evaluation, f"{recipe.path}: evaluation")
     names = {job.run.name for job in jobs}
-    candidates = list(jobs)
     groups = {job.run.group for job in jobs if float(job.config.algorithm.fgrpo.gamma) > 0}
     others = [r.name for r in recipe.runs if r.group in groups and r.name not in names]
-    if others:
-        candidates += plan_more(others)
-    baselines = find_baselines(jobs, candidates)
+    baselines = find_baselines(jobs, [*jobs, *plan_more(others)])
     problems = {}
     for name, b in spec.benchmarks.items():
         path = Path(workdir) / b.file
@@ -144,8 +124,7 @@ def attach_evaluation(recipe, jobs: list, plan_more, log_dir: Path, workdir: Pat
                 ("selection",) + (("baseline selection",) if base is not None else ())
             evals.append(EvalJob(phase, plan, deps, render_eval_job(recipe, job, phase, plan, spec, log_dir, workdir,
                                                                     mem)))
-        evaluation = RunEvaluation(tuple(evals), spec, Path(workdir), problems, params,
-                                   None if base is None else base.run.name, memory_line)
+        evaluation = RunEvaluation(tuple(evals), spec, Path(workdir), problems, params, memory_line)
         out.append(dataclasses.replace(job, evaluation=evaluation, baseline_job=base))
     return out
 

@@ -29,14 +29,10 @@ def expand(text: str, where: str) -> tuple[str, list[str]]:
     missing: list[str] = []
 
     def sub(match: re.Match) -> str:
-        name, default = match.group(1), match.group(2)
-        value = os.environ.get(name)
-        if value:
-            return value
-        if default is not None:
-            return default
-        missing.append(name)
-        return match.group(0)
+        name, default = match.groups()
+        if not os.environ.get(name) and default is None:
+            missing.append(name)
+        return os.environ.get(name) or (match.group(0) if default is None else default)
 
     if not text.strip():
         raise ValueError(f"{where} must be a non-empty string, got {text!r}")
@@ -160,8 +156,3 @@ class EvalSpec(Shape):
                                                                                    f"{where}.benchmarks")
         return entry
 
-
-def load_eval_spec(raw, where: str) -> EvalSpec:
-    """A recipe's ``evaluation:`` block (from the recipe file ``where``) as an :class:`EvalSpec`; a ValueError of one
-    line naming the key otherwise."""
-    return EvalSpec.parse(raw, f"{where}: evaluation")

@@ -7,7 +7,7 @@ script planned for it (eval_jobs.py) and its dependencies on sbatch's command li
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import namedtuple
 from pathlib import Path
 
 from fgrpo_verl.evaluation.checkpoint_eval import pass_label
@@ -48,18 +48,10 @@ def progress_line(plan: Plan) -> str:
     return "eval: " + "; ".join(parts)
 
 
-@dataclass(frozen=True)
-class SelectionOf:
-    """A dependency on the selection job this launch submits for run ``job_name`` (its id is not known yet)."""
-
-    job_name: str
-
-
-@dataclass(frozen=True)
-class EvalDecision:
-    job_name: str
-    phase: str
-    depends_on: tuple[str | SelectionOf, ...]   # job ids, or selection jobs of this launch
+# a dependency on the selection job this launch submits for run `job_name` (its id is not known yet)
+SelectionOf = namedtuple("SelectionOf", "job_name")
+# an evaluation job to submit; depends_on: job ids, or selection jobs of this launch (SelectionOf)
+EvalDecision = namedtuple("EvalDecision", "job_name phase depends_on")
 
 
 def decide(jobs: list, evaluations: list, train_ids: dict[str, str | None], active_evals: dict[str, list],
@@ -70,19 +62,15 @@ def decide(jobs: list, evaluations: list, train_ids: dict[str, str | None], acti
     or not resubmitted); ``active_evals[name]``: its evaluation jobs in the queue; ``baseline_names[name]``: its
     γ = 0 twin's job name. Selections are decided first (a final pass depends on the baseline's selection job)."""
     decisions, notes = [], []
-    selection_jobs: set[str] = set()  # runs whose selection job this launch submits
     for job, ev in zip(jobs, evaluations):
         name = job.job_name
         if active_evals.get(name):
             ids = ", ".join(i for i, _ in active_evals[name])
             notes.append(f"{job.run_label}: evaluation job(s) {ids} already queued or running")
             continue
-        plan = ev.jobs[0].plan
-        if pass_complete(plan, "selection"):
-            continue
-        deps = (train_ids[name],) if train_ids.get(name) else ()
-        decisions.append(EvalDecision(name, "selection", deps))
-        selection_jobs.add(name)
+        if not pass_complete(ev.jobs[0].plan, "selection"):
+            decisions.append(EvalDecision(name, "selection", (train_ids[name],) if train_ids.get(name) else ()))
+    selection_jobs = {d.job_name for d in decisions}  # runs whose selection job this launch submits
     for job, ev in zip(jobs, evaluations):
         name = job.job_name
         if active_evals.get(name) or len(ev.jobs) < 2 or pass_complete(ev.jobs[1].plan, "final"):
@@ -124,17 +112,16 @@ def submit_eval_jobs(jobs: list, train_ids: dict[str, str | None], script_dir: P
                               {n: (b.job_name if b is not None else None) for n, b in baselines.items()})
     for note in notes:
         out(f"skipped evaluation of {note}")
-    submitted_selection: dict[str, str] = {}
+    ids: dict[tuple[str, str], str] = {}  # (run's job name, pass) -> job id, of this launch
     done = [] if submitted is None else submitted
     for d in decisions:
         job = by_name[d.job_name]
-        deps = [submitted_selection[dep.job_name] if isinstance(dep, SelectionOf) else dep for dep in d.depends_on]
+        deps = [ids[dep.job_name, "selection"] if isinstance(dep, SelectionOf) else dep for dep in d.depends_on]
         path = script_dir / script_name(job.job_name, d.phase)
         path.write_text(next(e.text for e in job.evaluation.jobs if e.phase == d.phase), encoding="utf-8")
         job_id = sbatch(path, [f"afterany:{i}" for i in deps])
         write_record(job.checkpoint_dir, job.fingerprint, job.job_name, job.overrides, eval_job=(job_id, d.phase))
-        if d.phase == "selection":
-            submitted_selection[d.job_name] = job_id
+        ids[d.job_name, d.phase] = job_id
         after = f" after job(s) {', '.join(deps)}" if deps else ""
         out(f"submitted {d.phase} evaluation of {job.run_label}: job {job_id} {job.job_name}{after}")
         done.append((job.run.name, d.phase, job_id))

@@ -33,6 +33,8 @@ import os
 import re
 from pathlib import Path
 
+from fgrpo_verl.job.checkpoints import write_text
+
 # in the unsalted run dir of a config: the salt of its newest submitted --fresh rerun, which plain launches use
 FRESH = "fgrpo_fresh"
 SHORT = 8
@@ -178,15 +180,9 @@ def name_run(config, workdir: Path, readable: str, fresh: str | None = None, exp
 def read_fresh(base_dir: Path) -> str | None:
     """The salt of the newest submitted ``--fresh`` rerun of the config whose unsalted run dir is ``base_dir``."""
     path = Path(base_dir) / FRESH
-    if not path.exists():
-        return None
-    return path.read_text(encoding="utf-8").strip() or None
+    return (path.read_text(encoding="utf-8").strip() or None) if path.exists() else None
 
 
 def write_fresh(base_dir: Path, salt: str) -> None:
     """Point later plain launches of this config at its ``--fresh`` rerun ``salt`` (written once it is submitted)."""
-    base_dir = Path(base_dir)
-    base_dir.mkdir(parents=True, exist_ok=True)
-    tmp = base_dir / f".{FRESH}.{os.getpid()}"
-    tmp.write_text(f"{salt}\n", encoding="utf-8")
-    tmp.replace(base_dir / FRESH)
+    write_text(Path(base_dir) / FRESH, f"{salt}\n")

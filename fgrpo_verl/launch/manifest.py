@@ -11,22 +11,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from collections import namedtuple
 from pathlib import Path
 
 from fgrpo_verl.evaluation.plan import Plan
+from fgrpo_verl.job.checkpoints import write_json
 
-
-@dataclass(frozen=True)
-class PlannedRun:
-    """What ``--status`` reads of a planned job (:class:`fgrpo_verl.launch.render.JobScript`'s fields of the same
-    names; ``eval_plan``: its first evaluation job's plan, None without evaluation)."""
-
-    run_name: str
-    job_name: str
-    checkpoint_dir: Path
-    total_steps: int | None
-    eval_plan: Plan | None
+# What ``--status`` reads of a planned job (fgrpo_verl.launch.render.JobScript's fields of the same names;
+# ``eval_plan``: its first evaluation job's plan, None without evaluation)
+PlannedRun = namedtuple("PlannedRun", "run_name job_name checkpoint_dir total_steps eval_plan")
 
 
 def manifest_path(workdir: Path, recipe_name: str) -> Path:
@@ -60,8 +53,6 @@ def planned_runs(jobs: list) -> list[PlannedRun]:
 
 def write_manifest(path: Path, key: str, jobs: list) -> None:
     """Record ``jobs`` under ``key`` (other keys' entries kept: a submit of some runs, then of others)."""
-    from fgrpo_verl.job.checkpoints import write_json
-
     entries = _read(path)
     entries[key] = [{"run_name": r.run_name, "job_name": r.job_name, "checkpoint_dir": str(r.checkpoint_dir),
                      "total_steps": r.total_steps, "eval_plan": r.eval_plan and r.eval_plan.model_dump()}

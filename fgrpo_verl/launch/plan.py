@@ -43,8 +43,9 @@ def plan_jobs(
     from fgrpo_verl.job.tracking import check_run_id, config_run_name, config_run_tags
     from fgrpo_verl.launch.identity import check_user_overrides, name_run
     from fgrpo_verl.launch.render import job_environment
-    from fgrpo_verl.preflight import check_run
-    from fgrpo_verl.launch.steps import missing_data, step_plan, train_rows
+    from fgrpo_verl.preflight import PreflightError, check_run
+    from fgrpo_verl.data.records import parquet_rows
+    from fgrpo_verl.launch.steps import missing_data, step_plan
 
     check_user_overrides(overrides)
     if wandb_run_id is not None:
@@ -65,12 +66,10 @@ def plan_jobs(
             check_user_overrides([*recipe.common, *run.overrides])
             with environment_with(recipe.env):
                 config = composer.compose(run_overrides)
-                rows = train_rows(config, workdir)
-                plan = None
-                if rows is not None:
-                    plan = step_plan(config, rows)
-                elif require_data:
+                rows = parquet_rows(config.data.train_files, workdir)
+                if rows is None and require_data:
                     raise ValueError(missing_data(config, workdir))
+                plan = None if rows is None else step_plan(config, rows)
                 # `${oc.env:...}` (data and model dirs) frozen as the job sees them, with the recipe's `env:`;
                 # resolved once: the hash, the validation, the preflight and the evaluation's baseline search; a
                 # plain launch after a submitted --fresh means that fresh run
@@ -93,16 +92,14 @@ def plan_jobs(
                 record = check_record(run_dir, digest)
             # verl's validate_config, then what verl's worker start-up would refuse and whether it fits; skipped
             # by --status, which so never imports verl (the recipe's env travels with the config)
-            kind, verdict = check_run(config, str(workdir), require_data, dict(recipe.env)) if check else ("ok", "")
+            verdict = check_run(config, str(workdir), require_data, dict(recipe.env)) if check else ""
+        except PreflightError as exc:  # one line per refusal
+            raise ValueError("\n".join(f"{where}: {line}" for line in str(exc).splitlines())) from None
         except (ValueError, OmegaConfBaseException) as exc:
             # what the user's config can cause: a ValueError (fgrpo's checks; composition's ConfigError, which
             # explains Hydra's errors) or OmegaConf's (an interpolation that does not resolve); each gets the run's
             # name. Anything else is a bug here and surfaces as one, not as a config to fix
             raise ValueError(f"{where}: invalid config: {exc}") from exc
-        if kind == "refused":  # one line per preflight refusal
-            raise ValueError("\n".join(f"{where}: {line}" for line in verdict.splitlines()))
-        if kind != "ok":
-            raise ValueError(f"{where}: invalid config: {verdict}")
         if digest in names:
             # same config = same experiment, whatever the labels: one of them would only repeat the other
             raise ValueError(

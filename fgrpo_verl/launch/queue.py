@@ -18,7 +18,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from fgrpo_verl.job.checkpoints import checkpointed_step
+from fgrpo_verl.job.checkpoints import tracker_step
+from fgrpo_verl.job.run_record import read_record
 
 RUNNING = {"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "RESIZING", "SIGNALING", "STAGE_OUT"}
 
@@ -74,8 +75,6 @@ def queued(dirs: dict[str, Path]) -> dict[str, tuple[list, list, dict | None]]:
     """``{job name: (its training jobs, its evaluation jobs, its run record)}`` for the runs whose checkpoint dirs
     are ``dirs`` (by job name), from the queue (:func:`active_jobs`): evaluation jobs share the run's name
     (singleton) and are told apart by the ids in its record (fgrpo_verl/job/run_record.py)."""
-    from fgrpo_verl.job.run_record import read_record
-
     queue, found = active_jobs(list(dirs)), {}
     for name, run_dir in dirs.items():
         record = read_record(run_dir)
@@ -91,16 +90,13 @@ def finished_job_state(job_id: str) -> str | None:
     if done is not None and done.returncode == 0 and done.stdout.strip():
         return done.stdout.split()[0].split()[0]
     done = _run(["scontrol", "-o", "show", "job", str(job_id)])
-    if done is not None and done.returncode == 0:
-        for word in done.stdout.split():
-            if word.startswith("JobState="):
-                return word.split("=", 1)[1]
-    return None
+    words = done.stdout.split() if done is not None and done.returncode == 0 else []
+    return next((word.split("=", 1)[1] for word in words if word.startswith("JobState=")), None)
 
 
 def run_status(checkpoint_dir: Path, total: int | None, jobs: list[tuple[str, str]], record: dict | None) -> RunStatus:
     """The status of one run from its queue entries ``jobs``, checkpoint dir and run record."""
-    step = checkpointed_step(checkpoint_dir)
+    step = tracker_step(checkpoint_dir)
     for job_id, state in jobs:
         if state in RUNNING:
             return RunStatus("running", step, total, job_id, state.lower() if state != "RUNNING" else "")

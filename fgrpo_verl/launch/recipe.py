@@ -113,7 +113,7 @@ class Recipe(Shape):
     resources: Resources = Field(default_factory=Resources)
     env: dict[str, str | int | float | bool] = {}
     save_per_epoch: bool = False
-    # the raw `evaluation:` block (parsed and checked by fgrpo_verl.launch.eval_spec.load_eval_spec); None: none
+    # the raw `evaluation:` block (parsed and checked by fgrpo_verl.launch.eval_spec.EvalSpec); None: none
     evaluation: object = None
     common: list[Override] = []
     runs: list[Run] = Field(min_length=1)

@@ -17,6 +17,7 @@ Rendering is hardened against values that would otherwise become code or silentl
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
@@ -222,8 +223,6 @@ def job_environment(config, workdir: Path, wandb_group: str | None = None, tags=
     launch directory ``workdir``), the experiment name and checkpoint dir for the job's log, the launch directory
     (checked on the node) and ``FGRPO_WANDB_LOGGER=1`` when the run logs to W&B (fgrpo_verl/job/wandb_online.py
     checks from the node that W&B answers)."""
-    import os
-
     from fgrpo_verl.job.tracking import wandb_env
     from fgrpo_verl.job.wandb_online import logs_to_wandb
 
@@ -296,22 +295,14 @@ def render_job(
     checkpoint_dir = Path(workdir) / str(config.trainer.default_local_dir)
     shared = {**recipe.env, **env, "FGRPO_RUN": run.name, "FGRPO_PYTHON": sys.executable,
               "FGRPO_CHECKPOINT_DIR": str(checkpoint_dir), "FGRPO_FINGERPRINT": fingerprint}
-    exports = dict(
-        shared,
-        FGRPO_SLURM_DIR=str(slurm_dir()),
-        FGRPO_LOG_DIR=str(log_dir),
-        FGRPO_STOP_FILE=str(checkpoint_dir / ".fgrpo-stop"),
-        # the trainer gets most of the lead to finish its step; the rest is for the requeue itself
-        FGRPO_STOP_GRACE=str(lead - max(10, min(60, lead // 10))),
-    )
     resources = run.resources
-    if not resources.request_gpus:
-        # no GPUs from Slurm: Ray nodes offer trainer.n_gpus_per_node logical GPUs (backend=cpu)
-        exports["FGRPO_GPUS_PER_NODE"] = str(gpus)
-    if resources.ray_num_cpus:
-        exports["FGRPO_RAY_NUM_CPUS"] = str(resources.ray_num_cpus)
-    if resources.ray_join_timeout:
-        exports["FGRPO_RAY_JOIN_TIMEOUT"] = str(resources.ray_join_timeout)
+    # the training job's own (None: left out). The trainer gets most of the lead to finish its step, the rest is for
+    # the requeue itself; with no GPUs from Slurm, Ray nodes offer trainer.n_gpus_per_node logical GPUs (backend=cpu)
+    own = {"FGRPO_SLURM_DIR": slurm_dir(), "FGRPO_LOG_DIR": log_dir, "FGRPO_STOP_FILE": checkpoint_dir / ".fgrpo-stop",
+           "FGRPO_STOP_GRACE": lead - max(10, min(60, lead // 10)),
+           "FGRPO_GPUS_PER_NODE": None if resources.request_gpus else gpus,
+           "FGRPO_RAY_NUM_CPUS": resources.ray_num_cpus, "FGRPO_RAY_JOIN_TIMEOUT": resources.ray_join_timeout}
+    exports = {**shared, **{name: str(value) for name, value in own.items() if value is not None}}
     if resources.mem is None and not any(o.partition("=")[0] in MEMORY_OPTIONS for o in resources.extra):
         resources = resources.model_copy(update={"mem": TRAIN_MEM})
     time = resources.time or slurm_cfg.get("time")

@@ -13,21 +13,10 @@ bound and the check never refuses a run that would reach T.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections import namedtuple
 from pathlib import Path
 
-from fgrpo_verl.data.records import parquet_rows
-
-
-@dataclass(frozen=True)
-class StepPlan:
-    steps_per_epoch: int
-    total_steps: int
-
-
-def train_rows(config, workdir: Path) -> int | None:
-    """Rows of the run's training parquet files (:func:`parquet_rows`)."""
-    return parquet_rows(config.data.train_files, workdir)
+StepPlan = namedtuple("StepPlan", "steps_per_epoch total_steps")
 
 
 def missing_data(config, workdir: Path) -> str:

@@ -5,7 +5,7 @@ on request (``--script-dir DIR``; ``-``: standard output, each with what the dry
 evaluation jobs, their baseline, memory and GPU-hours, the formula and its assumptions in evaluation/cost.py).
 
 The readiness list is made of the checks a submit runs before anything reaches Slurm (training data:
-``plan_jobs(require_data=True)`` with :func:`fgrpo_verl.launch.steps.train_rows`; models:
+``plan_jobs(require_data=True)`` with :func:`fgrpo_verl.data.records.parquet_rows`; models:
 :func:`fgrpo_verl.preflight.models.missing_model` in the preflight; evaluation: :func:`eval_jobs.benchmark_problems`),
 so a submit refuses everything the dry run lists.
 
@@ -28,13 +28,14 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from fgrpo_verl.data.records import parquet_rows
 from fgrpo_verl.evaluation.cost import REFERENCE_PARAMS, CostAssumptions, PassPlan, pass_gpu_hours, protocol_hours
 from fgrpo_verl.job.checkpoints import epoch_steps
 from fgrpo_verl.launch.disk import checkpoint_disk, checkpoint_storage, model_params, size_text
 from fgrpo_verl.launch.eval_baseline import missing_baseline
 from fgrpo_verl.launch.eval_jobs import benchmark_problems
 from fgrpo_verl.launch.render import sbatch_command, sbatch_unquote, script_name
-from fgrpo_verl.launch.steps import missing_data, train_rows
+from fgrpo_verl.launch.steps import missing_data
 from fgrpo_verl.preflight.models import missing_model
 
 # Hub organisations whose models need an accepted licence and a login before `hf download` works
@@ -64,12 +65,9 @@ def eval_cost(ev) -> tuple[list[str], dict]:
     spec, plan, params, problems = ev.spec, ev.jobs[0].plan, ev.params, ev.problems
     if params is None:
         return ["eval cost: unknown (parameter count of the base model not known here)"], {}
-    save_freq, total = plan.steps.save_freq, plan.steps.total
-    if total and save_freq > 0:
-        checkpoints = len(epoch_steps(save_freq, total))
-    elif plan.steps.epochs_only:
-        checkpoints = plan.steps.epochs_only  # a checkpoint each epoch: as many as epochs, whatever the data
-    else:
+    # without the step count, a checkpoint each epoch (epochs_only) gives as many as epochs, whatever the data
+    checkpoints = len(epoch_steps(plan.steps.save_freq, plan.steps.total)) or plan.steps.epochs_only
+    if not checkpoints:
         return ["eval cost: unknown (the run's step count needs its training data here)"], {}
     length = plan.sampling.max_new_tokens
 
@@ -85,8 +83,7 @@ def eval_cost(ev) -> tuple[list[str], dict]:
     full_h = protocol_hours([fin_all], length, params, spec.cost)
     each_sel = pass_gpu_hours(sel.problems, sel.n, length, params, spec.cost)
     each_fin = pass_gpu_hours(fin1.problems, fin1.n, length, params, spec.cost)
-    chosen = "select" if spec.protocol == "select" else "full"
-    lines = [f"eval cost (GPU-hours, {chosen} chosen): select = {checkpoints} ckpt x {each_sel:,.1f} "
+    lines = [f"eval cost (GPU-hours, {spec.protocol} chosen): select = {checkpoints} ckpt x {each_sel:,.1f} "
              f"(n={sel.n}, {sel.problems} problems) + 1 x {each_fin:,.1f} (n={fin1.n}, {fin1.problems} problems) = "
              f"{select_h:,.1f}; full = {checkpoints} x {each_fin:,.1f} = {full_h:,.1f}"]
     missing = sorted(set(sel.uncounted) | set(fin1.uncounted))
@@ -118,7 +115,7 @@ def table_lines(recipe, jobs: list) -> list[str]:
             per_step.append(step)
         ev = job.evaluation
         if ev is not None:
-            evals.append(eval_cost(ev)[1].get("select" if ev.spec.protocol == "select" else "full"))
+            evals.append(eval_cost(ev)[1].get(ev.spec.protocol))
         disk = checkpoint_storage(job.config, job.total_steps)
         storage.append(None if disk is None else disk[2])
         cells.append((job.run_label, f"{job.nodes} x {job.gpus_per_node}",
@@ -189,15 +186,14 @@ def readiness(jobs: list, workdir: Path) -> list[str]:
     found = []
     for job in jobs:
         config = job.config
-        if train_rows(config, workdir) is None:
+        if parquet_rows(config.data.train_files, workdir) is None:
             found.append((missing_data(config, workdir), job.run_label))
         path = str(config.actor_rollout_ref.model.path)
         missing = missing_model(path, workdir)
         if missing is not None:
-            gated = path.startswith(GATED_PREFIXES)
             found.append((f"model {path}: {missing[0]}; {missing[1]}" + (
-                f" (gated: accept its licence at huggingface.co/{path} and `hf auth login` first)" if gated else ""),
-                job.run_label))
+                f" (gated: accept its licence at huggingface.co/{path} and `hf auth login` first)"
+                if path.startswith(GATED_PREFIXES) else ""), job.run_label))
     evaluated = [job for job in jobs if job.evaluation is not None]
     for line in benchmark_problems(evaluated[0].evaluation.spec, evaluated[0].evaluation.workdir) if evaluated else ():
         found += [(line, job.run_label) for job in evaluated]
@@ -218,8 +214,9 @@ def eval_lines(job) -> list[str]:
              f"{sampling.max_new_tokens} new tokens ({ev.jobs[0].plan.setting_source}); T={spec.temperature:g}, "
              f"top-p={spec.top_p:g}, seed {spec.seed}; benchmarks: {benches}"]
     why = missing_baseline(job)
-    if ev.baseline:
-        lines.append(f"### checkpoint selection against the γ = 0 baseline run {ev.baseline} (equal or less compute)")
+    if job.baseline_job:
+        lines.append(f"### checkpoint selection against the γ = 0 baseline run {job.baseline_job.run.name} (equal or "
+                     "less compute)")
     elif why:
         lines.append(f"### no γ = 0 baseline for {job.run_label} in the recipe ({why}): its checkpoint is selected"
                      f" on its own scores, with no compute limit")

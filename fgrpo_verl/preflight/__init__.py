@@ -47,7 +47,7 @@ def _estimate(run: rules.Run, refused: set[str], strict: bool) -> None:
                                                          "no slurm.gpu_memory_gib: select a cluster group") + ")")
         return
     head = run.head if run.head in ("logits", *rules.FUSED_BACKENDS) else "logits"  # refused; counted as logits
-    est = memory.estimate(run.config, run.arch, run.world, run.ref_worker, head)
+    est = memory.estimate(run.config, run.arch, run.world, run.ref_worker, head, run.capacity)
     phases = ", ".join(f"{name} {memory.gib(total)}" for name, total in est.phases.items())
     note = f"memory per GPU (estimate): {phases} of {memory.gib(run.capacity)} GiB"
     if est.vllm:
@@ -63,11 +63,10 @@ def _estimate(run: rules.Run, refused: set[str], strict: bool) -> None:
             run.notes.append(f"warning: {warning} (an estimate: {MEMORY_ENV}=refuse refuses it)")
 
 
-def run(config, workdir: Path, require_model: bool = False, env=None) -> Report:
+def run(config, workdir: Path, require_model: bool = False, env=os.environ) -> Report:
     """Every rule of :data:`rules.RULES` on the composed ``config`` (relative data paths from ``workdir``), then the
     memory estimate; ``require_model``: the model must be loadable offline here (a submit, a job start); ``env``: the
     job's environment (default: this process's). Raises :class:`PreflightError`."""
-    env = os.environ if env is None else env
     checks, failed, mode = rules.Run(config, Path(workdir), env, require_model), set(), env.get(MEMORY_ENV, "").strip()
     if (mode or "warn") not in MEMORY_MODES:
         checks.refuse(MEMORY_ENV, repr(env.get(MEMORY_ENV)), "not one of its values (warn, refuse, or unset)",
@@ -84,18 +83,14 @@ def run(config, workdir: Path, require_model: bool = False, env=None) -> Report:
     return Report(tuple(checks.notes))
 
 
-def check_run(config, workdir: str, require_model: bool = False, env: dict | None = None) -> tuple[str, str]:
+def check_run(config, workdir: str, require_model: bool = False, env: dict | None = None) -> str:
     """What ``fgrpo-verl launch`` checks of one run with verl: ``validate_config``
-    (fgrpo_verl.integration.validation.validate), then :func:`run`, with ``env`` (the recipe's ``env:``) over this
-    process's environment. ``("ok", the report's summary)``, ``("invalid", verl's or fgrpo's message)`` or
-    ``("refused", one line per refusal)``: the launcher names the run in each line."""
+    (fgrpo_verl.integration.validation.validate: a ValueError with verl's or fgrpo's message), then :func:`run` (a
+    :class:`PreflightError`, one line per refusal), with ``env`` (the recipe's ``env:``) over this process's
+    environment. The report's summary; the launcher names the run in each line."""
     from fgrpo_verl.integration.validation import verdict
 
     error = verdict(config)
     if error is not None:
-        return "invalid", error
-    try:
-        report = run(config, Path(workdir), require_model=require_model, env={**os.environ, **(env or {})})
-        return "ok", report.summary()
-    except PreflightError as exc:
-        return "refused", str(exc)
+        raise ValueError(error)
+    return run(config, Path(workdir), require_model=require_model, env={**os.environ, **(env or {})}).summary()

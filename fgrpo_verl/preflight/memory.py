@@ -16,8 +16,8 @@ lower bound of each phase of a step whose micro-batches are full (docs/slurm.md 
 from __future__ import annotations
 
 import math
+from collections import namedtuple
 from dataclasses import dataclass
-from typing import Callable
 
 GIB = 2**30
 # a CUDA context per process (the training worker's, and vLLM's, which stays while vLLM sleeps): an assumption for
@@ -94,11 +94,10 @@ def passes(config, world: int, ref_worker: bool) -> list[Pass]:
     """The passes verl runs over the model in a step, in order (the reference worker's where it runs); one whose
     micro-batch size or budget is unset is left out (a rule refuses it)."""
     found = []
-    for name, section, micro, budget in (("log-prob", "rollout", "log_prob_micro_batch_size_per_gpu", "log_prob"),
-                                         ("reference", "ref", "log_prob_micro_batch_size_per_gpu", "log_prob"),
-                                         ("update", "actor", "ppo_micro_batch_size_per_gpu", "ppo")):
+    for name, section, prefix in (("log-prob", "rollout", "log_prob"), ("reference", "ref", "log_prob"),
+                                  ("update", "actor", "ppo")):
         packed = dynamic(config, section)
-        key = f"{budget}_max_token_len_per_gpu" if packed else micro
+        key = f"{prefix}_max_token_len_per_gpu" if packed else f"{prefix}_micro_batch_size_per_gpu"
         value = config.actor_rollout_ref[section].get(key)
         if (section != "ref" or ref_worker) and value is not None and int(value) >= 1:
             block = config.actor_rollout_ref.ref if section == "ref" else config.actor_rollout_ref.actor
@@ -137,17 +136,13 @@ def states(config, params: float, world: int) -> dict[str, float]:
             "reference": weights + moments, "update": each * (1 + 3 * trained)}
 
 
-@dataclass(frozen=True)
-class Estimate:
-    capacity: float
-    phases: dict  # phase -> bytes per GPU, in the step's order
-    states: dict  # phase -> the actor's FSDP states in it
-    passes: list  # (Pass, its phase's bytes)
-    vllm: float  # vLLM's share, u x M
-    at: Callable[[Pass, int], float]  # a pass's phase with a micro-batch of that many tokens
+# A step's estimate: the GPU's bytes; phase -> bytes per GPU, in the step's order; phase -> the actor's FSDP states in
+# it; (Pass, its phase's bytes) per pass; vLLM's share, u x M; prompt + response tokens; at(pass, tokens): the pass's
+# phase with a micro-batch of that many tokens
+Estimate = namedtuple("Estimate", "capacity phases states passes vllm length at")
 
 
-def estimate(config, arch, world: int, ref_worker: bool, head: str) -> Estimate:
+def estimate(config, arch, world: int, ref_worker: bool, head: str, capacity: float) -> Estimate:
     """Each phase's bytes per GPU: the actor's states, CUDA contexts, vLLM's share while it is awake (through the
     passes too with ``free_cache_engine=false``), and in a pass FSDP's gathered bf16 units (the root: the embedding
     and, untied, the LM head, which eval mode keeps gathered until the pass ends, ``EngineEvalModeCtx.__exit__``; two
@@ -157,7 +152,6 @@ def estimate(config, arch, world: int, ref_worker: bool, head: str) -> Estimate:
     backward and the layer whose backward recomputes its saved tensors, beside two MLP-wide gradients."""
     aro = config.actor_rollout_ref
     actor, rollout = aro.actor, aro.rollout
-    capacity = float((config.get("slurm") or {}).get("gpu_memory_gib") or 0) * GIB
     vllm = float(rollout.gpu_memory_utilization) * capacity if str(rollout.name) in VLLM_NAMES else 0.0
     other = vllm if not bool(rollout.get("free_cache_engine", True)) else CONTEXT  # vLLM beside a pass
     h, v, layers, mlp = arch.hidden_size, arch.vocab_size, arch.num_hidden_layers, arch.intermediate_size
@@ -186,7 +180,7 @@ def estimate(config, arch, world: int, ref_worker: bool, head: str) -> Estimate:
     found = [(p, at(p, p.tokens(p.value, length))) for p in passes(config, world, ref_worker)]
     phases = {"start": resident["start"] + CONTEXT + vllm, "rollout": resident["rollout"] + CONTEXT + vllm,
               **{p.name: total for p, total in found}}
-    return Estimate(capacity, phases, resident, found, vllm, at)
+    return Estimate(capacity, phases, resident, found, vllm, length, at)
 
 
 def kv_cache(config, arch, capacity: float) -> tuple[float, float, float]:
@@ -199,11 +193,11 @@ def kv_cache(config, arch, capacity: float) -> tuple[float, float, float]:
     return weights, float(rollout.gpu_memory_utilization) * capacity - weights, float(per_token)
 
 
-def _smaller(est: Estimate, p: Pass, length: int) -> tuple[int, float] | None:
+def _smaller(est: Estimate, p: Pass) -> tuple[int, float] | None:
     """The largest micro-batch below the pass's own whose phase fits, and that phase: a divisor of the GPU's samples
     (verl's prepare_micro_batches asserts it), or a token budget (the phase grows with it: bisection)."""
     def at(value: int) -> float:
-        return est.at(p, p.tokens(value, length))
+        return est.at(p, p.tokens(value, est.length))
 
     if not p.budget:
         return next(((d, at(d)) for d in range(p.value - 1, 0, -1) if p.rows % d == 0 and at(d) <= est.capacity),
@@ -218,8 +212,7 @@ def _smaller(est: Estimate, p: Pass, length: int) -> tuple[int, float] | None:
 def warnings(est: Estimate, config, skip: set) -> list[str]:
     """A line ``key=value: problem; fix`` for each phase over the GPU (but those in ``skip``: a certain rule refused
     them): the setting whose change would fit it, with the value that does where one exists."""
-    rollout, fsdp = config.actor_rollout_ref.rollout, "actor_rollout_ref.actor.fsdp_config"
-    length = int(config.data.max_prompt_length) + int(config.data.max_response_length)
+    rollout, fsdp, length = config.actor_rollout_ref.rollout, "actor_rollout_ref.actor.fsdp_config", est.length
     over, found = f"> {gib(est.capacity)} GiB (slurm.gpu_memory_gib)", []
     for phase, offload in (("start", "param_offload"), ("rollout", "optimizer_offload")):
         total = est.phases[phase]
@@ -232,7 +225,7 @@ def warnings(est: Estimate, config, skip: set) -> list[str]:
     for p, total in est.passes:
         if p.name in skip or total <= est.capacity:
             continue
-        smaller = _smaller(est, p, length)
+        smaller = _smaller(est, p)
         moments_here = not (config.actor_rollout_ref.actor.get("fsdp_config") or {}).get("optimizer_offload", False)
         fix = (f"lower it to {smaller[0]} ({gib(smaller[1])} GiB)" if smaller else "use more GPUs, or FSDP2's CPU "
                f"offload (backend=gpu_fsdp2 with {fsdp}.offload_policy=true)" if p.name == "update" else

@@ -12,28 +12,15 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from collections import namedtuple
 from pathlib import Path
 
 from fgrpo_verl.evaluation.model_presets import MODELS
 
-
-@dataclass(frozen=True)
-class Architecture:
-    """The numbers of a decoder-only transformer the memory estimate uses (names as in HF ``config.json``)."""
-
-    params: float
-    vocab_size: int
-    hidden_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    head_dim: int
-    max_position_embeddings: int
-    intermediate_size: int
-    tie_word_embeddings: bool
-
-
+# The numbers of a decoder-only transformer the memory estimate uses: its parameter count, then its shape with the
+# names of HF ``config.json``
+Architecture = namedtuple("Architecture", "params vocab_size hidden_size num_hidden_layers num_attention_heads "
+                          "num_key_value_heads head_dim max_position_embeddings intermediate_size tie_word_embeddings")
 # The published config.json values of the paper's models (F-GRPO §5.3): vocab, hidden, layers, heads, KV heads,
 # head size, positions, MLP size, tied embeddings; their parameter counts are the evaluation presets'
 # (fgrpo_verl/evaluation/model_presets.py).
@@ -126,8 +113,5 @@ def _from_config(directory: Path) -> Architecture | None:
 def architecture(path: str, workdir: Path = Path(".")) -> Architecture | None:
     """The architecture of the model at ``path`` (see the module docstring for the sources); None if unknown."""
     directory = model_dir(path, workdir)
-    if directory is not None and (directory / "config.json").is_file():
-        found = _from_config(directory)
-        if found is not None:
-            return found
-    return PUBLISHED.get(path)
+    found = _from_config(directory) if directory is not None and (directory / "config.json").is_file() else None
+    return found or PUBLISHED.get(path)

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import math
 from collections import namedtuple
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from fgrpo_verl.preflight import memory
 from fgrpo_verl.preflight.models import architecture, missing_model
@@ -26,13 +24,9 @@ MICRO_KEYS = (("actor", "ppo_micro_batch_size_per_gpu", "ppo_micro_batch_size"),
               ("ref", "log_prob_micro_batch_size_per_gpu", "log_prob_micro_batch_size"))
 
 
-@dataclass(frozen=True)
-class Rule:
-    check: str  # its name in the table
-    source: str  # the code it restates or calls
-    how: str  # restated or called, and the test that pins it
-    run: Callable
-    needs: tuple[str, ...] = ()  # rules that must pass first (this one reads what they check)
+# check: its name in the table; source: the code it restates or calls; how: restated or called, and the test that
+# pins it; run(Run); needs: the rules that must pass first (this one reads what they check)
+Rule = namedtuple("Rule", "check source how run needs")
 
 
 RULES: list[Rule] = []
@@ -81,8 +75,7 @@ class Run:
         backend = str((aro.model.get("fused_kernel_options") or {}).get("impl_backend"))
         self.head = ("logits" if not bool(aro.model.get("use_fused_kernels", False)) else
                      "torch" if backend == "liger" and not liger_installed() else backend)
-        self.refusals: list[str] = []
-        self.notes: list[str] = []
+        self.refusals, self.notes = [], []
 
     def refuse(self, key: str, value, problem: str, fix: str) -> None:
         """One line: the key and its value, what is wrong, the fix."""
