@@ -138,9 +138,6 @@ def compute_policy_loss_fgrpo(
     return loss, metrics
 
 
-plugin.mark(compute_policy_loss_fgrpo, f"policy_loss:{LOSS_MODE}")
-
-
 def register() -> None:
     """Register ``fgrpo`` in verl's policy-loss registry (which silently overwrites, so the duplicate policy of
     ``fgrpo_verl.integration.plugin`` is what keeps us from replacing another plugin's loss, or it ours)."""

@@ -76,11 +76,10 @@ def ident_of(obj) -> str | None:
 
 
 def register(registry: dict, name: str, obj, kind: str, add: Callable | None = None):
-    """Put marked ``obj`` under ``name`` by the duplicate policy above, through verl's own ``add(name, obj)`` where
-    verl has one (so its checks run); returns the object now registered. ``kind`` names the registry in messages."""
-    ident = ident_of(obj)
-    if ident is None:
-        raise TypeError(f"{obj!r} carries no fgrpo-verl mark; call plugin.mark() on it first")
+    """Put ``obj`` under ``name`` by the duplicate policy above, through verl's own ``add(name, obj)`` where verl has
+    one (so its checks run); returns the object now registered. ``kind`` names the registry in messages; ``obj`` is
+    marked ``<kind>:<name>``, the mark a copy of the same module gives its own object."""
+    ident = ident_of(mark(obj, f"{kind}:{name}"))
     current = registry.get(name)
     if current is obj or (current is not None and ident_of(current) == ident):
         return current
@@ -107,15 +106,30 @@ def register_in_core_algos(kind: str, name: str, obj) -> None:
     register(registry, name, obj, kind, add=lambda name, obj: add(name)(obj))
 
 
+# What verl drops (it keeps an estimator's advantages and returns only) reaches the trainer's metrics through named
+# sinks: a capture (:func:`collecting`) opens a list under a name, and code run inside it appends (:func:`report`).
+# They live here, in the module verl's plugin loader imports once, so that every copy of a reporting module (a
+# reload, a second copy of the estimator whose first copy verl keeps calling) reports into the capture a caller opened.
+_SINKS: dict[str, contextvars.ContextVar] = {}
+
+
 @contextlib.contextmanager
-def collecting(var: contextvars.ContextVar):
-    """Within the block, ``var`` holds a new list (what the code that reads ``var`` appends to), yielded."""
+def collecting(name: str):
+    """Within the block, what :func:`report` is given under ``name`` goes to a new list, yielded."""
+    var = _SINKS.setdefault(name, contextvars.ContextVar(name, default=None))
     sink: list = []
     token = var.set(sink)
     try:
         yield sink
     finally:
         var.reset(token)
+
+
+def report(name: str, item) -> None:
+    """Append ``item`` to the list of the innermost :func:`collecting` of ``name`` open here; none open: nothing."""
+    sink = _SINKS[name].get() if name in _SINKS else None
+    if sink is not None:
+        sink.append(item)
 
 
 def run_step(what: str, target: str, strict: bool, _module=None) -> bool:

@@ -196,17 +196,14 @@ def fresh_start_validation_only(trainer):
         return
     print(f"[fgrpo] resuming at step {step}: skipping the validation before training "
           "(trainer.val_before_train validates a fresh start only)", flush=True)
-    had, before = "val_before_train" in cfg, cfg.get("val_before_train")
+    before = cfg.get("val_before_train", True)  # verl's default where the config leaves the key out
     with read_write(cfg), open_dict(cfg):
         cfg.val_before_train = False
     try:
         yield
     finally:
         with read_write(cfg), open_dict(cfg):
-            if had:
-                cfg.val_before_train = before
-            else:
-                del cfg["val_before_train"]
+            cfg.val_before_train = before
 
 
 def positive_token_means(actor_metrics: dict) -> dict[str, float]:
@@ -245,8 +242,6 @@ class FocalSeparateAsyncTrainer(FocalMetricsMixin, PPOTrainerSeparateAsync):
 
 
 TRAINERS = (FocalSyncTrainer, FocalColocateAsyncTrainer, FocalSeparateAsyncTrainer)
-for _cls in TRAINERS:
-    plugin.mark(_cls, f"trainer:{_cls.name}")
 
 
 def register() -> None:

@@ -161,17 +161,10 @@ def init_socket(self):
     self.socket = _CheckedReplies(self.socket, timeout)
 
 
-class _ExpectedReloadWarning(logging.Filter):
+def _expected_reload_warning(record: logging.LogRecord) -> bool:
     """Drops vLLM's "RotaryEmbedding: Failed to load weights" at every sync: the rotary cos/sin cache is computed,
     never in a checkpoint, and the layerwise reload puts the engine's own tensor back (the warning's fallback)."""
-
-    def filter(self, record):
-        return not (record.getMessage() == "RotaryEmbedding: Failed to load weights")
-
-
-def _quiet_layerwise(module) -> None:
-    if not any(isinstance(f, _ExpectedReloadWarning) for f in module.logger.filters):
-        module.logger.addFilter(_ExpectedReloadWarning())
+    return record.getMessage() != "RotaryEmbedding: Failed to load weights"
 
 
 def install() -> None:
@@ -179,4 +172,5 @@ def install() -> None:
     (idempotent)."""
     register_post_import_hook(lambda module: wrap(module, UPDATE, update_weights_from_ipc), VERL_VLLM_UTILS)
     register_post_import_hook(lambda module: wrap(module, INIT_SOCKET, init_socket), VERL_BUCKETS)
-    register_post_import_hook(_quiet_layerwise, VLLM_LAYERWISE)
+    # a filter added twice is kept once (logging.Filterer.addFilter)
+    register_post_import_hook(lambda module: module.logger.addFilter(_expected_reload_warning), VLLM_LAYERWISE)

@@ -93,12 +93,10 @@ class HFRolloutServer:
             type(self.model).__name__, self.device, dtype, attn,
         )
 
-    # ------------------------------------------------------------------ addresses (load-balancer keys)
     def get_server_address(self) -> str:
         """A unique id for verl's load balancer, which keys servers by address (no HTTP is served)."""
         return f"hf-rollout-{self.replica_rank}"
 
-    # ------------------------------------------------------------------ generation
     def _default_max_tokens(self, prompt_len: int) -> int:
         cfg = self.config
         budget = min(cfg.response_length, cfg.prompt_length + cfg.response_length - prompt_len)
@@ -192,7 +190,6 @@ class HFRolloutServer:
                 if not request.future.done():
                     request.future.set_result(result)
 
-    # ------------------------------------------------------------------ weights
     async def update_weights(self, named_tensors: dict[str, torch.Tensor], global_steps: Optional[int] = None):
         """Load the actor's full (HF-named) weights into the resident model, in place."""
         self._model_lock = self._model_lock or asyncio.Lock()
@@ -213,7 +210,6 @@ class HFRolloutServer:
     async def set_global_steps(self, global_steps: int):
         self.global_steps = global_steps
 
-    # ------------------------------------------------------------------ control calls
     async def _nothing(self, *args, **kwargs):
         return None
 
