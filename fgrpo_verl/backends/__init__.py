@@ -10,7 +10,9 @@
 Each is loaded through verl's own ``VERL_USE_EXTERNAL_MODULES`` (``hydra_configs/backend/<name>.yaml`` sets it in
 ``ray_kwargs.ray_init.runtime_env.env_vars``; ``fgrpo-verl train`` exports the same variables into the driver).
 verl imports those modules inside ``import verl``, before any entry-point plugin and before anything asks for the
-platform, and an import error fails ``import verl`` loudly. Importing a backend module registers it.
+platform, and an import error fails ``import verl`` loudly. Importing a backend module registers it. A process that
+imported verl before it set the variable imports them itself (``fgrpo-verl train``'s driver: verl's
+``import_external_libs``).
 
 This package itself is tiny and imports nothing: a process that selects no backend never loads backend code.
 """
@@ -43,18 +45,3 @@ def selected_backends(modules: str | None = None) -> list[str]:
                 f"{', '.join(sorted(by_module))}"
             )
     return selected
-
-
-def register_selected() -> list[str]:
-    """Import (= register) the backends ``$VERL_USE_EXTERNAL_MODULES`` names; return their names.
-
-    Usually a no-op: verl already imported them during ``import verl``. It matters in a process that imported
-    verl before the variable was set (e.g. a driver that exported the config's env vars late). Costs one
-    environment lookup when no backend is selected.
-    """
-    import importlib
-
-    names = selected_backends()
-    for name in names:
-        importlib.import_module(BACKENDS[name])
-    return names

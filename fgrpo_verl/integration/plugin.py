@@ -42,8 +42,8 @@ VERL_CONFIG = "verl.utils.config"
 STRICT_ENV = "FGRPO_VERL_STRICT_REGISTRATION"
 MARK = "__fgrpo_verl_id__"
 
-# (what, "module:function" that registers it or a module whose import does, the verl module whose import runs it
-# (None: at once), the verl_compat feature it needs (None: every release))
+# (what, "module:function" that registers it or a module whose import does, the verl module whose import runs it,
+# the verl_compat feature it needs (None: every release))
 STEPS = (
     ("advantage estimator `fgrpo`", "fgrpo_verl.integration.estimator:register", CORE_ALGOS, None),
     ("policy loss `fgrpo`", "fgrpo_verl.integration.loss:register", CORE_ALGOS, None),
@@ -56,8 +56,6 @@ STEPS = (
      verl_compat.TRAINER_MODES),
     ("final-output handling of multi-output agent sessions for fgrpo", "fgrpo_verl.integration.sessions:register", V1,
      verl_compat.TRAINER_MODES),
-    ("execution backends listed in $VERL_USE_EXTERNAL_MODULES", "fgrpo_verl.backends:register_selected", None,
-     verl_compat.CPU_BACKEND),
 )
 
 
@@ -132,19 +130,17 @@ def report(name: str, item) -> None:
         sink.append(item)
 
 
-def run_step(what: str, target: str, strict: bool, _module=None) -> bool:
+def run_step(what: str, target: str, strict: bool, _module=None) -> None:
     """Run one step of :data:`STEPS`; on failure raise (``strict``) or log a WARNING naming ``what``."""
     module, _, function = target.partition(":")
     try:
         loaded = importlib.import_module(module)
         if function:
             getattr(loaded, function)()
-        return True
     except Exception as exc:
         if strict:
             raise
         logger.warning("fgrpo-verl: %s not registered: %s: %s", what, type(exc).__name__, exc)
-        return False
 
 
 def install() -> None:
@@ -153,11 +149,7 @@ def install() -> None:
         logger.warning("fgrpo-verl on %s", verl_compat.summary())
     strict = os.environ.get(STRICT_ENV) == "1"
     for what, target, trigger, feature in STEPS:
-        if not verl_compat.supports(feature):
-            continue
-        if trigger is None:
-            run_step(what, target, False)
-        else:
+        if verl_compat.supports(feature):
             # a step whose module is imported already runs now, inside verl's plugin loader, which swallows errors
             hook = functools.partial(run_step, what, target, strict and trigger not in sys.modules)
             wrapt.register_post_import_hook(hook, trigger)
