@@ -83,12 +83,6 @@ def _config(args):
     )
 
 
-def _curve_ns(ns):
-    """The N of Fig. 2's curve panels: the paper's where the grid has them, else four spread over it."""
-    spread = sorted({ns[round(i * (len(ns) - 1) / 3)] for i in range(4)})
-    return PAPER_CURVES if all(n in ns for n in PAPER_CURVES) else spread
-
-
 def equal_q_pos(result, levels=None) -> list:
     """Per N: each configuration's seed-mean (Q_pos, M_ret) curve read where Q_pos first reaches each level
     (``frontier.at_level``), and each seed's own curve read the same way (``m_ret_per_seed``, ``step_per_seed``:
@@ -144,8 +138,9 @@ def write_outputs(result, out: Path, zone_threshold: float, q_levels=None) -> di
         for t, ((i, n), (gi, c)) in itertools.product(range(q_mean.shape[0]), runs):
             f.write(f"{t},{n},{c.gamma:g},{q_mean[t, i, gi]:.6f},{m_mean[t, i, gi]:.6f},{c.name},{c.lr:g}\n")
     zone = concentration_zone(ns, m_mean[-1, :, 0], threshold=zone_threshold)
-    curve_ns = _curve_ns(ns)
-    pngs = plot_simulation(result, out, curve_ns, zone)
+    # the N of Fig. 2's curve panels: the paper's where the grid has them, else four spread over it
+    spread = sorted({ns[round(i * (len(ns) - 1) / 3)] for i in range(4)})
+    pngs = plot_simulation(result, out, PAPER_CURVES if all(n in ns for n in PAPER_CURVES) else spread, zone)
     summary = {
         "config": {
             "group_sizes": ns,

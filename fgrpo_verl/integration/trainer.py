@@ -174,8 +174,14 @@ class FocalMetricsMixin:
         if mu_hat and tracking is not None and "wandb" in tracking.logger:
             # A histogram object would break scalar-only loggers (console, tensorboard, ...): W&B only. The other
             # loggers get the fgrpo/mu_hat_q* quantiles. Same step as the scalars, so W&B merges them into one row.
-            histogram = mu_hat_histogram(torch.cat([m for m, _ in mu_hat]), max(n for _, n in mu_hat))
-            tracking.log(data={MU_HAT_HISTOGRAM: histogram}, step=global_steps, backend=["wandb"])
+            import numpy as np
+            import wandb
+
+            n = max(n for _, n in mu_hat)  # one bin centred on each attainable value j/N
+            counts = np.histogram(torch.cat([m for m, _ in mu_hat]).double().numpy(),
+                                  bins=np.linspace(-0.5 / n, 1.0 + 0.5 / n, n + 2))
+            tracking.log(data={MU_HAT_HISTOGRAM: wandb.Histogram(np_histogram=counts)}, step=global_steps,
+                         backend=["wandb"])
 
 
 @contextlib.contextmanager
@@ -208,25 +214,10 @@ def fresh_start_validation_only(trainer):
 
 def positive_token_means(actor_metrics: dict) -> dict[str, float]:
     """``actor/fgrpo/pos_{logprob,ratio}_mean`` = step average of ``*_x_share`` / step average of ``adv_pos_share``."""
-    share = actor_metrics.get(LOSS_PREFIX + "adv_pos_share")
-    out = {}
-    if share is None or float(share) <= 0:
-        return out
-    for name in ("pos_logprob", "pos_ratio"):
-        value = actor_metrics.get(f"{LOSS_PREFIX}{name}_x_share")
-        if value is not None:
-            out[f"{LOSS_PREFIX}{name}_mean"] = float(value) / float(share)
-    return out
-
-
-def mu_hat_histogram(mu_hat: torch.Tensor, group_size: int):
-    """A ``wandb.Histogram`` of μ̂ with one bin centred on each attainable value j/N, N = ``group_size``."""
-    import numpy as np
-    import wandb
-
-    n = max(1, int(group_size))
-    edges = np.linspace(-0.5 / n, 1.0 + 0.5 / n, n + 2)
-    return wandb.Histogram(np_histogram=np.histogram(mu_hat.double().numpy(), bins=edges))
+    share = float(actor_metrics.get(LOSS_PREFIX + "adv_pos_share") or 0.0)
+    shares = {name: actor_metrics.get(f"{LOSS_PREFIX}{name}_x_share") for name in ("pos_logprob", "pos_ratio")}
+    return {f"{LOSS_PREFIX}{name}_mean": float(value) / share for name, value in shares.items()
+            if value is not None and share > 0}
 
 
 class FocalSyncTrainer(FocalMetricsMixin, PPOTrainerSync):

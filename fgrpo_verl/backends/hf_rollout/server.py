@@ -44,7 +44,6 @@ class _Request:
     request_id: str
     prompt_ids: list[int]
     params: SamplingParams
-    want_log_probs: bool
     future: asyncio.Future
 
 
@@ -130,7 +129,7 @@ class HFRolloutServer:
             self._wakeup = asyncio.Event()
             self._worker = asyncio.get_running_loop().create_task(self._serve_batches())
         future = asyncio.get_running_loop().create_future()
-        self._pending.append(_Request(request_id, prompt_ids, parsed, want_log_probs, future))
+        self._pending.append(_Request(request_id, prompt_ids, parsed, future))
         self._wakeup.set()
         result = await future
         if result is None:  # aborted before it was scheduled
