@@ -24,8 +24,8 @@ import os
 # verl's variable: a comma-separated list of modules that ``import verl`` imports (verl/__init__.py).
 EXTERNAL_MODULES_ENV = "VERL_USE_EXTERNAL_MODULES"
 _PREFIX = "fgrpo_verl.backends."
-# backend name -> the module that registers it when imported
-BACKENDS = {"cpu": _PREFIX + "cpu", "cpu_vllm": _PREFIX + "cpu_vllm", "gpu_hf": _PREFIX + "gpu_hf"}
+# the backends, each registered by importing the module _PREFIX + its name
+BACKENDS = ("cpu", "cpu_vllm", "gpu_hf")
 
 
 def selected_backends(modules: str | None = None) -> list[str]:
@@ -33,15 +33,9 @@ def selected_backends(modules: str | None = None) -> list[str]:
     lists; an unknown ``fgrpo_verl.backends.*`` module there raises (verl would fail with a bare
     ModuleNotFoundError)."""
     modules = os.environ.get(EXTERNAL_MODULES_ENV, "") if modules is None else str(modules)
-    modules = [m.strip() for m in modules.split(",") if m.strip()]
-    by_module = {module: name for name, module in BACKENDS.items()}
-    selected = []
-    for module in modules:
-        if module in by_module:
-            selected.append(by_module[module])
-        elif module.startswith(_PREFIX):
-            raise ValueError(
-                f"{EXTERNAL_MODULES_ENV} lists {module!r}, which is not a backend: valid modules are "
-                f"{', '.join(sorted(by_module))}"
-            )
+    selected = [m.strip().removeprefix(_PREFIX) for m in modules.split(",") if m.strip().startswith(_PREFIX)]
+    for name in selected:
+        if name not in BACKENDS:
+            raise ValueError(f"{EXTERNAL_MODULES_ENV} lists {_PREFIX + name!r}, which is not a backend: valid modules "
+                             f"are {', '.join(_PREFIX + b for b in BACKENDS)}")
     return selected

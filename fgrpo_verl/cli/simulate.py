@@ -74,12 +74,9 @@ def _config(args):
         gammas=tuple(pick["gamma"]),
         seeds=pick["seeds"],
         steps=pick["steps"],
-        lr=args.lr,
-        surrogate=args.surrogate,
-        optimizer=args.optimizer,
-        seed=args.seed,
         setup=setup,
         controls=controls,
+        **{key: getattr(args, key) for key in ("lr", "surrogate", "optimizer", "seed")},  # the flags of these names
     )
 
 

@@ -82,7 +82,11 @@ def _kind(value) -> str | None:
     check: strings, lists, mappings, null, interpolations). Integers and floats are one kind: verl's YAML writes
     float settings with integer defaults (``entropy_coeff: 0``, ``rollout.top_p: 1``,
     ``val_kwargs.temperature: 0``)."""
-    return "true or false" if isinstance(value, bool) else "a number" if isinstance(value, (int, float)) else None
+    if isinstance(value, bool):
+        return "true or false"
+    if isinstance(value, (int, float)):
+        return "a number"
+    return None
 
 
 def check_kind(override: str, old, new) -> None:

@@ -46,6 +46,10 @@ from fgrpo_verl.theory._checks import whole
 # (iterations x problems) cells per chunk of hypergeometric draws; ~16 MiB of int64 per run.
 _CHUNK_CELLS = 1 << 20
 
+
+METHODS = ("paper", "rescaled", "rescaled-fpc")
+
+
 @dataclass
 class SignificanceRow:
     k: int
@@ -127,8 +131,9 @@ def combine_draws(parts: list[SubsampleDraws]) -> SubsampleDraws:
 
 
 def interval(diffs: np.ndarray, estimate: float, alpha: float, method: str, m: int, n: int) -> tuple[float, float, float]:
-    """(CI low, CI high, two-sided p) of the paired difference from its subsample draws; see the module docstring.
-    ``method``: "paper", "rescaled" or "rescaled-fpc" (the options and ``report``'s flag take no other)."""
+    """(CI low, CI high, two-sided p) of the paired difference from its subsample draws; see the module docstring."""
+    if method not in METHODS:
+        raise ValueError(f"significance method must be one of {METHODS}, got {method!r}")
     if method == "paper":
         low, high = np.quantile(diffs, [alpha / 2, 1 - alpha / 2])
         p = 2.0 * min(np.mean(diffs <= 0), np.mean(diffs >= 0))

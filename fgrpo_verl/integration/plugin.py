@@ -73,25 +73,21 @@ def ident_of(obj) -> str | None:
         return None
 
 
-def register(registry: dict, name: str, obj, kind: str, add: Callable | None = None):
-    """Put ``obj`` under ``name`` by the duplicate policy above, through verl's own ``add(name, obj)`` where verl has
-    one (so its checks run); returns the object now registered. ``kind`` names the registry in messages; ``obj`` is
-    marked ``<kind>:<name>``, the mark a copy of the same module gives its own object."""
+def register(registry: dict, name: str, obj, kind: str, decorator: Callable) -> None:
+    """Put ``obj`` under ``name`` in ``registry`` by the duplicate policy above, through verl's own registering
+    ``decorator(name)`` (so its checks run). ``kind`` names the registry in messages; ``obj`` is marked
+    ``<kind>:<name>``, the mark a copy of the same module gives its own object."""
     ident = ident_of(mark(obj, f"{kind}:{name}"))
     current = registry.get(name)
     if current is obj or (current is not None and ident_of(current) == ident):
-        return current
+        return
     if current is not None:
         raise ValueError(
             f"{kind} name {name!r} is already registered to {getattr(current, '__module__', '?')}."
             f"{getattr(current, '__qualname__', repr(current))}, not fgrpo-verl's; refusing to replace it "
             "(uninstall or disable the other plugin: VERL_USE_EXTERNAL_PLUGINS=<names to load>)"
         )
-    if add is None:
-        registry[name] = obj
-    else:
-        add(name, obj)
-    return obj
+    decorator(name)(obj)
 
 
 def register_in_core_algos(kind: str, name: str, obj) -> None:
@@ -101,7 +97,7 @@ def register_in_core_algos(kind: str, name: str, obj) -> None:
 
     registry, add = ((core_algos.ADV_ESTIMATOR_REGISTRY, core_algos.register_adv_est) if kind == "advantage estimator"
                      else (core_algos.POLICY_LOSS_REGISTRY, core_algos.register_policy_loss))
-    register(registry, name, obj, kind, add=lambda name, obj: add(name)(obj))
+    register(registry, name, obj, kind, add)
 
 
 # What verl drops (it keeps an estimator's advantages and returns only) reaches the trainer's metrics through named

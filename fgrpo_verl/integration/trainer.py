@@ -238,7 +238,7 @@ TRAINERS = (FocalSyncTrainer, FocalColocateAsyncTrainer, FocalSeparateAsyncTrain
 def register() -> None:
     """Register the trainers in verl's ``TRAINER_REGISTRY`` (``fgrpo_verl.integration.plugin``'s duplicate policy)."""
     for cls in TRAINERS:
-        plugin.register(TRAINER_REGISTRY, cls.name, cls, "trainer mode", add=lambda name, c: register_trainer(name)(c))
+        plugin.register(TRAINER_REGISTRY, cls.name, cls, "trainer mode", register_trainer)
 
 
 register()

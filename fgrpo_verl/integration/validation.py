@@ -201,8 +201,7 @@ def register() -> None:
             check_before_ray(config)
         return original(config, *args, **kwargs)
 
-    plugin.mark(validate_config, WRAPPER_ID)
-    verl_config.validate_config = validate_config
+    verl_config.validate_config = plugin.mark(validate_config, WRAPPER_ID)
 
 
 ACTOR = "actor_rollout_ref.actor"
