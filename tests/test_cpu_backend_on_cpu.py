@@ -106,7 +106,7 @@ def fresh(request):
 
 @pytest.mark.parametrize("plugins", ["none", "auto"])
 def test_plain_import_of_verl_does_not_load_any_backend(plugins, fresh):
-    """Also with fgrpo-verl's entry point loaded (``auto``): it calls ``backends.register_selected()``."""
+    """Also with fgrpo-verl's entry point loaded (``auto``)."""
     out = fresh.result(f"probe-{plugins}")
     assert out.returncode == 0, out.stderr
     assert "cpu_module False" in out.stdout and "platform False" in out.stdout and "rollout False" in out.stdout
@@ -138,11 +138,12 @@ def test_a_misspelt_backend_module_fails_import_verl_loudly(fresh):
     assert "No module named 'fgrpo_verl.backends.cpuu'" in out.stderr
 
 
-def test_register_selected_names_the_valid_backend_modules(monkeypatch):
+def test_selected_backends_names_the_valid_backend_modules(monkeypatch):
     from fgrpo_verl import backends
 
     monkeypatch.delenv(backends.EXTERNAL_MODULES_ENV, raising=False)
-    assert backends.register_selected() == []
+    assert backends.selected_backends() == []
+    assert backends.selected_backends("fgrpo_verl.backends.cpu_vllm") == ["cpu_vllm"]
     # other teams' modules in the same variable are theirs: ignored here, imported by verl
     monkeypatch.setenv(backends.EXTERNAL_MODULES_ENV, " other_team.plugin , ")
     assert backends.selected_backends() == []

@@ -5,17 +5,17 @@ from math import comb
 import numpy as np
 import pytest
 
-from fgrpo_verl.monitoring.val_pass_at_k import budgets, validation_pass_at_k
+from fgrpo_verl.monitoring.val_pass_at_k import validation_pass_at_k
 
 
 def _exact(n, c, k):
     return 1 - comb(n - c, k) / comb(n, k)
 
 
-def test_budgets_are_powers_of_two_and_n():
-    assert budgets(1) == [1]
-    assert budgets(8) == [1, 2, 4, 8]
-    assert budgets(6) == [1, 2, 4, 6]
+@pytest.mark.parametrize("n,ks", [(1, [1]), (8, [1, 2, 4, 8]), (6, [1, 2, 4, 6])])
+def test_the_ks_are_powers_of_two_and_n(n, ks):
+    metrics = validation_pass_at_k(["s"] * n, ["u"] * n, {"reward": [1.0] * n}, 0.5)
+    assert list(metrics) == [f"val-core/s/pass@{k}" for k in ks]
 
 
 def test_two_sources_acc_and_reward_and_failed_sessions():

@@ -126,7 +126,7 @@ def _clean_env():
 
 @pytest.fixture
 def said(monkeypatch):
-    """fgrpo-verl's warnings, each said once per process (validation._SAID), from a fresh start."""
+    """fgrpo-verl's warnings, each said once per process (validation._warn_once), from a fresh start."""
     import logging
 
     from fgrpo_verl.integration import validation
@@ -137,10 +137,11 @@ def said(monkeypatch):
     logger = logging.getLogger("fgrpo_verl")
     monkeypatch.setattr(logger, "disabled", False)
     monkeypatch.setattr(logger, "level", logging.WARNING)
-    monkeypatch.setattr(validation, "_SAID", set())
+    validation._warn_once.cache_clear()
     logger.addHandler(handler)
     yield messages
     logger.removeHandler(handler)
+    validation._warn_once.cache_clear()
 
 
 def test_train_and_main_ppo_validating_one_config_say_its_warnings_once(said):

@@ -10,7 +10,9 @@
 Each is loaded through verl's own ``VERL_USE_EXTERNAL_MODULES`` (``hydra_configs/backend/<name>.yaml`` sets it in
 ``ray_kwargs.ray_init.runtime_env.env_vars``; ``fgrpo-verl train`` exports the same variables into the driver).
 verl imports those modules inside ``import verl``, before any entry-point plugin and before anything asks for the
-platform, and an import error fails ``import verl`` loudly. Importing a backend module registers it.
+platform, and an import error fails ``import verl`` loudly. Importing a backend module registers it. A process that
+imported verl before it set the variable imports them itself (``fgrpo-verl train``'s driver: verl's
+``import_external_libs``).
 
 This package itself is tiny and imports nothing: a process that selects no backend never loads backend code.
 """
@@ -22,8 +24,8 @@ import os
 # verl's variable: a comma-separated list of modules that ``import verl`` imports (verl/__init__.py).
 EXTERNAL_MODULES_ENV = "VERL_USE_EXTERNAL_MODULES"
 _PREFIX = "fgrpo_verl.backends."
-# backend name -> the module that registers it when imported
-BACKENDS = {"cpu": _PREFIX + "cpu", "cpu_vllm": _PREFIX + "cpu_vllm", "gpu_hf": _PREFIX + "gpu_hf"}
+# the backends, each registered by importing the module _PREFIX + its name
+BACKENDS = ("cpu", "cpu_vllm", "gpu_hf")
 
 
 def selected_backends(modules: str | None = None) -> list[str]:
@@ -31,30 +33,9 @@ def selected_backends(modules: str | None = None) -> list[str]:
     lists; an unknown ``fgrpo_verl.backends.*`` module there raises (verl would fail with a bare
     ModuleNotFoundError)."""
     modules = os.environ.get(EXTERNAL_MODULES_ENV, "") if modules is None else str(modules)
-    modules = [m.strip() for m in modules.split(",") if m.strip()]
-    by_module = {module: name for name, module in BACKENDS.items()}
-    selected = []
-    for module in modules:
-        if module in by_module:
-            selected.append(by_module[module])
-        elif module.startswith(_PREFIX):
-            raise ValueError(
-                f"{EXTERNAL_MODULES_ENV} lists {module!r}, which is not a backend: valid modules are "
-                f"{', '.join(sorted(by_module))}"
-            )
+    selected = [m.strip().removeprefix(_PREFIX) for m in modules.split(",") if m.strip().startswith(_PREFIX)]
+    for name in selected:
+        if name not in BACKENDS:
+            raise ValueError(f"{EXTERNAL_MODULES_ENV} lists {_PREFIX + name!r}, which is not a backend: valid modules "
+                             f"are {', '.join(_PREFIX + b for b in BACKENDS)}")
     return selected
-
-
-def register_selected() -> list[str]:
-    """Import (= register) the backends ``$VERL_USE_EXTERNAL_MODULES`` names; return their names.
-
-    Usually a no-op: verl already imported them during ``import verl``. It matters in a process that imported
-    verl before the variable was set (e.g. a driver that exported the config's env vars late). Costs one
-    environment lookup when no backend is selected.
-    """
-    import importlib
-
-    names = selected_backends()
-    for name in names:
-        importlib.import_module(BACKENDS[name])
-    return names

@@ -183,11 +183,10 @@ def _run_maze(args: argparse.Namespace) -> int:
     from fgrpo_verl.tasks.maze.rl import TRAIN_REWARD_KEY, RLSettings, correct_counts_from_dump, read_metrics, train_maze
     from fgrpo_verl.tasks.maze.sft import SFTConfig, sft
 
-    # largest micro-batch <= 64 that divides a step's rollouts (a memory knob only)
-    micro_batch = math.gcd(64, args.batch_size * args.n)
+    # the micro-batch: the largest <= 64 that divides a step's rollouts (a memory knob only)
     settings = RLSettings(
         steps=args.rl_steps, batch_size=args.batch_size, n=args.n, lr=args.lr, val_n=args.val_n, seed=args.seed,
-        micro_batch=micro_batch,
+        micro_batch=math.gcd(64, args.batch_size * args.n),
     )
     sft_config = SFTConfig(
         steps=args.sft_steps, batch_size=args.sft_batch, lr=args.sft_lr, warmup_steps=args.sft_warmup, seed=args.seed
@@ -218,13 +217,12 @@ def _run_maze(args: argparse.Namespace) -> int:
 
         print(f"[demo] 3/4 RL through verl ({args.backend} backend): {settings.steps} steps x {settings.batch_size} "
               f"mazes x {settings.n} rollouts, gammas {args.gammas}", flush=True)
-        table, curves, failed = [], {}, False
+        table, curves = [], {}  # a failed run's row has no train reward
         for gamma in args.gammas:
             name = "grpo" if gamma == 0 else f"fgrpo_gamma{gamma:g}"
             result = train_maze(b, sft_dir, gamma, settings, out / "runs" / name, name,
                                 extra_overrides=list(args.overrides), backend=args.backend)
             if result.returncode != 0:
-                failed = True
                 print(f"[demo] run {name} failed (exit {result.returncode}); log: {result.run_dir}/train.log", flush=True)
                 table.append((name, gamma, None, None, {}))
                 continue
@@ -258,7 +256,7 @@ def _run_maze(args: argparse.Namespace) -> int:
     print(f"verl logs and metrics: {out / 'runs'}/<run>/train.log, metrics.jsonl, validation/")
     if plot:
         print(f"plot: {plot}")
-    return 1 if failed else 0
+    return 1 if any(start is None for _, _, start, _, _ in table) else 0
 
 
 def _plot(curves: dict, sft_pass1: float, path: Path) -> Path | None:
@@ -270,8 +268,6 @@ def _plot(curves: dict, sft_pass1: float, path: Path) -> Path | None:
     for name, (steps, curve) in curves.items():
         ax.plot(steps, curve, label=name)
     ax.axhline(sft_pass1, color="gray", linestyle="--", label="SFT held-out pass@1")
-    ax.set_xlabel("RL step")
-    ax.set_ylabel("train reward (batch mean)")
-    ax.set_title("maze: GRPO vs F-GRPO on the CPU backend")
+    ax.set(xlabel="RL step", ylabel="train reward (batch mean)", title="maze: GRPO vs F-GRPO on the CPU backend")
     ax.legend()
     return save(fig, path, dpi=120)

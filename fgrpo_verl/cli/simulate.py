@@ -74,19 +74,10 @@ def _config(args):
         gammas=tuple(pick["gamma"]),
         seeds=pick["seeds"],
         steps=pick["steps"],
-        lr=args.lr,
-        surrogate=args.surrogate,
-        optimizer=args.optimizer,
-        seed=args.seed,
         setup=setup,
         controls=controls,
+        **{key: getattr(args, key) for key in ("lr", "surrogate", "optimizer", "seed")},  # the flags of these names
     )
-
-
-def _curve_ns(ns):
-    """The N of Fig. 2's curve panels: the paper's where the grid has them, else four spread over it."""
-    spread = sorted({ns[round(i * (len(ns) - 1) / 3)] for i in range(4)})
-    return PAPER_CURVES if all(n in ns for n in PAPER_CURVES) else spread
 
 
 def equal_q_pos(result, levels=None) -> list:
@@ -144,22 +135,17 @@ def write_outputs(result, out: Path, zone_threshold: float, q_levels=None) -> di
         for t, ((i, n), (gi, c)) in itertools.product(range(q_mean.shape[0]), runs):
             f.write(f"{t},{n},{c.gamma:g},{q_mean[t, i, gi]:.6f},{m_mean[t, i, gi]:.6f},{c.name},{c.lr:g}\n")
     zone = concentration_zone(ns, m_mean[-1, :, 0], threshold=zone_threshold)
-    curve_ns = _curve_ns(ns)
-    pngs = plot_simulation(result, out, curve_ns, zone)
+    # the N of Fig. 2's curve panels: the paper's where the grid has them, else four spread over it
+    spread = sorted({ns[round(i * (len(ns) - 1) / 3)] for i in range(4)})
+    pngs = plot_simulation(result, out, PAPER_CURVES if all(n in ns for n in PAPER_CURVES) else spread, zone)
     summary = {
         "config": {
             "group_sizes": ns,
             "gammas": list(cfg.gammas),
             "controls": list(cfg.controls),
             "configurations": [{"config": c.name, "gamma": c.gamma, "lr": c.lr} for c in configs],
-            "seeds": cfg.seeds,
-            "steps": cfg.steps,
-            "lr": cfg.lr,
-            "surrogate": cfg.surrogate,
-            "optimizer": cfg.optimizer,
-            "seed": cfg.seed,
-            "num_actions": cfg.setup.num_actions,
-            "num_correct": cfg.setup.num_correct,
+            **{key: getattr(cfg, key) for key in ("seeds", "steps", "lr", "surrogate", "optimizer", "seed")},
+            **{key: getattr(cfg.setup, key) for key in ("num_actions", "num_correct")},
         },
         "initial": cfg.setup.initial_masses(),
         "seconds": round(result.seconds, 2),

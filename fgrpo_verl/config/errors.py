@@ -78,18 +78,15 @@ def omegaconf_reason(exc) -> str:
 
 
 def _kind(value) -> str | None:
-    """What a config value is, for the type check: ``bool``, ``number`` (int or float), or None (no check:
-    strings, lists, mappings, null, interpolations). Integers and floats are one kind: verl's YAML writes
+    """What a config value is, for the type check: ``true or false``, ``a number`` (int or float), or None (no
+    check: strings, lists, mappings, null, interpolations). Integers and floats are one kind: verl's YAML writes
     float settings with integer defaults (``entropy_coeff: 0``, ``rollout.top_p: 1``,
     ``val_kwargs.temperature: 0``)."""
     if isinstance(value, bool):
-        return "bool"
+        return "true or false"
     if isinstance(value, (int, float)):
-        return "number"
+        return "a number"
     return None
-
-
-_EXPECTED = {"bool": "true or false", "number": "a number"}
 
 
 def check_kind(override: str, old, new) -> None:
@@ -102,10 +99,10 @@ def check_kind(override: str, old, new) -> None:
     if want is None or new is None or (isinstance(new, str) and "${" in new):
         return
     if want == got:
-        if want == "number" and math.isnan(float(new)):
+        if want == "a number" and math.isnan(float(new)):
             raise ConfigError(f"{override}: expected a number, got NaN (the default is {old!r})")
         return
-    raise ConfigError(f"{override}: expected {_EXPECTED[want]} (the default is {old!r}), got {new!r}")
+    raise ConfigError(f"{override}: expected {want} (the default is {old!r}), got {new!r}")
 
 
 def require_files(flag: str, paths) -> None:

@@ -150,10 +150,7 @@ def run_shard(plan: Plan, phase: str, step: int, shard: int, shards: int) -> Non
         path = here / "benchmarks" / f"{name}.jsonl"
         if not path.is_file():
             records = load_benchmark(source, name)[shard::shards]
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.tmp")
-            tmp.write_text("".join(json.dumps(r, default=str) + "\n" for r in records), encoding="utf-8")
-            os.replace(tmp, path)
+            ck.write_text(path, "".join(json.dumps(r, default=str) + "\n" for r in records))
         files[name] = str(path)
     shard_plan = plan.model_copy(update={"benchmarks": {
         n: plan.benchmarks[n].model_copy(update={"file": f}) for n, f in files.items()}})

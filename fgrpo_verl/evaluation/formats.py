@@ -48,7 +48,7 @@ from fgrpo_verl.data.records import read_records
 def _check_prompt(where: str, prompt) -> None:
     messages = isinstance(prompt, list) and prompt and all(
         isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in prompt)
-    if not (isinstance(prompt, str) or messages):
+    if not (prompt is None or isinstance(prompt, str) or messages):
         raise ValueError(f"{where}: 'prompt' must be a string or a non-empty list of {{role, content}} messages, got {prompt!r:.120}")
 
 
@@ -67,7 +67,7 @@ def load_benchmark(path: str | Path, name: str) -> list[dict]:
             rec = {**rec, "answer": reward_model["ground_truth"]}  # a verl RL-dataset row
         if rec.get("answer") is None:
             raise ValueError(f"{where}: missing required key 'answer' (or verl's reward_model.ground_truth)")
-        if "prompt" in rec and rec["prompt"] is not None:
+        if rec.get("prompt") is not None:
             _check_prompt(where, rec["prompt"])
         elif not isinstance(rec.get("problem"), str) or not rec["problem"].strip():
             raise ValueError(f"{where}: needs a non-empty string 'problem' (or a 'prompt'), got {rec.get('problem')!r:.80}")
@@ -165,8 +165,7 @@ def parse_generation_line(line: str, where: str) -> GenerationRecord:
         raise ValueError(f"{where}: needs 'correct' (per-sample 0/1) or 'completions' (texts to score)")
     if correct is not None and completions is not None and len(correct) != len(completions):
         raise ValueError(f"{where}: 'correct' has {len(correct)} entries but 'completions' has {len(completions)}")
-    if "prompt" in obj and obj["prompt"] is not None:
-        _check_prompt(where, obj["prompt"])
+    _check_prompt(where, obj.get("prompt"))
     return GenerationRecord(
         run=obj["run"], benchmark=obj["benchmark"], problem_id=str(pid), correct=correct,
         completions=completions, answer=obj.get("answer"), data_source=obj.get("data_source"),

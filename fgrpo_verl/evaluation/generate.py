@@ -90,9 +90,6 @@ class TransformersSampler:
     """Plain HF ``generate`` sampling; meant for tiny models on CPU (tests, the maze demo)."""
 
     def __init__(self, model_path, device: str = "cpu", dtype: str = "float32", batch_size: int = 64):
-        import torch
-
-        self.torch = torch
         self.model, self.tokenizer = load_model(model_path, device, dtype)
         # generate() fills every option not passed explicitly from the checkpoint's generation_config.json
         # (repetition_penalty, min_p, no_repeat_ngram_size, ...), which would reshape the paper's plain T / top-p
@@ -106,7 +103,8 @@ class TransformersSampler:
         self.batch_size = batch_size
 
     def sample(self, requests: list[Request], temperature: float, top_p: float, max_new_tokens: int):
-        torch = self.torch
+        import torch
+
         tok = self.tokenizer
         pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
         outputs = []

@@ -77,15 +77,6 @@ def prompt_setting(preset: str, group: str, system_prompt: str | None = None,
     return PromptSetting(system, kwargs)
 
 
-def _messages(record: dict, setting: PromptSetting) -> list[dict]:
-    prompt = record.get("prompt")
-    if isinstance(prompt, list):
-        return prompt
-    return ([{"role": "system", "content": setting.system_prompt}] if setting.system_prompt else []) + [
-        {"role": "user", "content": record["problem"]}
-    ]
-
-
 def encode_prompt(record: dict, tokenizer, setting: PromptSetting, style: str = "chat") -> tuple[list[int], str]:
     """(token ids, text) of the exact model input for one benchmark record.
 
@@ -108,7 +99,9 @@ def encode_prompt(record: dict, tokenizer, setting: PromptSetting, style: str = 
                 f"problem {record.get('id')!r} needs a chat template but the tokenizer has none; "
                 "use --prompt-style raw (or give a string 'prompt')"
             )
-        text = tokenizer.apply_chat_template(_messages(record, setting), tokenize=False, add_generation_prompt=True,
+        system = [{"role": "system", "content": setting.system_prompt}] if setting.system_prompt else []
+        messages = prompt if isinstance(prompt, list) else [*system, {"role": "user", "content": record["problem"]}]
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
                                              **setting.template_kwargs)
     ids = list(tokenizer(text, add_special_tokens=add_special)["input_ids"])
     bos = getattr(tokenizer, "bos_token_id", None)

@@ -101,14 +101,10 @@ class RunScores:
     done: bool                     # training reached its last step
     step: int                      # verl's resume point
     total: int | None
-    expected: list[int]            # epoch checkpoints a finished run has
+    # the epoch checkpoints a finished run has: scored, saved but without a current selection result, not saved yet
     scores: list[CheckpointScore] = field(default_factory=list)
-    unscored: list[int] = field(default_factory=list)  # expected and saved, but no current selection result
-    absent: list[int] = field(default_factory=list)    # expected, not saved (yet)
-
-    @property
-    def complete(self) -> bool:
-        return self.done and not self.unscored and not self.absent
+    unscored: list[int] = field(default_factory=list)
+    absent: list[int] = field(default_factory=list)
 
     def problem(self) -> str | None:
         """Why this run cannot be selected yet (None: it can)."""
@@ -129,9 +125,8 @@ def run_scores(name: str, run_dir: Path, steps: Steps, label: str, select_by: st
     run_dir = Path(run_dir)
     save_freq, total = ck.step_plan(run_dir, steps.save_freq, steps.total)
     saved = set(ck.saved_steps(run_dir))
-    expected = ck.epoch_steps(save_freq, total)
-    out = RunScores(name, ck.training_done(run_dir, steps.total), ck.tracker_step(run_dir), total, expected)
-    for step in expected:
+    out = RunScores(name, ck.training_done(run_dir, steps.total), ck.tracker_step(run_dir), total)
+    for step in ck.epoch_steps(save_freq, total):
         if step not in saved:
             out.absent.append(step)
             continue

@@ -151,10 +151,6 @@ def compute_policy_loss_ds_grpo(old_log_prob, log_prob, advantages, response_mas
     return out, metrics
 
 
-plugin.mark(compute_ds_grpo_outcome_advantage, f"adv_estimator:{NAME}")
-plugin.mark(compute_policy_loss_ds_grpo, f"policy_loss:{NAME}")
-
-
 def register() -> None:
     """Put the ``ds_grpo`` estimator and loss in verl's registries (``fgrpo_verl.integration.plugin``'s duplicate policy)."""
     plugin.register_in_core_algos("advantage estimator", NAME, compute_ds_grpo_outcome_advantage)

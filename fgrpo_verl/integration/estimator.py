@@ -8,9 +8,7 @@ The math lives in :mod:`fgrpo_verl.focal`.
 
 from __future__ import annotations
 
-import contextvars
 import logging
-import sys
 
 import torch
 
@@ -20,7 +18,6 @@ from fgrpo_verl.integration import plugin
 logger = logging.getLogger("fgrpo_verl")
 
 ESTIMATOR_NAME = "fgrpo"
-REGISTRY_MODULE = "verl.trainer.ppo.core_algos"
 
 
 def compute_fgrpo_outcome_advantage(
@@ -49,13 +46,8 @@ def compute_fgrpo_outcome_advantage(
         token_level_rewards, response_mask, index, settings, norm_adv_by_std_in_grpo=norm, epsilon=epsilon
     )
     warn_if_no_rollout_succeeds(settings, result)
-    sink = _RESULT_SINK.get()
-    if sink is not None:
-        sink.append((settings, result))
+    plugin.report(RESULTS, (settings, result))
     return result.advantages, result.advantages
-
-
-plugin.mark(compute_fgrpo_outcome_advantage, f"adv_estimator:{ESTIMATOR_NAME}")
 
 
 def settings_of(config) -> tuple[FocalSettings, bool]:
@@ -89,24 +81,13 @@ def warn_if_no_rollout_succeeds(settings: FocalSettings, result) -> None:
         settings.base.upper())
 
 
-# verl drops everything but (advantages, returns), so a caller that wants the per-group numbers (the focal
-# metrics in fgrpo_verl/integration/trainer.py) opens a capture around verl's advantage call and reads them afterwards.
-_RESULT_SINK: contextvars.ContextVar[list | None] = contextvars.ContextVar("fgrpo_result_sink", default=None)
-
-
-def _registered_sink() -> contextvars.ContextVar:
-    # With two copies of this module loaded, verl calls the registered one (the duplicate policy keeps the first): the
-    # capture must open that copy's sink, whichever copy the trainer imported.
-    core_algos = sys.modules.get(REGISTRY_MODULE)
-    fn = core_algos.ADV_ESTIMATOR_REGISTRY.get(ESTIMATOR_NAME) if core_algos is not None else None
-    if fn is not None and plugin.ident_of(fn) == plugin.ident_of(compute_fgrpo_outcome_advantage):
-        return fn.__globals__["_RESULT_SINK"]
-    return _RESULT_SINK
+RESULTS = "fgrpo estimator results"
 
 
 def capture_results():
-    """Collect ``(FocalSettings, FocalResult)`` of every ``fgrpo`` estimator call made inside the block."""
-    return plugin.collecting(_registered_sink())
+    """Collect ``(FocalSettings, FocalResult)`` of every ``fgrpo`` estimator call made inside the block (the focal
+    metrics in fgrpo_verl/integration/trainer.py open one around verl's advantage call)."""
+    return plugin.collecting(RESULTS)
 
 
 def register() -> None:

@@ -95,18 +95,15 @@ def concentration_metrics(old_log_prob, log_prob, advantages, response_mask) -> 
     ratio = torch.exp(torch.clamp(logp - old_log_prob.detach().to(torch.float64), -20.0, 20.0))
     pos, neg = (adv > 0).to(torch.float64) * mask, (adv < 0).to(torch.float64) * mask
     tokens = mask.sum().clamp_min(1.0)  # an all-padding micro-batch reports zeros, not NaN
-    values = torch.stack(
-        [
-            pos.sum(),
-            neg.sum(),
-            mask.sum() - pos.sum() - neg.sum(),
-            (adv.abs() * mask).sum(),
-            (logp * pos).sum(),
-            (ratio * pos).sum(),
-        ]
-    ) / tokens
-    names = ("adv_pos_share", "adv_neg_share", "adv_zero_share", "adv_abs_mean", "pos_logprob_x_share", "pos_ratio_x_share")
-    return {METRIC_PREFIX + name: value for name, value in zip(names, values.tolist())}
+    sums = {
+        "adv_pos_share": pos.sum(),
+        "adv_neg_share": neg.sum(),
+        "adv_zero_share": mask.sum() - pos.sum() - neg.sum(),
+        "adv_abs_mean": (adv.abs() * mask).sum(),
+        "pos_logprob_x_share": (logp * pos).sum(),
+        "pos_ratio_x_share": (ratio * pos).sum(),
+    }
+    return {METRIC_PREFIX + name: float(value / tokens) for name, value in sums.items()}
 
 
 def compute_policy_loss_fgrpo(
@@ -136,9 +133,6 @@ def compute_policy_loss_fgrpo(
     metrics = dict(metrics)
     metrics.update(concentration_metrics(old_log_prob, log_prob, advantages, response_mask))
     return loss, metrics
-
-
-plugin.mark(compute_policy_loss_fgrpo, f"policy_loss:{LOSS_MODE}")
 
 
 def register() -> None:

@@ -42,8 +42,8 @@ VERL_CONFIG = "verl.utils.config"
 STRICT_ENV = "FGRPO_VERL_STRICT_REGISTRATION"
 MARK = "__fgrpo_verl_id__"
 
-# (what, "module:function" that registers it or a module whose import does, the verl module whose import runs it
-# (None: at once), the verl_compat feature it needs (None: every release))
+# (what, "module:function" that registers it or a module whose import does, the verl module whose import runs it,
+# the verl_compat feature it needs (None: every release))
 STEPS = (
     ("advantage estimator `fgrpo`", "fgrpo_verl.integration.estimator:register", CORE_ALGOS, None),
     ("policy loss `fgrpo`", "fgrpo_verl.integration.loss:register", CORE_ALGOS, None),
@@ -56,8 +56,6 @@ STEPS = (
      verl_compat.TRAINER_MODES),
     ("final-output handling of multi-output agent sessions for fgrpo", "fgrpo_verl.integration.sessions:register", V1,
      verl_compat.TRAINER_MODES),
-    ("execution backends listed in $VERL_USE_EXTERNAL_MODULES", "fgrpo_verl.backends:register_selected", None,
-     verl_compat.CPU_BACKEND),
 )
 
 
@@ -75,26 +73,21 @@ def ident_of(obj) -> str | None:
         return None
 
 
-def register(registry: dict, name: str, obj, kind: str, add: Callable | None = None):
-    """Put marked ``obj`` under ``name`` by the duplicate policy above, through verl's own ``add(name, obj)`` where
-    verl has one (so its checks run); returns the object now registered. ``kind`` names the registry in messages."""
-    ident = ident_of(obj)
-    if ident is None:
-        raise TypeError(f"{obj!r} carries no fgrpo-verl mark; call plugin.mark() on it first")
+def register(registry: dict, name: str, obj, kind: str, decorator: Callable) -> None:
+    """Put ``obj`` under ``name`` in ``registry`` by the duplicate policy above, through verl's own registering
+    ``decorator(name)`` (so its checks run). ``kind`` names the registry in messages; ``obj`` is marked
+    ``<kind>:<name>``, the mark a copy of the same module gives its own object."""
+    ident = ident_of(mark(obj, f"{kind}:{name}"))
     current = registry.get(name)
     if current is obj or (current is not None and ident_of(current) == ident):
-        return current
+        return
     if current is not None:
         raise ValueError(
             f"{kind} name {name!r} is already registered to {getattr(current, '__module__', '?')}."
             f"{getattr(current, '__qualname__', repr(current))}, not fgrpo-verl's; refusing to replace it "
             "(uninstall or disable the other plugin: VERL_USE_EXTERNAL_PLUGINS=<names to load>)"
         )
-    if add is None:
-        registry[name] = obj
-    else:
-        add(name, obj)
-    return obj
+    decorator(name)(obj)
 
 
 def register_in_core_algos(kind: str, name: str, obj) -> None:
@@ -104,12 +97,20 @@ def register_in_core_algos(kind: str, name: str, obj) -> None:
 
     registry, add = ((core_algos.ADV_ESTIMATOR_REGISTRY, core_algos.register_adv_est) if kind == "advantage estimator"
                      else (core_algos.POLICY_LOSS_REGISTRY, core_algos.register_policy_loss))
-    register(registry, name, obj, kind, add=lambda name, obj: add(name)(obj))
+    register(registry, name, obj, kind, add)
+
+
+# What verl drops (it keeps an estimator's advantages and returns only) reaches the trainer's metrics through named
+# sinks: a capture (:func:`collecting`) opens a list under a name, and code run inside it appends (:func:`report`).
+# They live here, in the module verl's plugin loader imports once, so that every copy of a reporting module (a
+# reload, a second copy of the estimator whose first copy verl keeps calling) reports into the capture a caller opened.
+_SINKS: dict[str, contextvars.ContextVar] = {}
 
 
 @contextlib.contextmanager
-def collecting(var: contextvars.ContextVar):
-    """Within the block, ``var`` holds a new list (what the code that reads ``var`` appends to), yielded."""
+def collecting(name: str):
+    """Within the block, what :func:`report` is given under ``name`` goes to a new list, yielded."""
+    var = _SINKS.setdefault(name, contextvars.ContextVar(name, default=None))
     sink: list = []
     token = var.set(sink)
     try:
@@ -118,19 +119,24 @@ def collecting(var: contextvars.ContextVar):
         var.reset(token)
 
 
-def run_step(what: str, target: str, strict: bool, _module=None) -> bool:
+def report(name: str, item) -> None:
+    """Append ``item`` to the list of the innermost :func:`collecting` of ``name`` open here; none open: nothing."""
+    sink = _SINKS[name].get() if name in _SINKS else None
+    if sink is not None:
+        sink.append(item)
+
+
+def run_step(what: str, target: str, strict: bool, _module=None) -> None:
     """Run one step of :data:`STEPS`; on failure raise (``strict``) or log a WARNING naming ``what``."""
     module, _, function = target.partition(":")
     try:
         loaded = importlib.import_module(module)
         if function:
             getattr(loaded, function)()
-        return True
     except Exception as exc:
         if strict:
             raise
         logger.warning("fgrpo-verl: %s not registered: %s: %s", what, type(exc).__name__, exc)
-        return False
 
 
 def install() -> None:
@@ -139,11 +145,7 @@ def install() -> None:
         logger.warning("fgrpo-verl on %s", verl_compat.summary())
     strict = os.environ.get(STRICT_ENV) == "1"
     for what, target, trigger, feature in STEPS:
-        if not verl_compat.supports(feature):
-            continue
-        if trigger is None:
-            run_step(what, target, False)
-        else:
+        if verl_compat.supports(feature):
             # a step whose module is imported already runs now, inside verl's plugin loader, which swallows errors
             hook = functools.partial(run_step, what, target, strict and trigger not in sys.modules)
             wrapt.register_post_import_hook(hook, trigger)

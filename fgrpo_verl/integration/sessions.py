@@ -14,16 +14,12 @@ untouched. With one output per session (every single-turn run) the rows are pass
 
 from __future__ import annotations
 
-import contextvars
-
 import torch
 
 from fgrpo_verl.integration import plugin
 
 ESTIMATOR_NAME = "fgrpo"
-
-# Row indices of the final outputs, per advantage call, for the trainer's metrics (see capture_final_rows).
-_FINAL_ROWS: contextvars.ContextVar[list | None] = contextvars.ContextVar("fgrpo_final_rows", default=None)
+FINAL_ROWS = "fgrpo final-output rows"
 
 
 def final_output_rows(batch_keys) -> tuple[list[int], list[int]]:
@@ -46,13 +42,10 @@ def final_output_rows(batch_keys) -> tuple[list[int], list[int]]:
 def advantage_of_final_outputs(compute_advantage, data, batch_keys, **kwargs):
     """verl's ``compute_advantage`` over each session's final output, spread to all outputs of the session."""
     final, session_of_row = final_output_rows(batch_keys)
-    sink = _FINAL_ROWS.get()
-    if len(final) == len(session_of_row):  # one output per session: nothing to collapse
-        if sink is not None:
-            sink.append(None)
+    single = len(final) == len(session_of_row)  # one output per session: nothing to collapse
+    plugin.report(FINAL_ROWS, None if single else final)
+    if single:
         return compute_advantage(data, **kwargs)
-    if sink is not None:
-        sink.append(final)
     finals = compute_advantage(data.select_idxs(final), **kwargs)
     # The scalar advantage of each final output, read at its first response token.
     first_token = finals.batch["response_mask"].argmax(dim=1)
@@ -65,7 +58,7 @@ def advantage_of_final_outputs(compute_advantage, data, batch_keys, **kwargs):
 
 def capture_final_rows():
     """Collect, per advantage call inside the block, the final-output rows used (None: all rows)."""
-    return plugin.collecting(_FINAL_ROWS)
+    return plugin.collecting(FINAL_ROWS)
 
 
 def register() -> None:

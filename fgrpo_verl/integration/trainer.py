@@ -174,8 +174,14 @@ class FocalMetricsMixin:
         if mu_hat and tracking is not None and "wandb" in tracking.logger:
             # A histogram object would break scalar-only loggers (console, tensorboard, ...): W&B only. The other
             # loggers get the fgrpo/mu_hat_q* quantiles. Same step as the scalars, so W&B merges them into one row.
-            histogram = mu_hat_histogram(torch.cat([m for m, _ in mu_hat]), max(n for _, n in mu_hat))
-            tracking.log(data={MU_HAT_HISTOGRAM: histogram}, step=global_steps, backend=["wandb"])
+            import numpy as np
+            import wandb
+
+            n = max(n for _, n in mu_hat)  # one bin centred on each attainable value j/N
+            counts = np.histogram(torch.cat([m for m, _ in mu_hat]).double().numpy(),
+                                  bins=np.linspace(-0.5 / n, 1.0 + 0.5 / n, n + 2))
+            tracking.log(data={MU_HAT_HISTOGRAM: wandb.Histogram(np_histogram=counts)}, step=global_steps,
+                         backend=["wandb"])
 
 
 @contextlib.contextmanager
@@ -196,40 +202,22 @@ def fresh_start_validation_only(trainer):
         return
     print(f"[fgrpo] resuming at step {step}: skipping the validation before training "
           "(trainer.val_before_train validates a fresh start only)", flush=True)
-    had, before = "val_before_train" in cfg, cfg.get("val_before_train")
+    before = cfg.get("val_before_train", True)  # verl's default where the config leaves the key out
     with read_write(cfg), open_dict(cfg):
         cfg.val_before_train = False
     try:
         yield
     finally:
         with read_write(cfg), open_dict(cfg):
-            if had:
-                cfg.val_before_train = before
-            else:
-                del cfg["val_before_train"]
+            cfg.val_before_train = before
 
 
 def positive_token_means(actor_metrics: dict) -> dict[str, float]:
     """``actor/fgrpo/pos_{logprob,ratio}_mean`` = step average of ``*_x_share`` / step average of ``adv_pos_share``."""
-    share = actor_metrics.get(LOSS_PREFIX + "adv_pos_share")
-    out = {}
-    if share is None or float(share) <= 0:
-        return out
-    for name in ("pos_logprob", "pos_ratio"):
-        value = actor_metrics.get(f"{LOSS_PREFIX}{name}_x_share")
-        if value is not None:
-            out[f"{LOSS_PREFIX}{name}_mean"] = float(value) / float(share)
-    return out
-
-
-def mu_hat_histogram(mu_hat: torch.Tensor, group_size: int):
-    """A ``wandb.Histogram`` of μ̂ with one bin centred on each attainable value j/N, N = ``group_size``."""
-    import numpy as np
-    import wandb
-
-    n = max(1, int(group_size))
-    edges = np.linspace(-0.5 / n, 1.0 + 0.5 / n, n + 2)
-    return wandb.Histogram(np_histogram=np.histogram(mu_hat.double().numpy(), bins=edges))
+    share = float(actor_metrics.get(LOSS_PREFIX + "adv_pos_share") or 0.0)
+    shares = {name: actor_metrics.get(f"{LOSS_PREFIX}{name}_x_share") for name in ("pos_logprob", "pos_ratio")}
+    return {f"{LOSS_PREFIX}{name}_mean": float(value) / share for name, value in shares.items()
+            if value is not None and share > 0}
 
 
 class FocalSyncTrainer(FocalMetricsMixin, PPOTrainerSync):
@@ -245,14 +233,12 @@ class FocalSeparateAsyncTrainer(FocalMetricsMixin, PPOTrainerSeparateAsync):
 
 
 TRAINERS = (FocalSyncTrainer, FocalColocateAsyncTrainer, FocalSeparateAsyncTrainer)
-for _cls in TRAINERS:
-    plugin.mark(_cls, f"trainer:{_cls.name}")
 
 
 def register() -> None:
     """Register the trainers in verl's ``TRAINER_REGISTRY`` (``fgrpo_verl.integration.plugin``'s duplicate policy)."""
     for cls in TRAINERS:
-        plugin.register(TRAINER_REGISTRY, cls.name, cls, "trainer mode", add=lambda name, c: register_trainer(name)(c))
+        plugin.register(TRAINER_REGISTRY, cls.name, cls, "trainer mode", register_trainer)
 
 
 register()

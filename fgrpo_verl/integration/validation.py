@@ -32,14 +32,11 @@ LOSS_KEY = "actor_rollout_ref.actor.policy_loss"
 LOSS_TARGET = "fgrpo_verl.integration.loss.FocalPolicyLossConfig"
 # verl's default for algorithm.gamma (its GAE discount, ppo_trainer.yaml)
 VERL_GAE_GAMMA = 1.0
-# warnings said in this process: train validates, then verl's main_ppo (wrapped) validates the same config again
-_SAID: set[str] = set()
 
 
+@functools.cache  # once per process: train validates, then verl's main_ppo (wrapped) validates the same config again
 def _warn_once(message: str) -> None:
-    if message not in _SAID:
-        _SAID.add(message)
-        logger.warning("fgrpo-verl: %s", message)
+    logger.warning("fgrpo-verl: %s", message)
 
 
 def check_fgrpo(config) -> None:
@@ -204,8 +201,7 @@ def register() -> None:
             check_before_ray(config)
         return original(config, *args, **kwargs)
 
-    plugin.mark(validate_config, WRAPPER_ID)
-    verl_config.validate_config = validate_config
+    verl_config.validate_config = plugin.mark(validate_config, WRAPPER_ID)
 
 
 ACTOR = "actor_rollout_ref.actor"
@@ -221,23 +217,19 @@ def _int(config, key: str) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _batch_rule(gpus: int, rollouts: int, megatron: tuple[int, int | None] | None) -> str | None:
+def _minimal_batch(gpus: int, megatron: tuple[int, int | None] | None) -> int:
     """verl 0.9.1's rule (``verl/utils/config.py`` ``validate_config``, without dynamic batch size): the GPUs split
     into model-parallel groups (Megatron: TP x PP x CP; FSDP: 1 GPU), and a step's rollouts into equal shares of
-    the minimal batch (FSDP: one per GPU; Megatron: the data-parallel size x the micro-batch per GPU). None when
-    ``gpus`` and ``rollouts`` satisfy it, else which part fails: "gpus" or "batch"."""
+    this minimal batch (FSDP: one per GPU; Megatron: the data-parallel size x the micro-batch per GPU). 0 when the
+    GPUs do not split into the groups; 1 without a Megatron micro-batch size (verl fails on its absence itself)."""
     if megatron is None:
-        return None if rollouts % gpus == 0 else "batch"
+        return gpus
     size, micro = megatron
-    if gpus % size:
-        return "gpus"
-    if micro is None:  # verl would fail on the missing micro-batch size itself
-        return None
-    return None if rollouts % (gpus // size * micro) == 0 else "batch"
+    return 0 if gpus % size else 1 if not micro else gpus // size * micro
 
 
 def check_gpu_batch_sizes(config) -> None:
-    """The GPU count against the batch sizes, by verl's rule (:func:`_batch_rule`), before verl's own assertion,
+    """The GPU count against the batch sizes, by verl's rule (:func:`_minimal_batch`), before verl's own assertion,
     which names no key ("real_train_batch_size (2048) must be divisible by minimal possible batch size (6)"): a
     ``ValueError`` naming every key involved, their values, and values of ``trainer.n_gpus_per_node`` and
     ``data.train_batch_size`` that pass. verl's rule reads neither the rollout's tensor parallelism nor Ulysses
@@ -259,32 +251,28 @@ def check_gpu_batch_sizes(config) -> None:
             return
         megatron = (parallel[0] * parallel[1] * parallel[2], _int(config, f"{ACTOR}.ppo_micro_batch_size_per_gpu"))
     gpus, rollouts = per_node * nodes, batch * n
-    failed = _batch_rule(gpus, rollouts, megatron)
-    if failed is None:
+    minimal = _minimal_batch(gpus, megatron)
+    if minimal and rollouts % minimal == 0:
         return
 
     gpu_count = f"trainer.n_gpus_per_node={per_node} x trainer.nnodes={nodes}"
     if megatron is not None:
         tp, pp, cp = (f"{key}={_int(config, key)}" for key in MEGATRON_KEYS)
         groups = f"({tp} x {pp} x {cp} = {megatron[0]})"
-    if failed == "gpus":
+    if not minimal:
         problem = f"{gpu_count} = {gpus} GPUs must be divisible by the model-parallel size {groups}"
     else:
-        if megatron is None:
-            minimal, why = gpus, f"{gpu_count} (each GPU takes an equal share)"
-        else:
-            dp = gpus // megatron[0]
-            minimal = dp * megatron[1]
-            why = (f"the data-parallel size {dp} ({gpu_count} = {gpus} GPUs / {groups}) x "
-                   f"{ACTOR}.ppo_micro_batch_size_per_gpu={megatron[1]}")
+        why = f"{gpu_count} (each GPU takes an equal share)" if megatron is None else (
+            f"the data-parallel size {gpus // megatron[0]} ({gpu_count} = {gpus} GPUs / {groups}) x "
+            f"{ACTOR}.ppo_micro_batch_size_per_gpu={megatron[1]}")
         problem = (f"data.train_batch_size={batch} x actor_rollout_ref.rollout.n={n} = {rollouts} rollouts per step "
                    f"must be divisible by minimal possible batch size {minimal} = {why}")
     valid = []
     per_node_ok = [g for g in range(1, max(_GPUS_PER_NODE_OFFERED, per_node) + 1)
-                   if _batch_rule(g * nodes, rollouts, megatron) is None]
+                   if (m := _minimal_batch(g * nodes, megatron)) and rollouts % m == 0]
     if per_node_ok:
         valid.append(f"trainer.n_gpus_per_node in {{{', '.join(map(str, per_node_ok))}}}")
-    if failed == "batch":
+    if minimal:
         step = minimal // math.gcd(minimal, n)  # batch sizes whose batch x n is a multiple of the minimal batch
         below = batch // step * step
         valid.append("data.train_batch_size=" + (f"{below} or " if below > 0 else "") + str(below + step))

@@ -30,14 +30,9 @@ PREFIX = "fgrpo/"
 MU_HAT_QUANTILES = (0.10, 0.25, 0.50, 0.75, 0.90)
 
 
-def real_groups(result: FocalResult, real_rows: torch.Tensor | None) -> torch.Tensor:
-    """(G,) bool: the groups holding at least one non-padding rollout."""
-    num_groups = result.group_size.numel()
-    if real_rows is None:
-        return torch.ones(num_groups, dtype=torch.bool, device=result.group_size.device)
-    if real_rows.shape != result.base_scalars.shape:
-        raise ValueError(f"real_rows has shape {tuple(real_rows.shape)}, expected {tuple(result.base_scalars.shape)}")
-    hits = torch.zeros(num_groups, dtype=torch.int64, device=real_rows.device)
+def real_groups(result: FocalResult, real_rows: torch.Tensor) -> torch.Tensor:
+    """(G,) bool: the groups holding at least one of the (B,) ``real_rows`` (the non-padding rollouts)."""
+    hits = torch.zeros(result.group_size.numel(), dtype=torch.int64, device=real_rows.device)
     hits.index_add_(0, result.group_index, real_rows.to(torch.int64))
     return hits > 0
 
@@ -50,8 +45,8 @@ def focal_step_metrics(result: FocalResult, gamma: float, real_rows: torch.Tenso
         gamma: the focal strength γ the result was computed with (for ``m_gamma``).
         real_rows: (B,) bool, False for padding rollouts; None means every rollout is real.
     """
-    keep_group = real_groups(result, real_rows)
     rows = torch.ones_like(result.base_scalars, dtype=torch.bool) if real_rows is None else real_rows.to(torch.bool)
+    keep_group = real_groups(result, rows)
     n, x = result.group_size[keep_group].double(), result.group_correct[keep_group].double()
     mu, w = result.mu_hat[keep_group].double(), result.focal_weight[keep_group].double()
     num_groups = int(n.numel())

@@ -24,12 +24,6 @@ from fgrpo_verl.pass_at_k import ks_up_to, pass_at_k
 PREFIX = "val-core"
 
 
-def budgets(n: int) -> list[int]:
-    """k = 1, 2, 4, ... below n, and n itself."""
-    ks = ks_up_to(n, k_max=n)
-    return ks if ks[-1] == n else ks + [n]
-
-
 def validation_pass_at_k(
     data_sources,
     sample_uids,
@@ -77,8 +71,7 @@ def validation_pass_at_k(
         correct[key] += int(float(value) > success_threshold)
     for (source, uid), n in (expected_counts or {}).items():
         key = (str(source), str(uid))
-        if n > seen[key]:
-            seen[key] = int(n)
+        seen[key] = max(seen[key], int(n))
 
     by_source = defaultdict(list)
     for key, n in seen.items():
@@ -87,6 +80,7 @@ def validation_pass_at_k(
     metrics = {}
     for source, pairs in sorted(by_source.items()):
         n, c = (np.array(col, dtype=np.int64) for col in zip(*pairs))
-        for k in budgets(int(n.min())):
+        smallest = int(n.min())
+        for k in sorted({*ks_up_to(smallest, k_max=smallest), smallest}):  # 1, 2, 4, ... and n itself
             metrics[f"{PREFIX}/{source}/pass@{k}"] = float(pass_at_k(n, c, k).mean())
     return metrics

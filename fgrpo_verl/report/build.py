@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from fgrpo_verl.evaluation.report import write_csv
-from fgrpo_verl.report.runs import collect_runs, finish
+from fgrpo_verl.report.runs import add_table, collect_runs, finish
 from fgrpo_verl.report.tables import columns_of, curves, report_k, selection_table, table1, table6, table_runs
 
 
@@ -49,18 +49,9 @@ def build_report(recipe_arg: str, workdir: Path, out_dir: Path, significance: tu
                 write_csv(out_dir / "significance.csv", sig_rows)
         else:
             table = table6(reports, plan, k) if key == "table6" else table_runs(reports, columns, k, key)
-        md = table.markdown(k)
-        (out_dir / f"{key}.md").write_text(md, encoding="utf-8")
         write_csv(out_dir / f"{key}.csv", table.csv_rows(k))
-        if table.has_ours():
-            parts.append(md)
-        else:
-            empty.append(key)
+        add_table(parts, empty, out_dir / f"{key}.md", table.markdown(k), table.has_ours())
     if "curves" in tables:
-        md = curves(pairs, plan, out_dir)
-        (out_dir / "tables12_14.md").write_text(md, encoding="utf-8")
-        if any(base.final is not None and focal.final is not None for base, focal in pairs):
-            parts.append(md)
-        else:
-            empty.append("tables12_14")
+        add_table(parts, empty, out_dir / "tables12_14.md", curves(pairs, plan, out_dir),
+                  any(base.final is not None and focal.final is not None for base, focal in pairs))
     return finish(parts, empty, reports, out_dir)

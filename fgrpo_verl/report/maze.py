@@ -26,7 +26,7 @@ from pathlib import Path
 from fgrpo_verl.evaluation import paper_numbers
 from fgrpo_verl.evaluation.report import write_csv
 from fgrpo_verl.monitoring.console import step_fields
-from fgrpo_verl.report.runs import Run, finish
+from fgrpo_verl.report.runs import Run, add_table, finish
 from fgrpo_verl.theory.plots import pyplot, save
 
 TABLE_4_SOURCE = "maze"  # the data_source of the maze's held-out set (fgrpo_verl/tasks/maze/data.py)
@@ -203,12 +203,8 @@ def validation_report(recipe, jobs: list, log_dir: Path, out_dir: Path) -> str:
     for source in sources:
         key = "table4" if len(sources) == 1 else f"table4_{source}"
         md, rows, has_ours = table4(runs, source, ks, key)
-        (out_dir / f"{key}.md").write_text(md, encoding="utf-8")
+        add_table(parts, empty, out_dir / f"{key}.md", md, has_ours)
         csv_rows += rows
-        if has_ours:
-            parts.append(md)
-        else:
-            empty.append(key)
     write_csv(out_dir / "table4.csv", csv_rows)
     source = TABLE_4_SOURCE if TABLE_4_SOURCE in sources else sources[0]
     drawn = figures(runs, source, min(val_n), out_dir)

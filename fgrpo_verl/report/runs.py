@@ -119,6 +119,16 @@ def baseline_groups(reports: list[RunReport]) -> list[tuple[RunReport, dict[floa
     return groups
 
 
+def add_table(parts: list[str], empty: list[str], path: Path, md: str, has_ours: bool) -> None:
+    """Write a table's markdown to ``path``; print it (``parts``) when a cell of ours has a number, else name it in
+    ``empty`` (:func:`finish`'s line on the tables left out)."""
+    path.write_text(md, encoding="utf-8")
+    if has_ours:
+        parts.append(md)
+    else:
+        empty.append(path.stem)
+
+
 def finish(parts: list[str], empty: list[str], runs, out_dir: Path) -> str:
     """The report's text, written to report.md: ``parts``, one line naming the tables left out (no number of ours
     yet; their files hold the paper's), then what is missing: in ``missing.md`` every run and what keeps its cells

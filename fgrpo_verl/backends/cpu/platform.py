@@ -23,10 +23,6 @@ from verl.plugin.platform import PlatformBase, PlatformRegistry
 PLATFORM_NAME = "cpu"
 
 
-def _noop(*args, **kwargs) -> None:
-    return None
-
-
 def _mem_get_info(*args, **kwargs) -> tuple[int, int]:
     """(free, total) bytes of host memory: what verl's memory logging asks of an accelerator."""
     vm = psutil.virtual_memory()
@@ -45,7 +41,7 @@ def _build_device_module() -> types.ModuleType:
         setattr(module, name, getattr(torch.cpu, name))
     # host memory is returned to the allocator by Python/torch itself
     for name in ("empty_cache", "ipc_collect", "set_per_process_memory_fraction", "reset_peak_memory_stats"):
-        setattr(module, name, _noop)
+        setattr(module, name, lambda *args, **kwargs: None)
     # verl only logs these numbers
     for name in ("memory_allocated", "memory_reserved", "max_memory_allocated", "max_memory_reserved"):
         setattr(module, name, lambda *args, **kwargs: 0)

@@ -53,16 +53,6 @@ class RaySession:
         self.num_cpus, self.num_gpus = num_cpus, num_gpus
         self.address: str | None = None
 
-    @staticmethod
-    def _cpu_config() -> tuple[int, int, dict[str, str]]:
-        """The ``backend=cpu`` config's logical CPUs and GPUs, and its Ray settings read from the environment
-        (``RAY_*`` of its ``env_vars``: the raylet this session starts reads them)."""
-        from fgrpo_verl.config.compose import compose
-
-        ray_init = compose(["backend=cpu"]).ray_kwargs.ray_init
-        ray_settings = {k: str(v) for k, v in ray_init.runtime_env.env_vars.items() if k.startswith("RAY_")}
-        return int(ray_init.num_cpus), int(ray_init.num_gpus), ray_settings
-
     def __enter__(self) -> "RaySession":
         import ray
 
@@ -73,10 +63,14 @@ class RaySession:
                 f"RaySession: RAY_ADDRESS={os.environ['RAY_ADDRESS']!r} is set, so ray.init would join that cluster "
                 "instead of starting one; unset it"
             )
+        from fgrpo_verl.config.compose import compose
         from fgrpo_verl.environment import environment_with
         from fgrpo_verl.job import ray_start
 
-        cpus, gpus, ray_settings = self._cpu_config()
+        # the backend=cpu config's logical CPUs and GPUs, and its Ray settings read from the environment (RAY_* of its
+        # env_vars: the raylet this session starts reads them)
+        ray_init = compose(["backend=cpu"]).ray_kwargs.ray_init
+        ray_settings = {k: str(v) for k, v in ray_init.runtime_env.env_vars.items() if k.startswith("RAY_")}
         # Ray 2.60 turns token authentication on for a new local cluster and warns that it did: the cluster is
         # protected as it should be, and the warning tells a demo user nothing to act on. Asking for the mode with
         # RAY_AUTH_MODE=token would not do: Ray reads it when it is imported, which may be before this point.
@@ -87,7 +81,8 @@ class RaySession:
             # for the raylet started now (worker niceness); this process's environment as before afterwards
             with environment_with(ray_settings):
                 # a slow start on a busy machine is retried (fgrpo_verl/job/ray_start.py)
-                ray_start.init(num_cpus=self.num_cpus or cpus, num_gpus=self.num_gpus or gpus,
+                ray_start.init(num_cpus=self.num_cpus or int(ray_init.num_cpus),
+                               num_gpus=self.num_gpus or int(ray_init.num_gpus),
                                include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
         finally:
             auth_log.setLevel(auth_level)

@@ -25,6 +25,7 @@ explicit ``poll_interval`` (a custom sampler's) is kept. Each poll is one Transf
 
 from __future__ import annotations
 
+import functools
 import sys
 
 from wrapt import register_post_import_hook
@@ -81,28 +82,20 @@ def wrap(module, name: str, wrapper, importers=()) -> None:
             setattr(importer, name, wrapper)
 
 
+# (verl's module, the name wrapped in it, the wrapper, modules that bind the original by name): 1.-3. above
+WRAPPERS = (
+    ("verl.utils.distributed", "initialize_global_process_group_ray", initialize_global_process_group_ray,
+     ("verl.workers.engine_workers",)),
+    ("verl.utils.fsdp_utils", "apply_fsdp2", apply_fsdp2, ("verl.workers.engine.fsdp.transformer_impl",)),
+    ("verl.trainer.ppo.v1.replay_buffer", "ReplayBuffer.__init__", replay_buffer_init, ()),
+)
+
+
 def install() -> None:
-    """Install the wrappers above, each when (or now, if) verl's module is imported (idempotent).
+    """Install :data:`WRAPPERS`, each when (or now, if) verl's module is imported (idempotent).
 
     Modules that already bound an original with ``from ... import`` are patched too, so the result does not
     depend on import order.
     """
-    register_post_import_hook(_patch_distributed, "verl.utils.distributed")
-    register_post_import_hook(_patch_fsdp_utils, "verl.utils.fsdp_utils")
-    register_post_import_hook(_patch_replay_buffer, "verl.trainer.ppo.v1.replay_buffer")
-
-
-def _patch_distributed(module) -> None:
-    # verl builds "cpu:gloo,cpu:gloo" (invalid) on the cpu platform; no config knob reaches the string
-    wrap(module, "initialize_global_process_group_ray", initialize_global_process_group_ray,
-          ("verl.workers.engine_workers",))
-
-
-def _patch_fsdp_utils(module) -> None:
-    # verl hard-codes CPUOffloadPolicy(pin_memory=True) for forward-only FSDP2 models; pinning needs a GPU
-    wrap(module, "apply_fsdp2", apply_fsdp2, ("verl.workers.engine.fsdp.transformer_impl",))
-
-
-def _patch_replay_buffer(module) -> None:
-    # verl polls TransferQueue every 2 s for a step's rollouts; no config reaches the interval
-    wrap(module, "ReplayBuffer.__init__", replay_buffer_init)
+    for module_name, name, wrapper, importers in WRAPPERS:
+        register_post_import_hook(functools.partial(wrap, name=name, wrapper=wrapper, importers=importers), module_name)

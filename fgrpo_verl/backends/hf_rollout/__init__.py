@@ -24,15 +24,6 @@ def _load_replica():
     return HFReplica
 
 
-def _register_replica(replica_module) -> None:
-    replica_module.RolloutReplicaRegistry.register(ROLLOUT_NAME, _load_replica)
-
-
-def _register_adapter(base_module) -> None:
-    # get_rollout_class() reads only this private dict (name, mode) -> "module.Class"; it has no register().
-    base_module._ROLLOUT_REGISTRY[(ROLLOUT_NAME, "async")] = _ADAPTER_FQN
-
-
 def register() -> None:
     """Register the ``hf`` rollout's replica (trainer side) and adapter (worker side) with verl (idempotent).
 
@@ -41,5 +32,8 @@ def register() -> None:
     """
     from wrapt import register_post_import_hook
 
-    register_post_import_hook(_register_replica, "verl.workers.rollout.replica")
-    register_post_import_hook(_register_adapter, "verl.workers.rollout.base")
+    register_post_import_hook(lambda module: module.RolloutReplicaRegistry.register(ROLLOUT_NAME, _load_replica),
+                              "verl.workers.rollout.replica")
+    # get_rollout_class() reads only this private dict (name, mode) -> "module.Class"; it has no register().
+    register_post_import_hook(lambda module: module._ROLLOUT_REGISTRY.update({(ROLLOUT_NAME, "async"): _ADAPTER_FQN}),
+                              "verl.workers.rollout.base")

@@ -27,10 +27,6 @@ def _server_actor_name(replica_rank: int) -> str:
     return f"hf_rollout_server_{replica_rank}"
 
 
-def _rollout_world_size(config) -> int:
-    return config.tensor_model_parallel_size * config.data_parallel_size * config.pipeline_model_parallel_size
-
-
 class HFReplica(RolloutReplica):
     """One transformers sampling server per replica, next to the replica's first training worker."""
 
@@ -75,7 +71,8 @@ class HFServerAdapter(BaseRollout):
 
     def __init__(self, config, model_config, device_mesh, replica_rank: int = -1):
         super().__init__(config, model_config, device_mesh)
-        if _rollout_world_size(self.config) != 1:
+        cfg = self.config
+        if cfg.tensor_model_parallel_size * cfg.data_parallel_size * cfg.pipeline_model_parallel_size != 1:
             raise ValueError(f"rollout.name={ROLLOUT_NAME} needs tensor/data/pipeline parallel size 1 per replica")
         # one training rank per replica (HFReplica enforces it), so the replica is this worker's rank
         self.replica_rank = int(os.environ["RANK"]) if replica_rank == -1 else replica_rank

@@ -56,9 +56,7 @@ class SamplingParams:
         top_p = float(params.get("top_p", 1.0))
         if not (0.0 < top_p <= 1.0):
             raise ValueError(f"sampling_params.top_p={top_p!r} is invalid: expected 0 < top_p <= 1")
-        top_k = params.get("top_k", -1)
-        if top_k is None:
-            top_k = -1
+        top_k = -1 if params.get("top_k") is None else params["top_k"]
         if isinstance(top_k, bool) or int(top_k) != top_k or (top_k == 0):
             raise ValueError(f"sampling_params.top_k={top_k!r} is invalid: expected -1 (off) or an integer >= 1")
         max_tokens = params.get("max_tokens", params.get("max_new_tokens", default_max_tokens))

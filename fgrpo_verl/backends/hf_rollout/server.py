@@ -44,7 +44,6 @@ class _Request:
     request_id: str
     prompt_ids: list[int]
     params: SamplingParams
-    want_log_probs: bool
     future: asyncio.Future
 
 
@@ -87,18 +86,16 @@ class HFRolloutServer:
         self._pending: list[_Request] = []
         self._wakeup: Optional[asyncio.Event] = None
         self._worker: Optional[asyncio.Task] = None
-        self._model_lock: Optional[asyncio.Lock] = None
+        self._model_lock = asyncio.Lock()  # bound to an event loop only while it is waited for
         logger.info(
             "hf rollout server %d: %s on %s, dtype %s, attention %s", replica_rank,
             type(self.model).__name__, self.device, dtype, attn,
         )
 
-    # ------------------------------------------------------------------ addresses (load-balancer keys)
     def get_server_address(self) -> str:
         """A unique id for verl's load balancer, which keys servers by address (no HTTP is served)."""
         return f"hf-rollout-{self.replica_rank}"
 
-    # ------------------------------------------------------------------ generation
     def _default_max_tokens(self, prompt_len: int) -> int:
         cfg = self.config
         budget = min(cfg.response_length, cfg.prompt_length + cfg.response_length - prompt_len)
@@ -128,9 +125,11 @@ class HFRolloutServer:
         params = dict(sampling_params)
         want_log_probs = bool(params.pop("logprobs", False))
         parsed = SamplingParams.from_request(params, self._default_max_tokens(len(prompt_ids)), self.eos_token_ids)
-        self._ensure_worker()
+        if self._worker is None or self._worker.done():  # in the event loop of the first request
+            self._wakeup = asyncio.Event()
+            self._worker = asyncio.get_running_loop().create_task(self._serve_batches())
         future = asyncio.get_running_loop().create_future()
-        self._pending.append(_Request(request_id, prompt_ids, parsed, want_log_probs, future))
+        self._pending.append(_Request(request_id, prompt_ids, parsed, future))
         self._wakeup.set()
         result = await future
         if result is None:  # aborted before it was scheduled
@@ -143,12 +142,6 @@ class HFRolloutServer:
             num_preempted=0,
             extra_fields={"global_steps": self.global_steps},
         )
-
-    def _ensure_worker(self) -> None:
-        if self._worker is None or self._worker.done():
-            self._wakeup = asyncio.Event()
-            self._model_lock = self._model_lock or asyncio.Lock()
-            self._worker = asyncio.get_running_loop().create_task(self._serve_batches())
 
     async def _gather(self) -> None:
         """Wait while requests keep arriving, so that one step's requests are sampled as one batch.
@@ -192,10 +185,8 @@ class HFRolloutServer:
                 if not request.future.done():
                     request.future.set_result(result)
 
-    # ------------------------------------------------------------------ weights
     async def update_weights(self, named_tensors: dict[str, torch.Tensor], global_steps: Optional[int] = None):
         """Load the actor's full (HF-named) weights into the resident model, in place."""
-        self._model_lock = self._model_lock or asyncio.Lock()
         async with self._model_lock:
             state = self.model.state_dict()  # every name, tied aliases (lm_head -> embed_tokens) included
             unknown = sorted(set(named_tensors) - set(state))
@@ -213,7 +204,6 @@ class HFRolloutServer:
     async def set_global_steps(self, global_steps: int):
         self.global_steps = global_steps
 
-    # ------------------------------------------------------------------ control calls
     async def _nothing(self, *args, **kwargs):
         return None
 
@@ -222,7 +212,7 @@ class HFRolloutServer:
     start_profile = stop_profile = _nothing
 
     async def wait_for_requests_to_drain(self):
-        while self._pending or (self._model_lock is not None and self._model_lock.locked()):
+        while self._pending or self._model_lock.locked():
             await asyncio.sleep(0.01)
 
     async def abort_all_requests(self, reset_prefix_cache: bool = True, reject_request: bool = False) -> dict:
