@@ -183,7 +183,7 @@ def test_training_time_validation_is_on_where_the_paper_used_it(paper_main):
 def test_validation_off_keeps_the_identity_of_the_runs_launched_before_it(tmp_path):
     """`validation=off` replaced two overrides in paper_main: the same resolved config, so the same run names."""
     from fgrpo_verl.config.compose import compose
-    from fgrpo_verl.launch.identity import fingerprint, unnamed_tree
+    from fgrpo_verl.job.identity import fingerprint, unnamed_tree
 
     base = ["algo=grpo", "base_model=qwen25_7b", "dataset=deepscaler", "cluster=2x8", "trainer.total_epochs=10"]
     before = compose([*base, "trainer.val_before_train=false", "trainer.test_freq=-1"])

@@ -15,7 +15,8 @@ from omegaconf import OmegaConf
 
 from fgrpo_verl.job import preempt, run_record
 from fgrpo_verl.job.node_net import ensure_private_dir
-from fgrpo_verl.launch import identity, queue, render, steps
+from fgrpo_verl.job import identity
+from fgrpo_verl.launch import queue, render, steps
 from fgrpo_verl.launch.recipe import Resources
 
 NASTY = ["new\nline", "car\rriage", "tab\there", "nul\x00", "esc\x1b[2J"]
@@ -130,7 +131,7 @@ def test_control_characters_are_refused_everywhere_they_could_reach_the_script(t
     with pytest.raises(ValueError, match="control character"):
         render.train_command([f"trainer.default_local_dir={value}"])
     with pytest.raises(ValueError, match="control character"):
-        render.shell_exports({"FGRPO_X": value})
+        identity.shell_exports({"FGRPO_X": value})
 
 
 def test_directive_values_are_quoted_for_sbatchs_parser_and_placeholders_expand_once(tmp_path):

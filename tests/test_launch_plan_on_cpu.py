@@ -1,4 +1,4 @@
-"""How ``fgrpo-verl launch`` plans: one run per normalised config (config/schema.py, launch/identity.py) and
+"""How ``fgrpo-verl launch`` plans: one run per normalised config (config/schema.py, job/identity.py) and
 ``--status`` from what a submit recorded (launch/manifest.py)."""
 
 from __future__ import annotations

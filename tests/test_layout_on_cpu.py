@@ -10,9 +10,9 @@ that exist, and the trainer side never loads the launcher.
 
 from __future__ import annotations
 
-import logging
-
+import configparser
 import json
+import logging
 import subprocess
 import sys
 import textwrap
@@ -77,6 +77,7 @@ def test_entry_point_hydra_target_and_pkg_paths_load_the_package_objects_on_cpu(
     "fgrpo_verl.job.recipe",
     # names of an unreleased layout: no aliases (an old editable install is fixed by reinstalling)
     "fgrpo_verl.plugin", "fgrpo_verl.estimator", "fgrpo_verl.launch.preempt", "fgrpo_verl.compose",
+    "fgrpo_verl.launch.identity",
 ])
 def test_unknown_names_raise_module_not_found_on_cpu(name):
     import importlib
@@ -99,11 +100,16 @@ def test_imports_obey_the_layers_written_in_importlinter_on_cpu():
     from importlinter.cli import lint_imports
 
     config = PACKAGE.parent / ".importlinter"
-    layers = [line.strip() for line in config.read_text(encoding="utf-8").splitlines()
-              if line.strip().startswith("fgrpo_verl.")]
+    contracts = configparser.ConfigParser()
+    contracts.read(config, encoding="utf-8")
+    layers = [line.strip() for line in contracts["importlinter:contract:layers"]["layers"].strip().splitlines()]
     position = {name: i for i, line in enumerate(layers) for name in line.split(" | ")}
-    # the contract itself says what this test promises: the trainer side below the launcher, cli on top
-    assert layers[1] == "fgrpo_verl.cli" and "acyclic_siblings" in config.read_text(encoding="utf-8")
+    # the contracts themselves say what this test promises: the trainer side below the launcher, cli on top, and
+    # what train.sbatch runs on a node (cli/job_env.py) kept from the launcher
+    assert layers[1] == "fgrpo_verl.cli" and contracts["importlinter:contract:acyclic"]["type"] == "acyclic_siblings"
+    job_env = contracts["importlinter:contract:job-env"]
+    assert (job_env["source_modules"].split(), job_env["forbidden_modules"].split()) == (
+        ["fgrpo_verl.cli.job_env"], ["fgrpo_verl.launch"])
     assert all(position[f"fgrpo_verl.{pkg}"] > position["fgrpo_verl.launch"] for pkg in TRAINER_SIDE)
     # import-linter configures logging with dictConfig, which disables every logger that exists (ours included):
     # the loggers' state is put back so later tests in this process still see our warnings

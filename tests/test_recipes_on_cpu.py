@@ -30,7 +30,7 @@ def _assert_policy_loss(cfg, algo: str) -> None:
 
 
 def _readable(experiment: str) -> str:
-    """The run name without the launcher's ``-<8 hex digits of the config hash>`` (fgrpo_verl/launch/identity.py)."""
+    """The run name without the launcher's ``-<8 hex digits of the config hash>`` (fgrpo_verl/job/identity.py)."""
     match = re.fullmatch(r"(.+)-([0-9a-f]{8})", experiment)
     assert match, f"{experiment!r} does not end in -<config hash>"
     return match.group(1)

@@ -105,7 +105,7 @@ def workdir(slurm, tmp_path_factory):
 
 def _experiment(workdir: Path, gamma: float) -> str:
     """The readable part of the run name fgrpo_verl.job.tracking gives a run of the recipe (F-GRPO, group size
-    GROUP_N, data.seed=0); the launcher appends -<config hash> (fgrpo_verl/launch/identity.py)."""
+    GROUP_N, data.seed=0); the launcher appends -<config hash> (fgrpo_verl/job/identity.py)."""
     common = yaml.safe_load((workdir / "cpu_tiny.yaml").read_text())["common"]
     model = next(o.split("=", 1)[1] for o in common if o.startswith("actor_rollout_ref.model.path="))
     return tracking.run_name("fgrpo", gamma, GROUP_N, model, 0)

@@ -12,7 +12,7 @@ its job scripts:
 A requeued job runs its script again and verl resumes from the newest checkpoint under
 ``trainer.default_local_dir``, but verl's W&B logger opens a new run unless told which one to continue: hence the
 id. Without ``trainer.experiment_name`` among the overrides the name is tracking's
-``{algo}-g{γ}-n{N}-{model}-s{seed}`` plus ``-<config hash>`` (fgrpo_verl/launch/identity.py).
+``{algo}-g{γ}-n{N}-{model}-s{seed}`` plus ``-<config hash>`` (fgrpo_verl/job/identity.py).
 
 Before printing it composes the config, runs verl's ``validate_config`` and the launcher's preflight on the job's
 allocation (a config verl would reject fails before a Ray cluster starts), refuses secret-looking overrides, and,
@@ -65,8 +65,7 @@ def run(args: argparse.Namespace) -> int:
     from fgrpo_verl.job.run_record import check_record, recorded_run_id, write_record
     from fgrpo_verl.job.tracking import check_run_id, config_run_name, config_run_tags
     from fgrpo_verl import preflight
-    from fgrpo_verl.launch.identity import check_user_overrides, name_run, override_key
-    from fgrpo_verl.launch.render import job_environment, shell_exports
+    from fgrpo_verl.job.identity import check_user_overrides, job_environment, name_run, override_key, shell_exports
 
     # the launcher's secret check; the keys it owns are this job's own to set (train.sbatch's experiment name)
     check_user_overrides(args.overrides, owned=False)

@@ -1,7 +1,7 @@
 """The typed schema of ``algorithm.fgrpo``, applied to every composed config (fgrpo_verl/config/compose.py).
 
 verl's YAML is untyped: ``algorithm.fgrpo.gamma=0`` composes to the integer 0 and ``gamma=0.0`` to the float, and
-run identity hashes the resolved config (fgrpo_verl/launch/identity.py), so the two would be two runs with two
+run identity hashes the resolved config (fgrpo_verl/job/identity.py), so the two would be two runs with two
 checkpoint directories and two W&B runs. Typed here, both are 0.0: one config, one run. A value that is not of its
 key's type (``gamma=abc``, ``gamma=true``) or a key the block does not have is refused at composition, in one line
 naming the key. An interpolation (``${oc.env:GAMMA}``) is resolved there, and its value typed.

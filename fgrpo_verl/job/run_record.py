@@ -1,7 +1,7 @@
 """A run directory's record, ``<checkpoint dir>/fgrpo_run.json``: which config (fingerprint) the directory belongs
 to, its overrides, the Slurm jobs submitted for it and the W&B run they log to.
 
-The launcher writes it at each submit (fgrpo_verl/launch/identity.py names the runs); every job checks it first
+The launcher writes it at each submit (fgrpo_verl/job/identity.py names the runs); every job checks it first
 thing on its node, ``python -m fgrpo_verl.job.run_record check DIR FINGERPRINT``: a directory that holds another
 config's run (a hash prefix collision, a hand-set experiment name, a copied directory) is refused instead of
 resumed or overwritten.

@@ -1,7 +1,7 @@
 """A checkpoint each epoch, whatever verl keeps of the training data (``+trainer.save_per_epoch=true``).
 
 Recipes with ``save_per_epoch: true`` add the override (``fgrpo-verl launch``; with ``+``: it is not a key of
-verl's config, and it is not part of the run's identity, fgrpo_verl/launch/identity.py).
+verl's config, and it is not part of the run's identity, fgrpo_verl/job/identity.py).
 
 The paper keeps one checkpoint per epoch for its checkpoint selection (§5.3). verl's epoch is
 ``len(train_dataset) // data.train_batch_size`` steps, and ``train_dataset`` is what remains after verl dropped the

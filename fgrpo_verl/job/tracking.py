@@ -12,7 +12,7 @@ process that logs (verl's TaskRunner, a Ray actor):
                                                       upload later with `wandb sync <dir>`
 
 The run name is ``{algo}-g{γ}-n{N}-{model}-s{seed}`` (e.g. ``fgrpo-g0.5-n8-Qwen2.5-7B-s1``) and is also used as
-``trainer.experiment_name`` (``fgrpo-verl launch`` appends ``-<config hash>``, fgrpo_verl/launch/identity.py),
+``trainer.experiment_name`` (``fgrpo-verl launch`` appends ``-<config hash>``, fgrpo_verl/job/identity.py),
 so its id is a pure function of (project, run name, absolute checkpoint dir): the same config launched by two
 users, or from two directories, is two runs with two ids. To start a fresh run under an existing name, change
 the name (or export your own ``WANDB_RUN_ID``).

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from fgrpo_verl.launch.identity import drop_key
+from fgrpo_verl.job.identity import drop_key
 
 # Settings of training-time validation: they do not change what is trained, so a focal run validating on AIME25
 # (validation=aime25) is still selected against its γ = 0 twin that does not (paper_main's Qwen3 runs, App. P)

@@ -41,8 +41,8 @@ def plan_jobs(
     from fgrpo_verl.config.compose import SharedComposer
     from fgrpo_verl.job.run_record import check_record, recorded_run_id
     from fgrpo_verl.job.tracking import check_run_id, config_run_name, config_run_tags
-    from fgrpo_verl.launch.identity import check_user_overrides, name_run
-    from fgrpo_verl.launch.render import job_environment
+    from fgrpo_verl.job.identity import check_user_overrides, name_run
+    from fgrpo_verl.job.identity import job_environment
     from fgrpo_verl.preflight import PreflightError, check_run
     from fgrpo_verl.data.records import parquet_rows
     from fgrpo_verl.launch.steps import missing_data, step_plan

@@ -1,6 +1,6 @@
 """What Slurm and the checkpoint directory say about a run: for ``--status`` and for resubmission.
 
-A run (one identity = one Slurm job name, fgrpo_verl/launch/identity.py) is
+A run (one identity = one Slurm job name, fgrpo_verl/job/identity.py) is
 
     queued       a job with its name is PENDING (or REQUEUED, held) in ``squeue``
     running      a job with its name is RUNNING (or CONFIGURING, COMPLETING, SUSPENDED)

@@ -19,7 +19,7 @@
 
 A run's full override list is ``common + run.overrides + command-line overrides + trainer.project_name``, then
 ``trainer.experiment_name`` = fgrpo_verl.job.tracking's ``{algo}-g{γ}-n{N}-{model}-s{seed}[-<variant>]`` read from the
-composed config plus ``-<config hash>`` (launch/identity.py), which is also the Slurm job name. The run's
+composed config plus ``-<config hash>`` (job/identity.py), which is also the Slurm job name. The run's
 ``name`` selects it (``--only``). Nodes and GPUs per node are
 not resources: they are read from the composed ``trainer.nnodes`` / ``trainer.n_gpus_per_node`` (config group
 ``cluster``), so ``trainer.nnodes=4`` on the command line resizes both the Slurm allocation and verl.
@@ -39,7 +39,7 @@ from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_
 from fgrpo_verl.config.paths import recipes_dir
 from fgrpo_verl.config.suggest import did_you_mean
 from fgrpo_verl.evaluation.shapes import Shape
-from fgrpo_verl.launch.identity import is_secret_key
+from fgrpo_verl.job.identity import is_secret_key
 
 # Slurm job names and experiment names end up in paths, W&B and shell scripts: keep them plain.
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="letters, digits, '_', '.', '-'")]

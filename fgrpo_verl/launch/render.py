@@ -28,6 +28,7 @@ from pathlib import Path
 
 from fgrpo_verl.launch.recipe import MEMORY_OPTIONS, Recipe, Resources, Run
 from fgrpo_verl.config.paths import slurm_dir
+from fgrpo_verl.job.identity import check_value, shell_exports
 
 TEMPLATE = "job.sbatch.template"
 # Seconds between Slurm's USR1 and the time limit when neither the recipe nor the config says (cluster groups set
@@ -41,7 +42,6 @@ DEFAULT_SIGNAL_LEAD_S = 900
 # start-up. A recipe that shares nodes sets resources.mem (or a memory option in resources.extra).
 TRAIN_MEM = "0"
 _PLACEHOLDER = re.compile(r"\{\{([A-Z_]+)\}\}")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # every job of a run carries the run's name: Slurm never runs two of them at once, whoever submitted them
 SINGLETON = "singleton"
 
@@ -69,7 +69,7 @@ class JobScript:
     config: object
     # what every job of the run exports (its evaluation jobs' scripts too): the recipe's env, run identity, W&B
     exports: dict
-    # absolute checkpoint directory and config fingerprint (fgrpo_verl/launch/identity.py)
+    # absolute checkpoint directory and config fingerprint (fgrpo_verl/job/identity.py)
     checkpoint_dir: Path | None = None
     fingerprint: str = ""
     # steps the run trains (None: its data is not on this machine, fgrpo_verl/launch/steps.py)
@@ -110,18 +110,6 @@ def slurm_seconds(text) -> int | None:
     # with days the first number is hours (D-H[:M[:S]]); without, minutes unless there are three (M, M:S, H:M:S)
     hours, minutes, seconds = (parts + [0, 0])[:3] if days else parts if len(parts) == 3 else [0, *parts, 0][:3]
     return ((int(days or 0) * 24 + hours) * 60 + minutes) * 60 + seconds
-
-
-def check_value(what: str, value) -> str:
-    """``value`` as text, refused when it holds a control character (names ``what`` and the character)."""
-    text = str(value)
-    bad = _CONTROL.search(text)
-    if bad:
-        raise ValueError(
-            f"{what}={text!r} contains the control character {bad.group()!r}: it would become a new line of the "
-            "job script; remove it"
-        )
-    return text
 
 
 def sbatch_quote(what: str, value) -> str:
@@ -217,36 +205,6 @@ def train_command(overrides: tuple[str, ...] | list[str]) -> str:
     return " \\\n    ".join([*words, *RUNTIME_OVERRIDES])
 
 
-def job_environment(config, workdir: Path, wandb_group: str | None = None, tags=()) -> dict[str, str]:
-    """Variables a job of the run described by the composed ``config`` exports: fgrpo_verl.job.tracking's W&B
-    variables for (project, experiment name, absolute checkpoint dir: ``trainer.default_local_dir`` from the
-    launch directory ``workdir``), the experiment name and checkpoint dir for the job's log, the launch directory
-    (checked on the node) and ``FGRPO_WANDB_LOGGER=1`` when the run logs to W&B (fgrpo_verl/job/wandb_online.py
-    checks from the node that W&B answers)."""
-    from fgrpo_verl.job.tracking import wandb_env
-    from fgrpo_verl.job.wandb_online import logs_to_wandb
-
-    project, experiment = str(config.trainer.project_name), str(config.trainer.experiment_name)
-    home = os.path.abspath(os.path.join(workdir, str(config.trainer.default_local_dir)))
-    env = wandb_env(project, experiment, wandb_group, tags, checkpoint_dir=home)
-    env["FGRPO_EXPERIMENT"] = experiment
-    env["FGRPO_CHECKPOINT_DIR"] = str(config.trainer.default_local_dir)
-    env["FGRPO_LAUNCH_DIR"] = os.path.abspath(workdir)
-    if logs_to_wandb(config.trainer.get("logger")):
-        env["FGRPO_WANDB_LOGGER"] = "1"
-    return env
-
-
-def shell_exports(env: dict[str, str]) -> str:
-    """``export NAME=value`` lines, values shell-quoted (and refused when they hold a control character)."""
-    lines = []
-    for name, value in env.items():
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-            raise ValueError(f"environment variable name {name!r} is not a valid shell name")
-        lines.append(f"export {name}={shlex.quote(check_value(f'export {name}', value))}")
-    return "\n".join(lines)
-
-
 def render_template(template: str, values: dict[str, str]) -> str:
     """Replace every ``{{NAME}}`` of ``template`` in one pass; unknown names are an error."""
 
@@ -283,7 +241,7 @@ def render_job(
 ) -> JobScript:
     """The job script of ``run`` named ``job_name`` (its run identity); ``config`` is its composed config (sizes
     the allocation, gives the time limit and signal lead of its cluster group), ``env`` its W&B and identity
-    variables (:func:`job_environment`); ``planned``: the JobScript's other fields."""
+    variables (fgrpo_verl.job.identity.job_environment); ``planned``: the JobScript's other fields."""
     nodes, gpus = int(config.trainer.nnodes), int(config.trainer.n_gpus_per_node)
     for key, value in (("trainer.nnodes", nodes), ("trainer.n_gpus_per_node", gpus)):
         if value < 1:

@@ -52,7 +52,7 @@ def submit_jobs(
     from fgrpo_verl.job.run_record import write_record
     from fgrpo_verl.launch.eval_jobs import check_submission
     from fgrpo_verl.launch.eval_submit import submit_eval_jobs
-    from fgrpo_verl.launch.identity import write_fresh
+    from fgrpo_verl.job.identity import write_fresh
 
     # evaluation that could not work (a benchmark file or scorer missing) is refused before any job is submitted
     check_submission(jobs)

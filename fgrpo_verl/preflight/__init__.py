@@ -1,6 +1,6 @@
 """Preflight: what verl 0.9.1's worker start-up would refuse, and the run's memory estimate, before anything reaches
 a GPU queue: on the login node (``fgrpo-verl launch``, submit and ``--dry-run``; ``fgrpo-verl doctor --recipe``)
-and at a job's start on its allocation (``slurm/train.sbatch``'s jobenv). It never imports the launcher.
+and at a job's start on its allocation (``fgrpo-verl job-env``, which ``slurm/train.sbatch`` runs). It never imports the launcher.
 
 verl's ``validate_config`` (``fgrpo_verl.integration.validation``) stops where the workers' start-up begins: a
 config it accepts can still be refused minutes into a GPU allocation. :func:`run` checks what comes after. The

@@ -31,9 +31,12 @@ import hashlib
 import json
 import os
 import re
+import shlex
 from pathlib import Path
 
 from fgrpo_verl.job.checkpoints import write_text
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 # in the unsalted run dir of a config: the salt of its newest submitted --fresh rerun, which plain launches use
 FRESH = "fgrpo_fresh"
@@ -186,3 +189,45 @@ def read_fresh(base_dir: Path) -> str | None:
 def write_fresh(base_dir: Path, salt: str) -> None:
     """Point later plain launches of this config at its ``--fresh`` rerun ``salt`` (written once it is submitted)."""
     write_text(Path(base_dir) / FRESH, f"{salt}\n")
+
+
+def job_environment(config, workdir: Path, wandb_group: str | None = None, tags=()) -> dict[str, str]:
+    """Variables a job of the run described by the composed ``config`` exports: fgrpo_verl.job.tracking's W&B
+    variables for (project, experiment name, absolute checkpoint dir: ``trainer.default_local_dir`` from the
+    launch directory ``workdir``), the experiment name and checkpoint dir for the job's log, the launch directory
+    (checked on the node) and ``FGRPO_WANDB_LOGGER=1`` when the run logs to W&B (fgrpo_verl/job/wandb_online.py
+    checks from the node that W&B answers)."""
+    from fgrpo_verl.job.tracking import wandb_env
+    from fgrpo_verl.job.wandb_online import logs_to_wandb
+
+    project, experiment = str(config.trainer.project_name), str(config.trainer.experiment_name)
+    home = os.path.abspath(os.path.join(workdir, str(config.trainer.default_local_dir)))
+    env = wandb_env(project, experiment, wandb_group, tags, checkpoint_dir=home)
+    env["FGRPO_EXPERIMENT"] = experiment
+    env["FGRPO_CHECKPOINT_DIR"] = str(config.trainer.default_local_dir)
+    env["FGRPO_LAUNCH_DIR"] = os.path.abspath(workdir)
+    if logs_to_wandb(config.trainer.get("logger")):
+        env["FGRPO_WANDB_LOGGER"] = "1"
+    return env
+
+
+def shell_exports(env: dict[str, str]) -> str:
+    """``export NAME=value`` lines, values shell-quoted (and refused when they hold a control character)."""
+    lines = []
+    for name, value in env.items():
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise ValueError(f"environment variable name {name!r} is not a valid shell name")
+        lines.append(f"export {name}={shlex.quote(check_value(f'export {name}', value))}")
+    return "\n".join(lines)
+
+
+def check_value(what: str, value) -> str:
+    """``value`` as text, refused when it holds a control character (names ``what`` and the character)."""
+    text = str(value)
+    bad = _CONTROL.search(text)
+    if bad:
+        raise ValueError(
+            f"{what}={text!r} contains the control character {bad.group()!r}: it would become a new line of the "
+            "job script; remove it"
+        )
+    return text
