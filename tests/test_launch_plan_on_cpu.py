@@ -67,12 +67,13 @@ def test_gamma_written_as_an_integer_is_the_run_of_its_float(tmp_path, where):
     import re
 
     if where == "command line":
-        jobs = [_planned(tmp_path, "paper_main", "0.0", [f"algorithm.fgrpo.gamma={g}"]) for g in ("0", "0.0")]
+        jobs = [_planned(tmp_path, "paper_main", "0.0", [f"algorithm.fgrpo.gamma={g}"]) for g in ("0", "0.0", "-0.0")]
     else:
-        jobs = [_planned(tmp_path, f"paper_main_{i}", g, []) for i, g in enumerate(("0", "0.0"))]
-    ints, floats = jobs
+        jobs = [_planned(tmp_path, f"paper_main_{i}", g, []) for i, g in enumerate(("0", "0.0", "-0.0"))]
+    ints, floats, negative_zero = jobs
     assert (ints.job_name, ints.checkpoint_dir, ints.wandb_run_id) == (
-        floats.job_name, floats.checkpoint_dir, floats.wandb_run_id)
+        floats.job_name, floats.checkpoint_dir, floats.wandb_run_id) == (
+        negative_zero.job_name, negative_zero.checkpoint_dir, negative_zero.wandb_run_id)
     assert re.search(r'^#SBATCH --job-name="grpo-g0-n8-Qwen2.5-7B-s42-[0-9a-f]{8}"$', ints.text, re.M)
     assert f"export WANDB_RUN_ID={ints.wandb_run_id}" in ints.text and ints.config.algorithm.fgrpo.gamma == 0.0
     # a γ that is another value is another run
@@ -85,6 +86,19 @@ def test_a_gamma_of_another_type_is_one_line_naming_the_key(tmp_path, value, exp
         _planned(tmp_path, "paper_main", "0.0", [f"algorithm.fgrpo.gamma={value}"])
     (line,) = str(error.value).splitlines()
     assert line.startswith(f"recipe paper_main, run {RUN}: invalid config: algorithm.fgrpo.gamma={value}: {expected}")
+
+
+@pytest.mark.parametrize("override, expected", [
+    ("algorithm.fgrpo.gamma=-1", "algorithm.fgrpo.gamma=-1.0 is invalid: the focal strength must be a finite number >= 0"),
+    ("~algorithm.fgrpo.gamma", "algorithm.fgrpo.gamma is missing: add +algorithm.fgrpo.gamma=0.5"),
+])
+def test_a_bad_gamma_is_refused_in_the_words_of_the_estimator(tmp_path, override, expected):
+    """The launcher names runs by γ before verl's checks; a value the estimator refuses gets the estimator's line
+    (fgrpo_verl/focal.py), as ``fgrpo-verl train`` prints it, not a naming error."""
+    with pytest.raises(ValueError) as error:
+        _planned(tmp_path, "paper_main", "0.0", [override])
+    (line,) = str(error.value).splitlines()
+    assert line.startswith(f"recipe paper_main, run {RUN}: invalid config: {expected}")
 
 
 def test_an_edited_config_file_or_another_command_line_is_another_plan(tmp_path, monkeypatch):

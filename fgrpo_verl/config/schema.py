@@ -55,7 +55,8 @@ def typed_fgrpo(config, overrides=()) -> None:
             raise ConfigError(f"{named}: algorithm.fgrpo has no such key (its keys: {_TYPES})") from exc
         reason = str(exc).strip().splitlines()[0]
         raise ConfigError(f"{named}: {reason} (algorithm.fgrpo takes {_TYPES})") from exc
-    values = {key: value for key, value in OmegaConf.to_container(typed, resolve=False).items()
-              if not OmegaConf.is_missing(typed, key)}
+    # + 0.0: -0.0 is 0.0, one run
+    values = {key: value + 0.0 if isinstance(value, float) else value
+              for key, value in OmegaConf.to_container(typed, resolve=False).items() if not OmegaConf.is_missing(typed, key)}
     with open_dict(config):
         config.algorithm.fgrpo = values

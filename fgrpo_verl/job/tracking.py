@@ -201,7 +201,15 @@ def config_algo(config) -> str:
     actor = config.actor_rollout_ref.actor
     mode = actor.policy_loss.loss_mode
     base = select(config, BASE_LOSS_KEY) if mode == "fgrpo" else mode
-    return algo_label(base, actor.clip_ratio_low, actor.clip_ratio_high, select(config, GAMMA_KEY))
+    return algo_label(base, actor.clip_ratio_low, actor.clip_ratio_high, config_gamma(config))
+
+
+def config_gamma(config) -> float:
+    """γ of a composed config, checked as the estimator checks it (fgrpo_verl.focal.FocalSettings), so a bad value
+    gets the same one-line error from a launch as from the job."""
+    from fgrpo_verl.focal import FocalSettings
+
+    return FocalSettings.from_config(select(config, "algorithm.fgrpo")).gamma
 
 
 def config_seed(config) -> int:
@@ -215,14 +223,14 @@ def config_seed(config) -> int:
 def config_run_name(config, variant: str | None = None) -> str:
     """:func:`run_name` of a composed config; ``variant`` (a recipe run's ``variant``) is appended as ``-<variant>``
     for runs that differ only in settings the name does not show (e.g. the learning-rate and KL controls)."""
-    name = run_name(config_algo(config), select(config, GAMMA_KEY), select(config, N_KEY), str(select(config, MODEL_KEY)),
+    name = run_name(config_algo(config), config_gamma(config), select(config, N_KEY), str(select(config, MODEL_KEY)),
                     config_seed(config))
     return name if variant is None else f"{name}-{_label('variant', variant)}"
 
 
 def config_run_tags(config) -> list[str]:
     """:func:`run_tags` of a composed config."""
-    return run_tags(config_algo(config), select(config, GAMMA_KEY), select(config, N_KEY))
+    return run_tags(config_algo(config), config_gamma(config), select(config, N_KEY))
 
 
 def commit_wandb_row(tracking, step: int | None) -> bool:
@@ -274,7 +282,7 @@ def check_env_run_name(config, experiment: str, project: str | None) -> None:
     match = _NAME_PARTS.match(experiment)
     fix = f"rerun `fgrpo-verl wandb-env` for this run, or unset {EXPERIMENT_ENV}"
     if match:
-        gamma = format_gamma(select(config, GAMMA_KEY))
+        gamma = format_gamma(config_gamma(config))
         n = select(config, N_KEY)
         if match.group("gamma") != gamma or str(match.group("n")) != str(n):
             raise ValueError(
