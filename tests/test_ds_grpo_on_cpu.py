@@ -16,6 +16,7 @@ old log-probs, which must not count):
 """
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -62,14 +63,14 @@ def _mask():
     return torch.arange(3)[None, :] < torch.tensor(LENGTHS)[:, None]
 
 
-def _verl_advantages(cfg):
+def _verl_advantages(cfg, scores=REWARDS):
     """verl's ray_trainer.compute_advantage with adv_estimator=ds_grpo, as the trainer calls it."""
     from verl.protocol import DataProto
     from verl.trainer.ppo.ray_trainer import compute_advantage
 
     mask = _mask()
     rewards = torch.zeros(6, 3)
-    rewards[torch.arange(6), torch.tensor(LENGTHS) - 1] = torch.tensor(REWARDS)  # the reward on the last token
+    rewards[torch.arange(6), torch.tensor(LENGTHS) - 1] = torch.tensor(scores)  # the reward on the last token
     data = DataProto.from_dict(tensors={"token_level_rewards": rewards, "response_mask": mask.float()},
                                non_tensors={"uid": np.array(UIDS, dtype=object)})
     return compute_advantage(data, adv_estimator=cfg.algorithm.adv_estimator, config=cfg.algorithm).batch["advantages"]
@@ -120,23 +121,35 @@ def test_the_loss_verl_gets_is_the_base_loss_at_the_hand_advantages(cfg, actor):
     assert "actor/fgrpo/adv_pos_share" in ds_metrics  # the base loss runs through the fgrpo mode
 
 
-def test_rewards_whose_sign_cannot_carry_correctness_are_refused(cfg):
-    # two correct grades (0.6 and 1.0, both > 0.5): the 0.6 rollout has a negative GRPO advantage
-    rewards = torch.tensor([[0.6], [1.0]])
-    with pytest.raises(ValueError, match="binary outcome rewards"):
-        ds_grpo.compute_ds_grpo_outcome_advantage(rewards, torch.ones(2, 1), index=np.array(["a", "a"], dtype=object),
-                                                  config=cfg.algorithm)
+@pytest.mark.parametrize("scores", [
+    [1.0, 0.0, 1.0, 0.6, 0.0, 0.0],  # two correct grades in one group: the 0.6 rollout gets A < 0
+    [0.6, 0.0, 1.0, 1.0, 0.0, 0.0],  # two correct grades in different groups: every sign still right, refused alike
+    [1.0, 0.0, 1.0, 1.0, -0.2, 0.0],  # a shaped wrong score
+])
+def test_graded_rewards_are_refused_at_the_first_batch_naming_what_is_valid(cfg, scores):
+    with pytest.raises(ValueError, match=r"ds_grpo needs binary rewards.*success_threshold=0\.5.*"
+                                         r"reward\.custom_reward_function") as raised:
+        _verl_advantages(cfg, scores)
+    assert "\n" not in str(raised.value)
 
 
-def test_the_control_composes_and_passes_verls_validate_config(registered):
-    from fgrpo_verl.integration.validation import validate
+def test_two_valued_rewards_other_than_1_0_pass(cfg):
+    signs = torch.signbit(_verl_advantages(cfg, [2 * r - 1 for r in REWARDS])[:, 0])  # +-1: correct above 0.5
+    assert signs.tolist() == [False, True, False, False, True, True]
 
+
+def test_the_control_composes_and_passes_verls_validate_config(registered, monkeypatch):
+    from fgrpo_verl.integration import validation
+
+    said = []
+    monkeypatch.setattr(validation, "_warn_once", said.append)
     for algo, base in (("grpo", "vanilla"), ("cispo", "cispo")):
         c = compose([f"algo={algo}", "control=ds_grpo", "algorithm.fgrpo.gamma=0",
                      "data.train_files=x.parquet", "data.val_files=x.parquet"])
-        validate(c)
+        validation.validate(c)
         loss = c.actor_rollout_ref.actor.policy_loss
         assert (c.algorithm.adv_estimator, loss.loss_mode, loss.base_loss_mode) == ("ds_grpo", "ds_grpo", base)
+    assert not [line for line in said if "algorithm.fgrpo is set" in line]  # ds_grpo reads it: no "ignored" warning
 
 
 @pytest.mark.parametrize("override,match", [
@@ -153,6 +166,23 @@ def test_bad_settings_are_refused_naming_the_key(registered, override, match):
     with pytest.raises(ValueError, match=match) as raised:  # what `train` prints as one line, exit 2
         validate(c)
     assert "\n" not in str(raised.value) and "InstantiationException" not in str(raised.value)
+
+
+@pytest.mark.parametrize("key", ["algorithm.use_kl_in_reward", "reward.reward_kwargs.overlong_buffer_cfg.enable",
+                                 "reward_model.reward_kwargs.overlong_buffer_cfg.enable"])
+def test_rewards_the_config_makes_graded_are_refused_before_ray_by_train_and_launch(registered, key, tmp_path):
+    from fgrpo_verl.integration.validation import validate
+    from fgrpo_verl.preflight import check_run
+
+    data = ["data.train_files=x.parquet", "data.val_files=x.parquet"]
+    c = compose(["algo=grpo", "control=ds_grpo", f"++{key}=true", *data])
+    # train's check (before Ray), then launch's and its --dry-run's (check_run)
+    for check in (validate, lambda config: check_run(config, str(tmp_path))):
+        with pytest.raises(ValueError, match=rf"^{re.escape(key)}=true with algorithm.adv_estimator=ds_grpo: .*"
+                                             rf"binary.*set {re.escape(key)}=false or another estimator") as raised:
+            check(c)
+        assert "\n" not in str(raised.value)
+    validate(compose(["algo=grpo", f"++{key}=true", *data]))  # fgrpo takes graded rewards
 
 
 def test_registration_follows_the_duplicate_policy(registered):

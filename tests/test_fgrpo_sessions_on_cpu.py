@@ -108,3 +108,27 @@ def test_single_output_sessions_pass_through_and_other_estimators_are_untouched(
 def test_malformed_batch_keys_are_refused():
     with pytest.raises(ValueError, match=r"batch key 'abc' is not \{uid\}_\{session_id\}_\{output_index\}"):
         sessions.final_output_rows(["abc"])
+
+
+def test_ds_grpo_counts_sessions_too_and_every_output_carries_its_sessions_correctness():
+    make, keys = _sessions_batch(6, prompts=2, n=4)
+    final, session_of_row = sessions.final_output_rows(keys)
+
+    def binary():
+        data = make()
+        data.batch["token_level_rewards"] = data.batch["token_level_rewards"].floor()  # DS-GRPO needs 1/0 scores
+        return data
+
+    config = algo_config(gamma=0.0, threshold=0.5)
+    with sessions.capture_final_rows() as rows:
+        ds = trainer_base.compute_advantage_for_multi_trajectories(binary(), batch_keys=keys, adv_estimator="ds_grpo",
+                                                                   config=config).batch["advantages"]
+    assert rows == [final]  # the final-output rule ran (verl's function for any other name reports nothing)
+    fg = trainer_base.compute_advantage_for_multi_trajectories(binary(), batch_keys=keys, adv_estimator="fgrpo",
+                                                               config=config).batch["advantages"]
+    assert torch.equal(ds, fg)  # the values are F-GRPO's (GRPO's at gamma 0) over sessions, as for fgrpo
+    # the sign bit of each output is its session's final outcome
+    mask = binary().batch["response_mask"].bool()
+    correct = binary().batch["token_level_rewards"].sum(-1)[final][session_of_row] > 0.5
+    assert torch.equal(torch.signbit(ds) & mask, ~correct[:, None] & mask)
+    assert correct.any() and not correct.all()

@@ -15,8 +15,8 @@ where log π_θold(y_i | x) = Σ_t log π_θold(y_i,t | x, y_i,<t) is the whole 
 (no gradient) like A_i. Source: the stored copy of arXiv 2511.19942 holds only its abstract and introduction; both
 equations are as two public transcriptions of the paper give them (they agree with each other and with the
 abstract: the modification that counters diversity collapse is the one on correct trajectories). γ_p, γ_n ≥ 0
-are that paper's names; neither paper gives values for this setting, so the defaults are ours
-(``hydra_configs/control/ds_grpo.yaml`` says how they were chosen).
+are that paper's names; neither the F-GRPO paper nor the part of Gai et al. available to us gives values, so
+the defaults are ours (``hydra_configs/control/ds_grpo.yaml`` says how they were chosen).
 
 Why a registered estimator *and* a registered loss: A_i^DS needs which rollouts are correct (the rewards) and
 log π_θold (the log-probabilities). verl gives an advantage estimator the rewards, mask, group index and config,
@@ -46,9 +46,11 @@ import torch
 from verl.workers.config import PolicyLossConfig
 
 from fgrpo_verl.integration import loss, plugin
-from fgrpo_verl.integration.estimator import compute_fgrpo_outcome_advantage, settings_of
+from fgrpo_verl.integration.estimator import ESTIMATOR_NAME, compute_fgrpo_outcome_advantage, settings_of
 
 NAME = "ds_grpo"
+# the estimators that read algorithm.fgrpo, each a group estimator over the rollouts' final outputs
+FGRPO_ESTIMATORS = (ESTIMATOR_NAME, NAME)
 KEY = "actor_rollout_ref.actor.policy_loss"
 METRIC_PREFIX = "actor/ds_grpo/"
 
@@ -96,19 +98,21 @@ def _setting(config, key: str) -> float:
 
 
 @torch.no_grad()
-def mark_correctness(advantages: torch.Tensor, correct: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+def mark_correctness(advantages, scores: torch.Tensor, threshold: float, rows: torch.Tensor) -> torch.Tensor:
     """``advantages`` with every zero signed by its row's correctness: +0.0 correct, −0.0 wrong (module docstring).
 
-    Raises when a correct rollout has a negative advantage or a wrong one a positive advantage: then the sign cannot
-    carry correctness (rewards that are not 1/0-like, e.g. several grades of correct)."""
-    rows = response_mask.bool()
-    crossed = rows & torch.where(correct[:, None], advantages < 0, advantages > 0)
-    if bool(crossed.any()):
+    The sign carries correctness only when all correct rollouts (of ``rows``: those with a response) share one score
+    and all wrong ones another: graded scores give a correct rollout below its group's mean A < 0. Checked on every
+    batch, so a graded reward fails at its first (KL and overlong shaping in the reward are refused before Ray)."""
+    correct = scores > threshold
+    kinds = [[round(v, 4) for v in scores[c & rows].unique().tolist()] for c in (correct, ~correct)]
+    if len(kinds[0]) > 1 or len(kinds[1]) > 1:
         raise ValueError(
-            f"{NAME}: {int(crossed.any(dim=-1).sum())} rollout(s) whose advantage sign disagrees with their correctness "
-            "(summed reward > algorithm.fgrpo.success_threshold): DS-GRPO needs binary outcome rewards, correct above "
-            "the threshold and wrong below it"
-        )
+            f"algorithm.adv_estimator={NAME} needs binary rewards, one score for every correct rollout (summed "
+            f"reward > algorithm.fgrpo.success_threshold={threshold:g}) and one for every wrong one, but this batch's "
+            f"correct rollouts scored {kinds[0][:4]} and its wrong ones {kinds[1][:4]} (4 at most): use a reward "
+            "function that scores the verdict only, 1/0 or +-1 (reward.custom_reward_function, or verl's default for "
+            "the data source), or another estimator (fgrpo, grpo)")
     sign = torch.where(correct, 1.0, -1.0).to(advantages.dtype)[:, None]
     return torch.where(advantages == 0, torch.copysign(torch.zeros_like(advantages), sign), advantages)
 
@@ -118,8 +122,8 @@ def compute_ds_grpo_outcome_advantage(token_level_rewards, response_mask, index=
     """The ``fgrpo`` estimator's advantages (GRPO's at γ = 0), each zero signed by its rollout's correctness."""
     advantages, _ = compute_fgrpo_outcome_advantage(token_level_rewards, response_mask, index=index, config=config,
                                                     epsilon=epsilon)
-    settings, _ = settings_of(config)
-    marked = mark_correctness(advantages, token_level_rewards.sum(dim=-1) > settings.success_threshold, response_mask)
+    marked = mark_correctness(advantages, token_level_rewards.sum(dim=-1), settings_of(config)[0].success_threshold,
+                              response_mask.bool().any(dim=-1))
     return marked, marked
 
 

@@ -1,4 +1,4 @@
-"""Multi-output agent sessions: ``fgrpo`` gets the same "final output per session" treatment verl gives ``grpo``.
+"""Multi-output agent sessions: ``fgrpo`` and ``ds_grpo`` get the "final output per session" rule verl gives ``grpo``.
 
 An agent loop may return several outputs per session (one per turn); verl's v1 trainer names each row
 ``{uid}_{session_id}_{output_index}``. For the literal estimator name ``grpo`` (only), verl's
@@ -6,10 +6,11 @@ An agent loop may return several outputs per session (one per turn); verl's v1 t
 (the largest output index) and gives every output of the session that output's advantage; every other name sees
 all outputs as independent rollouts, so a 3-turn session would count three times in N and X.
 
-For the ``fgrpo`` estimator, :func:`register` makes the v1 trainer do the same: rows R_s = outputs of session s,
+For ``fgrpo`` and ``ds_grpo``, :func:`register` makes the v1 trainer do the same: rows R_s = outputs of session s,
 f(s) = argmax index in R_s; the estimator runs on {f(s)} only (so N and X count sessions, as in grpo) and each
-row r ∈ R_s gets A_r = A_{f(s)} at r's response tokens. Every other estimator name goes to verl's function
-untouched. With one output per session (every single-turn run) the rows are passed through unchanged.
+row r ∈ R_s gets A_r = A_{f(s)} at r's response tokens (ds_grpo's sign bit included: correct as the final output).
+Every other estimator name goes to verl's function untouched. With one output per session (every single-turn run)
+the rows are passed through unchanged.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from __future__ import annotations
 import torch
 
 from fgrpo_verl.integration import plugin
+from fgrpo_verl.integration.ds_grpo import FGRPO_ESTIMATORS
 
-ESTIMATOR_NAME = "fgrpo"
 FINAL_ROWS = "fgrpo final-output rows"
 
 
@@ -62,7 +63,7 @@ def capture_final_rows():
 
 
 def register() -> None:
-    """Route ``fgrpo`` in ``trainer_base.compute_advantage_for_multi_trajectories`` (the name verl's v1
+    """Route ``fgrpo`` and ``ds_grpo`` in ``trainer_base.compute_advantage_for_multi_trajectories`` (the name verl's v1
     ``_compute_advantage`` calls) through :func:`advantage_of_final_outputs`; idempotent."""
     from verl.trainer.ppo.ray_trainer import compute_advantage
     from verl.trainer.ppo.v1 import trainer_base
@@ -72,7 +73,7 @@ def register() -> None:
         return
 
     def compute_advantage_for_multi_trajectories(data, batch_keys, adv_estimator, **kwargs):
-        if adv_estimator != ESTIMATOR_NAME:
+        if adv_estimator not in FGRPO_ESTIMATORS:
             return original(data, batch_keys=batch_keys, adv_estimator=adv_estimator, **kwargs)
         return advantage_of_final_outputs(compute_advantage, data, batch_keys, adv_estimator=adv_estimator, **kwargs)
 

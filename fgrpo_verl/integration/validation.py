@@ -1,5 +1,5 @@
 """fgrpo-verl's checks of a run's config, in one place for both ways in: ``fgrpo-verl train`` (:func:`validate`, then
-:func:`check_before_ray`) and verl's own ``python -m verl.trainer.main_ppo`` with ``algorithm.adv_estimator=fgrpo``,
+:func:`check_before_ray`) and verl's own ``python -m verl.trainer.main_ppo`` with adv_estimator fgrpo or ds_grpo,
 whose ``validate_config`` the plugin wraps (:func:`register`) so that it runs the same checks first, before Ray.
 
 ``main_ppo`` composes verl's config, not ours, so a missing ``algorithm.fgrpo`` block, a loss that cannot run or a
@@ -32,6 +32,9 @@ LOSS_KEY = "actor_rollout_ref.actor.policy_loss"
 LOSS_TARGET = "fgrpo_verl.integration.loss.FocalPolicyLossConfig"
 # verl's default for algorithm.gamma (its GAE discount, ppo_trainer.yaml)
 VERL_GAE_GAMMA = 1.0
+# what makes rewards graded, which ds_grpo refuses (fgrpo_verl/integration/ds_grpo.py: correctness in a sign bit)
+GRADED_REWARD_KEYS = ("algorithm.use_kl_in_reward", "reward.reward_kwargs.overlong_buffer_cfg.enable",
+                      "reward_model.reward_kwargs.overlong_buffer_cfg.enable")
 
 
 @functools.cache  # once per process: train validates, then verl's main_ppo (wrapped) validates the same config again
@@ -39,19 +42,26 @@ def _warn_once(message: str) -> None:
     logger.warning("fgrpo-verl: %s", message)
 
 
-def check_fgrpo(config) -> None:
-    """What verl does not know about: the ``algorithm.fgrpo`` block, and what the run needs around it."""
+def check_fgrpo(config) -> bool:
+    """What verl does not know about: the ``algorithm.fgrpo`` block, and what the run needs around it. Whether the
+    run trains an estimator that reads the block (a run of ours: :func:`check_before_ray` applies)."""
     algorithm = config.get("algorithm") if hasattr(config, "get") else None
     if algorithm is None:
-        return
+        return False
+    from fgrpo_verl.integration.ds_grpo import FGRPO_ESTIMATORS, NAME
+    from fgrpo_verl.integration.estimator import settings_of
+
     estimator = algorithm.get("adv_estimator")
-    if estimator != "fgrpo":
+    if estimator not in FGRPO_ESTIMATORS:
         if algorithm.get("fgrpo") is not None:
             _warn_once(f"algorithm.fgrpo is set but algorithm.adv_estimator={estimator}: this run trains {estimator} "
                        "and ignores it; for F-GRPO set algorithm.adv_estimator=fgrpo")
-        return
-    from fgrpo_verl.integration.estimator import settings_of
-
+        return False
+    graded = [key for key in GRADED_REWARD_KEYS if estimator == NAME and select(config, key, False)]
+    if graded:
+        raise ValueError(f"{graded[0]}=true with algorithm.adv_estimator={NAME}: it makes the rewards graded, and "
+                         f"{NAME} reads correctness from binary ones; set {graded[0]}=false or another estimator "
+                         "(fgrpo); a KL term fits in the loss (actor_rollout_ref.actor.use_kl_loss=true)")
     settings, _ = settings_of(algorithm)
     check_gae_gamma_unused(algorithm, settings.gamma)
     n = select(config, "actor_rollout_ref.rollout.n")
@@ -61,6 +71,7 @@ def check_fgrpo(config) -> None:
     if n == 1:
         _warn_once(single_rollout_effect(settings))
     check_loss_and_metrics(config)
+    return True
 
 
 def single_rollout_effect(settings) -> str:
@@ -99,9 +110,9 @@ def check_loss_and_metrics(config) -> None:
 
 
 def check_gae_gamma_unused(algorithm, focal_gamma: float) -> None:
-    """``algorithm.gamma`` is verl's GAE discount, not the focal strength: with ``adv_estimator=fgrpo`` it is read by
-    nothing, so a value other than verl's default is almost surely γ put under the wrong key (the run would train
-    with ``algorithm.fgrpo.gamma`` instead). Refused, saying where γ goes."""
+    """``algorithm.gamma`` is verl's GAE discount, not the focal strength: with ``adv_estimator=fgrpo`` or ``ds_grpo``
+    it is read by nothing, so a value other than verl's default is almost surely γ put under the wrong key (the run
+    would train with ``algorithm.fgrpo.gamma`` instead). Refused, saying where γ goes."""
     value = algorithm.get("gamma", VERL_GAE_GAMMA)
     try:
         same = float(value) == VERL_GAE_GAMMA
@@ -109,9 +120,9 @@ def check_gae_gamma_unused(algorithm, focal_gamma: float) -> None:
         same = False
     if not same:
         raise ValueError(
-            f"algorithm.gamma={value!r} is verl's GAE discount, which adv_estimator=fgrpo does not use (this run "
-            f"would train with the focal strength algorithm.fgrpo.gamma={focal_gamma:g}): for F-GRPO's gamma set "
-            f"algorithm.fgrpo.gamma={value} and leave algorithm.gamma at {VERL_GAE_GAMMA:g}"
+            f"algorithm.gamma={value!r} is verl's GAE discount, which adv_estimator={algorithm.get('adv_estimator')} "
+            f"does not use (this run would train with the focal strength algorithm.fgrpo.gamma={focal_gamma:g}): for "
+            f"F-GRPO's gamma set algorithm.fgrpo.gamma={value} and leave algorithm.gamma at {VERL_GAE_GAMMA:g}"
         )
 
 
@@ -196,8 +207,7 @@ def register() -> None:
 
     @functools.wraps(original)
     def validate_config(config, *args, **kwargs):
-        check_fgrpo(config)
-        if select(config, "algorithm.adv_estimator") == "fgrpo":
+        if check_fgrpo(config):
             check_before_ray(config)
         return original(config, *args, **kwargs)
 
