@@ -575,6 +575,11 @@ def test_doctor_says_in_one_line_when_wandb_online_does_not_answer(capsys, monke
     assert rc == 1 and line.startswith(f"  [FAIL] W&B host: RuntimeError: W&B at http://127.0.0.1:{closed} does not "
                                        "answer from ") and "WANDB_MODE=offline" in line and "`wandb sync`" in line
     assert doctor("trainer.logger=[console]") == (0, "  [ok]   W&B host: not used (trainer.logger has no wandb)")
+    # online only by W&B's default (WANDB_MODE unset): a job may set its own mode, so a warning, not a failure
+    monkeypatch.delenv("WANDB_MODE")
+    rc, line = doctor()
+    assert rc == 0 and line.startswith(f"  [warn] W&B host: W&B at http://127.0.0.1:{closed} does not answer from ")
+    assert line.endswith("(WANDB_MODE is unset here: online by default)")
     monkeypatch.setenv("WANDB_MODE", "offline")
     assert doctor() == (0, "  [ok]   W&B host: WANDB_MODE=offline: not checked")
 
