@@ -114,7 +114,7 @@ def rehearsal(recipe_name: str, run_name: str, workdir: Path, model_path: str | 
     the scaled run's."""
     from fgrpo_verl.config.compose import compose
     from fgrpo_verl.environment import environment_with
-    from fgrpo_verl.preflight import storage_load
+    from fgrpo_verl.preflight.rules import storage_load
     from fgrpo_verl.launch.recipe import load_recipe
 
     recipe = load_recipe(recipe_name)

@@ -24,6 +24,7 @@ LLAMA_1X1 = ["algo=grpo", "base_model=llama32_3b_instruct", "dataset=deepscaler"
              "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true"]
 LOG_PROB_MICRO = "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu"
 UPDATE_MICRO = "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"
+FSDP_SIZE = "actor_rollout_ref.actor.fsdp_config.fsdp_size"
 
 
 def _fix(warning: str) -> int:
@@ -112,9 +113,49 @@ def test_the_rollout_warns_with_a_share_of_vllm_that_fits(tmp_path):
     util = "actor_rollout_ref.rollout.gpu_memory_utilization"
     (warning,) = warnings(run([*SEVEN_B, f"{util}=0.95"], tmp_path))
     assert warning.startswith(f"warning: {util}=0.95: the rollout phase needs") and \
-        warning.endswith(f"or set actor_rollout_ref.actor.fsdp_config.optimizer_offload=true {WARNED}")
+        warning.endswith(f"or set actor_rollout_ref.actor.fsdp_config.optimizer_offload=true (and param_offload) "
+                         f"{WARNED}")
     share = warning.split("lower it to ")[1].split(",")[0]
     assert not warnings(run([*SEVEN_B, f"{util}={share}"], tmp_path))
+
+
+def test_no_share_below_what_vllms_kv_cache_needs_is_offered(tmp_path):
+    """Qwen2.5-7B in bf16 on two 32 GiB GPUs, max_model_len 9,216: the rollout's 21.3 GiB of parameters and moments
+    beside vLLM's u = 0.5 is over the GPU, and the share that would fit beside them (0.31) cannot hold vLLM's 14.2
+    GiB of weights and one sequence's KV cache (vLLM needs 0.46): no share is offered, offload or more GPUs are; the
+    KV-cache rule refuses the share that fits beside them."""
+    util = "actor_rollout_ref.rollout.gpu_memory_utilization"
+    two = ["algo=grpo", "base_model=qwen25_7b", "dataset=deepscaler", "cluster=1x8", "trainer.n_gpus_per_node=2",
+           "actor_rollout_ref.rollout.tensor_model_parallel_size=1", "slurm.gpu_memory_gib=32",
+           "actor_rollout_ref.actor.fsdp_config.model_dtype=bf16", "actor_rollout_ref.rollout.max_model_len=9216"]
+    (warning,) = [w for w in warnings(run([*two, f"{util}=0.5"], tmp_path)) if "the rollout phase" in w]
+    assert "lower it" not in warning and warning.endswith("set actor_rollout_ref.actor.fsdp_config.optimizer_offload"
+                                                          f"=true (and param_offload), or use more GPUs {WARNED}")
+    assert any(line.startswith(f"{util}=0.31: vLLM's KV cache") for line in refused([*two, f"{util}=0.31"], tmp_path))
+    run([*two, f"{util}=0.46"], tmp_path)
+    # vLLM's start beside one GPU's fp32 parameters (28.4 GiB): the same, a certain rule
+    start = [line for line in refused([*two, "actor_rollout_ref.actor.fsdp_config.model_dtype=fp32",
+                                       "trainer.n_gpus_per_node=1", f"{util}=0.5"], tmp_path) if "vLLM starts" in line]
+    assert start and start[0].endswith("; set actor_rollout_ref.actor.fsdp_config.param_offload=true, or use more GPUs")
+
+
+def test_the_actors_states_shard_over_fsdp_size_as_verls_device_mesh(tmp_path, monkeypatch):
+    """verl's create_device_mesh: an fsdp_size between 0 and the GPUs makes a (GPUs / fsdp_size, fsdp_size) mesh
+    (FSDP shards over the last dimension, replicated over the first), -1 or the GPUs or more one dimension of all:
+    the estimate shards over its last dimension. Qwen2.5-7B on 2 x 8: fsdp_size=4 leaves each GPU 4x the states of
+    all 16 (the update's 16 B per parameter: 7.1 -> 28.4 GiB) and warns nothing; 1 leaves the whole 113.5 GiB, over
+    the GPU: the certain rule refuses it naming fsdp_size."""
+    mesh = verl_module("workers/engine/fsdp/utils.py")
+    monkeypatch.setattr(mesh, "get_device_name", lambda: "cuda")
+    monkeypatch.setattr(mesh, "init_device_mesh", lambda device, mesh_shape, mesh_dim_names: mesh_shape)
+    for world, size in itertools.product((1, 8, 16), (-1, 1, 2, 4, 8, 16, 32)):
+        config = compose([*SEVEN_B, f"{FSDP_SIZE}={size}"])
+        assert memory.shards(config, world) == mesh.create_device_mesh(world, size)[-1], (world, size)
+    full, quarter = (run([*SEVEN_B, *extra], tmp_path) for extra in ([], [f"{FSDP_SIZE}=4"]))
+    assert not warnings(quarter) and phases(quarter)["update"] - phases(full)["update"] == pytest.approx(21.3, abs=0.1)
+    (line,) = refused([*SEVEN_B, f"{FSDP_SIZE}=1"], tmp_path)
+    assert line.startswith(f"{FSDP_SIZE}=1: the update holds 113.5 GiB per GPU") and "raise it (-1: all 16 GPUs)" \
+        in line
 
 
 @pytest.mark.parametrize("lengths, budget, sp", [([512] * 64, 8192, 2), ([1000] * 10, 3000, 1), ([1000] * 2, 3000, 1)])

@@ -17,10 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fgrpo_verl.preflight import memory, rules
-from fgrpo_verl.preflight.rules import storage_load  # noqa: F401  (the rehearsal's bound)
 
 MEMORY_ENV = "FGRPO_PREFLIGHT_MEMORY"
-MEMORY_MODES = ("warn", "refuse")
 # the phases a certain rule already refused (the estimate adds nothing there)
 _CERTAIN = {"vLLM start": "start", "model states": "update"}
 
@@ -51,7 +49,7 @@ def _estimate(run: rules.Run, refused: set[str], strict: bool) -> None:
     phases = ", ".join(f"{name} {memory.gib(total)}" for name, total in est.phases.items())
     note = f"memory per GPU (estimate): {phases} of {memory.gib(run.capacity)} GiB"
     if est.vllm:
-        _, room, per_token = memory.kv_cache(run.config, run.arch, run.capacity)
+        _, room, per_token, *_ = memory.kv_cache(run.config, run.arch, run.capacity)
         seqs = run.aro.rollout.max_num_seqs
         note += (f"; KV cache holds {min(int(max(room, 0.0) // (per_token * run.length)), int(seqs))} full-length "
                  f"sequences at once (max_num_seqs={seqs})")
@@ -68,7 +66,7 @@ def run(config, workdir: Path, require_model: bool = False, env=os.environ) -> R
     memory estimate; ``require_model``: the model must be loadable offline here (a submit, a job start); ``env``: the
     job's environment (default: this process's). Raises :class:`PreflightError`."""
     checks, failed, mode = rules.Run(config, Path(workdir), env, require_model), set(), env.get(MEMORY_ENV, "").strip()
-    if (mode or "warn") not in MEMORY_MODES:
+    if (mode or "warn") not in ("warn", "refuse"):
         checks.refuse(MEMORY_ENV, repr(env.get(MEMORY_ENV)), "not one of its values (warn, refuse, or unset)",
                       f"unset it (the memory estimate warns), or set {MEMORY_ENV}=refuse to refuse a run over it")
     for r in rules.RULES:

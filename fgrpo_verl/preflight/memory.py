@@ -122,13 +122,20 @@ def head_bytes(head: str, tokens: int, vocab: int, train: bool, entropy: bool = 
     return float(tokens * vocab * BF16 * ((2 if train else 1) + (2 if entropy and (train or eager) else 0)))
 
 
+def shards(config, world: int) -> int:
+    """The GPUs the actor's FSDP states are sharded over: ``fsdp_size`` where 0 < it < the GPUs (hybrid: replicated
+    across the groups), else all (``verl/workers/engine/fsdp/utils.py`` ``create_device_mesh``)."""
+    size = int((config.actor_rollout_ref.actor.get("fsdp_config") or {}).get("fsdp_size", -1) or -1)
+    return size if 0 < size < world else world
+
+
 def states(config, params: float, world: int) -> dict[str, float]:
     """The actor's FSDP states on one GPU in each phase (module docstring)."""
     actor = config.actor_rollout_ref.actor
     fsdp = actor.get("fsdp_config") or {}
     if str(actor.get("strategy", "fsdp")) == "fsdp2" and bool(fsdp.get("offload_policy", False)):
         return dict.fromkeys(("start", "rollout", "log-prob", "reference", "update"), 0.0)
-    each = DTYPE_BYTES.get(str(fsdp.get("model_dtype") or "fp32"), 4) * params / world
+    each = DTYPE_BYTES.get(str(fsdp.get("model_dtype") or "fp32"), 4) * params / shards(config, world)
     trained = 0.0 if int(config.actor_rollout_ref.model.get("lora_rank", 0) or 0) > 0 else 1.0  # FSDPEngine._is_lora
     weights = 0.0 if fsdp.get("param_offload", False) else each
     moments = 0.0 if fsdp.get("optimizer_offload", False) else 2 * each * trained
@@ -138,8 +145,8 @@ def states(config, params: float, world: int) -> dict[str, float]:
 
 # A step's estimate: the GPU's bytes; phase -> bytes per GPU, in the step's order; phase -> the actor's FSDP states in
 # it; (Pass, its phase's bytes) per pass; vLLM's share, u x M; prompt + response tokens; at(pass, tokens): the pass's
-# phase with a micro-batch of that many tokens
-Estimate = namedtuple("Estimate", "capacity phases states passes vllm length at")
+# phase with a micro-batch of that many tokens; the least share vLLM starts with (kv_cache)
+Estimate = namedtuple("Estimate", "capacity phases states passes vllm length at least")
 
 
 def estimate(config, arch, world: int, ref_worker: bool, head: str, capacity: float) -> Estimate:
@@ -180,17 +187,26 @@ def estimate(config, arch, world: int, ref_worker: bool, head: str, capacity: fl
     found = [(p, at(p, p.tokens(p.value, length))) for p in passes(config, world, ref_worker)]
     phases = {"start": resident["start"] + CONTEXT + vllm, "rollout": resident["rollout"] + CONTEXT + vllm,
               **{p.name: total for p, total in found}}
-    return Estimate(capacity, phases, resident, found, vllm, length, at)
+    return Estimate(capacity, phases, resident, found, vllm, length, at, kv_cache(config, arch, capacity)[4])
 
 
-def kv_cache(config, arch, capacity: float) -> tuple[float, float, float]:
-    """(vLLM's bf16 weights on a GPU, at most the KV cache's bytes: its share less them, the KV cache's bytes per
-    token: 2 (K, V) x layers x ceil(KV heads / TP) x head size x 2 B)."""
+def kv_cache(config, arch, capacity: float) -> tuple[float, float, float, int, float]:
+    """(vLLM's bf16 weights on a GPU, at most the KV cache's bytes: its share less them, its bytes per token: 2 (K, V) x
+    layers x ceil(KV heads / TP) x head size x 2 B, max_model_len (unset: max_position_embeddings), the least share
+    (hundredths) whose KV cache holds one: vLLM refuses to start below it)."""
     rollout = config.actor_rollout_ref.rollout
     tp = int(rollout.tensor_model_parallel_size)
     weights = BF16 * arch.params / tp
     per_token = 2 * arch.num_hidden_layers * math.ceil(arch.num_key_value_heads / tp) * arch.head_dim * BF16
-    return weights, float(rollout.gpu_memory_utilization) * capacity - weights, float(per_token)
+    mml = int(rollout.get("max_model_len") or arch.max_position_embeddings)
+    return (weights, float(rollout.gpu_memory_utilization) * capacity - weights, float(per_token), mml,
+            math.ceil((weights + per_token * mml) / capacity * 100) / 100)
+
+
+def share_fix(capacity: float, beside: float, least: float, offload: str) -> str:
+    """The largest share (hundredths) that fits beside ``beside`` bytes where >= ``least``, else offload, more GPUs."""
+    fits = math.floor((capacity - beside) / capacity * 100) / 100
+    return f"lower it to {fits:.2f}, or set {offload}" if fits >= least else f"set {offload}, or use more GPUs"
 
 
 def _smaller(est: Estimate, p: Pass) -> tuple[int, float] | None:
@@ -214,14 +230,13 @@ def warnings(est: Estimate, config, skip: set) -> list[str]:
     them): the setting whose change would fit it, with the value that does where one exists."""
     rollout, fsdp, length = config.actor_rollout_ref.rollout, "actor_rollout_ref.actor.fsdp_config", est.length
     over, found = f"> {gib(est.capacity)} GiB (slurm.gpu_memory_gib)", []
-    for phase, offload in (("start", "param_offload"), ("rollout", "optimizer_offload")):
+    for phase, offload in (("start", "param_offload=true"), ("rollout", "optimizer_offload=true (and param_offload)")):
         total = est.phases[phase]
         if phase not in skip and est.vllm and total > est.capacity:
-            fits = math.floor((est.capacity - total + est.vllm) / est.capacity * 100) / 100
             found.append(f"actor_rollout_ref.rollout.gpu_memory_utilization={rollout.gpu_memory_utilization}: the "
                          f"{phase} phase needs {gib(total)} GiB per GPU ({gib(est.states[phase])} GiB of FSDP states, "
                          f"vLLM's {gib(est.vllm)} GiB, CUDA contexts) {over}; "
-                         + (f"lower it to {fits:.2f}, or " if fits > 0 else "") + f"set {fsdp}.{offload}=true")
+                         + share_fix(est.capacity, total - est.vllm, est.least, f"{fsdp}.{offload}"))
     for p, total in est.passes:
         if p.name in skip or total <= est.capacity:
             continue

@@ -469,13 +469,12 @@ def vllm_start(run: Run) -> None:
     start = memory.states(run.config, run.arch.params, run.world)["start"]
     m, share = run.capacity, float(run.aro.rollout.gpu_memory_utilization) * run.capacity
     if start + share > m:
-        fits = math.floor((m - start) / m * 100) / 100
         run.refuse(UTIL_KEY, run.aro.rollout.gpu_memory_utilization, f"vLLM starts beside {memory.gib(start)} GiB "
                    "per GPU of the actor's parameters (after its init_model; AdamW's moments come at the first update) "
                    f"and asks for {memory.gib(share)} GiB free: {memory.gib(start + share)} GiB > {memory.gib(m)} GiB "
                    "(slurm.gpu_memory_gib); vLLM's request_memory refuses to start",
-                   (f"lower it to {fits:.2f} or less, " if fits > 0 else "")
-                   + "set actor_rollout_ref.actor.fsdp_config.param_offload=true, or use more GPUs")
+                   memory.share_fix(m, start, memory.kv_cache(run.config, run.arch, m)[4],
+                                    "actor_rollout_ref.actor.fsdp_config.param_offload=true"))
 
 
 @rule("vLLM KV cache", "vLLM's `vllm/v1/core/kv_cache_utils.py` `check_enough_kv_cache_memory`", "restated")
@@ -485,11 +484,8 @@ def kv_cache(run: Run) -> None:
     if not run.capacity or not run.vllm:
         return
     rollout, tp = run.aro.rollout, run.parallel[0]
-    weights, room, per_token = memory.kv_cache(run.config, run.arch, run.capacity)
-    mml = int(rollout.get("max_model_len") or run.arch.max_position_embeddings)
-    if room < per_token * mml:
-        # the share that would hold it, where vLLM would still start beside the actor's parameters
-        share = math.ceil((weights + per_token * mml) / run.capacity * 100) / 100
+    weights, room, per_token, mml, share = memory.kv_cache(run.config, run.arch, run.capacity)
+    if room < per_token * mml:  # the share that holds it is offered where vLLM still starts beside the parameters
         start = memory.states(run.config, run.arch.params, run.world)["start"] / run.capacity
         run.refuse(UTIL_KEY, rollout.gpu_memory_utilization, f"vLLM's KV cache (at most {memory.gib(max(room, 0.0))} "
                    f"GiB after {memory.gib(weights)} GiB of weights) holds fewer than max_model_len={mml} tokens (vLLM "
@@ -498,17 +494,20 @@ def kv_cache(run: Run) -> None:
 
 
 @rule("model states", "`verl/workers/engine/base.py` `BaseEngineCtx._context_switch` (train mode loads offloaded "
-      "states); torch's AdamW", "restated")
+      "states); `verl/workers/engine/fsdp/utils.py` `create_device_mesh` (`fsdp_size`); torch's AdamW", "restated")
 def model_states(run: Run) -> None:
     """The update's parameters, gradients and AdamW moments (16 B per parameter in fp32; LoRA: the frozen weights
-    alone) over the GPUs > one GPU: verl loads them back for the update even with param/optimizer offload; only
-    FSDP2's ``offload_policy`` keeps them on the host."""
+    alone) over the GPUs FSDP shards them over (``fsdp_size`` if 0 < it < the GPUs, else all) > one GPU: verl loads
+    them back for the update even with param/optimizer offload; only FSDP2's ``offload_policy`` keeps them on host."""
     update = memory.states(run.config, run.arch.params, run.world)["update"] if run.capacity else 0.0
+    group = memory.shards(run.config, run.world)
     if run.capacity and update > run.capacity:
-        run.refuse("trainer.n_gpus_per_node", run.config.trainer.n_gpus_per_node, f"the update holds "
-                   f"{memory.gib(update)} GiB per GPU of the actor's parameters, gradients and AdamW moments, on the "
-                   f"GPU even with param/optimizer offload, > {memory.gib(run.capacity)} GiB (slurm.gpu_memory_gib)",
-                   "use more GPUs (trainer.nnodes / trainer.n_gpus_per_node), or FSDP2's CPU offload "
+        run.refuse(*(("actor_rollout_ref.actor.fsdp_config.fsdp_size", group) if group < run.world else
+                     ("trainer.n_gpus_per_node", run.config.trainer.n_gpus_per_node)), f"the update holds "
+                   f"{memory.gib(update)} GiB per GPU of the actor's parameters, gradients and AdamW moments (sharded "
+                   f"over {group} GPU(s)), on the GPU even with param/optimizer offload, > {memory.gib(run.capacity)} "
+                   "GiB (slurm.gpu_memory_gib)", (f"raise it (-1: all {run.world} GPUs), " if group < run.world else "")
+                   + "use more GPUs (trainer.nnodes / trainer.n_gpus_per_node), or FSDP2's CPU offload "
                    "(backend=gpu_fsdp2 with actor_rollout_ref.actor.fsdp_config.offload_policy=true)")
 
 
