@@ -33,9 +33,9 @@ FEATURES = {
     "fgrpo/* step metrics, trainer modes": (None, None, "yes"),
     "DS-GRPO control (`ds_grpo`, Table 3)": (None, None, "yes"),
     "CPU backend (backend=cpu, cpu_vllm)": (None, None, "yes"),
-    "fgrpo-verl train, launch": (None, None, "yes"),
+    "fgrpo-verl train, launch, report": (None, None, "yes"),
 }
-TRAINER_MODES, CPU_BACKEND, TRAIN = "fgrpo/* step metrics, trainer modes", "CPU backend (backend=cpu, cpu_vllm)", "fgrpo-verl train, launch"
+TRAINER_MODES, CPU_BACKEND, TRAIN = "fgrpo/* step metrics, trainer modes", "CPU backend (backend=cpu, cpu_vllm)", "fgrpo-verl train, launch, report"
 DS_GRPO = "DS-GRPO control (`ds_grpo`, Table 3)"
 
 

@@ -126,8 +126,8 @@ def test_a_config_changed_in_place_is_read_again():
 
 def test_importing_the_trainer_module_first_still_registers_the_trainer_modes():
     """A script that imports fgrpo_verl.integration.trainer before anything else imports verl's v1 stack from inside it; the
-    plugin's hook then fires while fgrpo_verl.integration.trainer is half-built. It used to log "not registered: partially
-    initialized module" and leave `fgrpo_sync` unknown to verl; the module now registers when complete."""
+    plugin's hook then fires while fgrpo_verl.integration.trainer is half-built: registering then would fail ("partially
+    initialized module") and leave `fgrpo_sync` unknown to verl, so the module registers when it is complete."""
     import subprocess
     import sys
 

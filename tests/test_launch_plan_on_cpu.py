@@ -91,10 +91,12 @@ def test_a_gamma_of_another_type_is_one_line_naming_the_key(tmp_path, value, exp
 @pytest.mark.parametrize("override, expected", [
     ("algorithm.fgrpo.gamma=-1", "algorithm.fgrpo.gamma=-1.0 is invalid: the focal strength must be a finite number >= 0"),
     ("~algorithm.fgrpo.gamma", "algorithm.fgrpo.gamma is missing: add +algorithm.fgrpo.gamma=0.5"),
+    ("trainer.total_epochs=${nosuch.key}", "Interpolation key 'nosuch.key' not found (key trainer.total_epochs)"),
 ])
-def test_a_bad_gamma_is_refused_in_the_words_of_the_estimator(tmp_path, override, expected):
+def test_a_bad_value_is_refused_in_one_line_in_the_words_of_its_check(tmp_path, override, expected):
     """The launcher names runs by γ before verl's checks; a value the estimator refuses gets the estimator's line
-    (fgrpo_verl/focal.py), as ``fgrpo-verl train`` prints it, not a naming error."""
+    (fgrpo_verl/focal.py), as ``fgrpo-verl train`` prints it, not a naming error; an interpolation that does not
+    resolve, OmegaConf's first line with the key (not its multi-line trailer)."""
     with pytest.raises(ValueError) as error:
         _planned(tmp_path, "paper_main", "0.0", [override])
     (line,) = str(error.value).splitlines()

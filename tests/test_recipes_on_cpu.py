@@ -455,9 +455,11 @@ def test_cli_refuses_owned_and_secret_overrides_and_takes_repeated_only(tmp_path
     assert names == ["grpo-entropy", "grpo-kl"]
 
 
-def test_an_unknown_run_in_a_sweep_says_how_to_list_its_runs_in_one_short_line(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("mode", ["--dry-run", "--status"])
+def test_an_unknown_run_in_a_sweep_says_how_to_list_its_runs_in_one_short_line(tmp_path, monkeypatch, capsys, mode):
+    """The same line for a dry run and for --status, which names the typo before asking Slurm (none here)."""
     monkeypatch.chdir(tmp_path)
-    assert cli_main(["launch", "paper_main", "--dry-run", "--only", "qwen25_7b-grpo-g0p55"]) == 2
+    assert cli_main(["launch", "paper_main", mode, "--only", "qwen25_7b-grpo-g0p55"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and len(err) < 300, err
     assert "no run named ['qwen25_7b-grpo-g0p55']" in err and "did you mean" in err.lower()

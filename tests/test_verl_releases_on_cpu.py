@@ -77,7 +77,7 @@ def test_doctor_says_what_the_release_gets(probe):
         return
     refusals = probe["refusals"]
     needs = f"this command needs verl=={verl_compat.FULL}; this environment has verl {probe['version']}"
-    for command in ("train", "launch", "doctor"):
+    for command in ("train", "launch", "doctor", "report"):
         done = refusals[command]
         (line,) = done["stderr"].splitlines()
         assert done["code"] == 1 and line.startswith(f"fgrpo-verl {command}: error: {needs}"), line

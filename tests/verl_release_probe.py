@@ -117,6 +117,7 @@ def main() -> int:
         out["refusals"] = {"train": _cli("train", "algo=grpo", "backend=cpu"),
                            "launch": _cli("launch", "paper_main", "--dry-run"),
                            "doctor": _cli("doctor", "--no-ray"),
+                           "report": _cli("report", "paper_main", "--no-significance"),
                            "cpu backend": _error_of(lambda: __import__("fgrpo_verl.backends.cpu"))}
     print("PROBE " + json.dumps(out), flush=True)
     return 0

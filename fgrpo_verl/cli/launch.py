@@ -132,9 +132,10 @@ def run(args: argparse.Namespace) -> int:
     workdir = Path.cwd()
     log_dir = (workdir / args.log_dir).resolve()
     submit = not (args.dry_run or args.status)
-    if args.status:
-        require_slurm()  # before dozens of configs are composed
     only, overrides = split_only(args.only, args.overrides)
+    if args.status:
+        load_recipe(args.recipe).select(only)  # the recipe and --only's names are the user's to fix, before Slurm's
+        require_slurm()  # before dozens of configs are composed
     if args.status and not args.fresh:
         # the runs a submit of the same plan recorded, if one did
         recipe = load_recipe(args.recipe)

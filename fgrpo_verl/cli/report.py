@@ -27,8 +27,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fgrpo_verl.report.build import build_report
+    from fgrpo_verl import verl_compat
     from fgrpo_verl.launch.recipe import load_recipe
+    from fgrpo_verl.report.build import build_report
+
+    # the report composes each run's config as the launcher did: the full release's config tree
+    verl_compat.require(verl_compat.TRAIN, "this command")
 
     if args.significance_iterations < 1:
         raise ValueError(f"--significance-iterations must be >= 1, got {args.significance_iterations}")

@@ -39,10 +39,10 @@ def plan_jobs(
     from omegaconf.errors import OmegaConfBaseException
 
     from fgrpo_verl.config.compose import SharedComposer
+    from fgrpo_verl.config.errors import omegaconf_reason
     from fgrpo_verl.job.run_record import check_record, recorded_run_id
     from fgrpo_verl.job.tracking import check_run_id, config_run_name, config_run_tags
-    from fgrpo_verl.job.identity import check_user_overrides, name_run
-    from fgrpo_verl.job.identity import job_environment
+    from fgrpo_verl.job.identity import check_user_overrides, job_environment, name_run
     from fgrpo_verl.preflight import PreflightError, check_run
     from fgrpo_verl.data.records import parquet_rows
     from fgrpo_verl.launch.steps import missing_data, step_plan
@@ -99,7 +99,8 @@ def plan_jobs(
             # what the user's config can cause: a ValueError (fgrpo's checks; composition's ConfigError, which
             # explains Hydra's errors) or OmegaConf's (an interpolation that does not resolve); each gets the run's
             # name. Anything else is a bug here and surfaces as one, not as a config to fix
-            raise ValueError(f"{where}: invalid config: {exc}") from exc
+            reason = omegaconf_reason(exc) if isinstance(exc, OmegaConfBaseException) else exc
+            raise ValueError(f"{where}: invalid config: {reason}") from exc
         if digest in names:
             # same config = same experiment, whatever the labels: one of them would only repeat the other
             raise ValueError(
