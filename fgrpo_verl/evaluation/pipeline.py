@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 from dataclasses import asdict
 from pathlib import Path
@@ -59,13 +60,8 @@ def parse_pairs(option: str, values) -> dict[str, str]:
 
 
 def file_sha256(path) -> str:
-    import hashlib
-
-    digest = hashlib.sha256()
     with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def _manifest(args, models: dict, bench_files: dict) -> dict:

@@ -9,7 +9,6 @@ pass@k comes from verl's validation with ``n`` samples per maze, dumped by ``tra
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import subprocess
@@ -18,6 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fgrpo_verl.data.records import read_records
 from fgrpo_verl.monitoring.console import step_summary
 from fgrpo_verl.tasks.maze.build import MazeBuild
 from fgrpo_verl.theory._checks import real_array, whole
@@ -139,20 +139,16 @@ def train_maze(build: MazeBuild, model_dir: str, gamma: float, settings: RLSetti
 def read_metrics(metrics_file: str | Path) -> dict[int, dict]:
     """verl ``file`` logger JSONL -> {step: metrics}."""
     steps: dict[int, dict] = {}
-    with open(metrics_file) as f:
-        for line in f:
-            record = json.loads(line)
-            steps.setdefault(int(record["step"]), {}).update(record["data"])
+    for record in read_records(metrics_file):
+        steps.setdefault(int(record["step"]), {}).update(record["data"])
     return steps
 
 
 def correct_counts_from_dump(jsonl_file: str | Path) -> tuple[int, list[int]]:
     """verl's validation dump -> (samples per maze, correct samples per maze); every maze must have the same n."""
     per_prompt: dict[str, list[float]] = defaultdict(list)
-    with open(jsonl_file) as f:
-        for line in f:
-            record = json.loads(line)
-            per_prompt[record["input"]].append(float(record["score"]))
+    for record in read_records(jsonl_file):
+        per_prompt[record["input"]].append(float(record["score"]))
     ns = {len(v) for v in per_prompt.values()}
     if len(ns) != 1:
         raise ValueError(f"validation dump {jsonl_file} has unequal samples per maze: {sorted(ns)}")
