@@ -325,14 +325,3 @@ def validate(config) -> None:
         other = [line for line in printed.getvalue().splitlines() if line.strip() and _VERL_OK not in line]
         if other:
             print("\n".join(other), file=sys.stderr)
-
-
-def verdict(config) -> str | None:
-    """None when ``config`` validates, else the reason (a bug, not a bad config, with the exception's type)."""
-    try:
-        validate(config)
-    except (ValueError, AssertionError) as exc:
-        return str(exc)
-    except Exception as exc:  # noqa: BLE001 (reported with the run's name by the caller)
-        return f"{type(exc).__name__}: {exc}"
-    return None

@@ -86,9 +86,12 @@ def check_run(config, workdir: str, require_model: bool = False, env: dict | Non
     (fgrpo_verl.integration.validation.validate: a ValueError with verl's or fgrpo's message), then :func:`run` (a
     :class:`PreflightError`, one line per refusal), with ``env`` (the recipe's ``env:``) over this process's
     environment. The report's summary; the launcher names the run in each line."""
-    from fgrpo_verl.integration.validation import verdict
+    from fgrpo_verl.integration.validation import validate
 
-    error = verdict(config)
-    if error is not None:
-        raise ValueError(error)
+    try:
+        validate(config)
+    except ValueError:
+        raise
+    except Exception as exc:  # noqa: BLE001 (reported with the run's name by the caller; a bug with its type)
+        raise ValueError(str(exc) if isinstance(exc, AssertionError) else f"{type(exc).__name__}: {exc}") from exc
     return run(config, Path(workdir), require_model=require_model, env={**os.environ, **(env or {})}).summary()
