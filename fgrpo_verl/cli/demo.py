@@ -104,9 +104,7 @@ def fill_defaults(args: argparse.Namespace) -> argparse.Namespace:
     from fgrpo_verl.tasks.raremode.demo import FULL, QUICK
 
     defaults = MAZE_DEFAULTS if args.task == "maze" else {**QUICK, **(FULL if args.full else {})}
-    for key, value in defaults.items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
+    vars(args).update({key: value for key, value in defaults.items() if getattr(args, key) is None})
     return args
 
 
@@ -129,10 +127,8 @@ def peak_memory(interval: float = 5.0):
         while not stop.is_set():
             total = 0
             for p in [me, *me.children(recursive=True)]:
-                try:
+                with contextlib.suppress(psutil.Error):
                     total += p.memory_full_info().pss
-                except psutil.Error:
-                    pass
             memory.peak = max(memory.peak, total)
             stop.wait(interval)
 

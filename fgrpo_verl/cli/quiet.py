@@ -54,12 +54,8 @@ def last_error(log_path: Path, tail_bytes: int = 200_000) -> str | None:
             lines = f.read().decode(errors="replace").splitlines()
     except OSError:
         return None
-    for line in reversed(lines):
-        text = clean(line).strip()
-        match = _EXCEPTION.match(text)
-        if match and not text.startswith("Set the environment variable"):
-            return text
-    return None
+    texts = (clean(line).strip() for line in reversed(lines))
+    return next((t for t in texts if _EXCEPTION.match(t) and not t.startswith("Set the environment variable")), None)
 
 
 def _echo(line: str, total_steps: int | None, out, err) -> None:
@@ -107,8 +103,7 @@ def quiet_terminal(log_path: Path, total_steps: int | None = None) -> Iterator[N
         log.write(f"==== fgrpo-verl train, {time.strftime('%Y-%m-%d %H:%M:%S')}: {' '.join(sys.argv)}\n".encode())
         log.flush()
         saved_out, saved_err = os.dup(1), os.dup(2)
-        out = os.fdopen(os.dup(saved_out), "w", buffering=1)
-        err = os.fdopen(os.dup(saved_err), "w", buffering=1)
+        out, err = (os.fdopen(os.dup(saved), "w", buffering=1) for saved in (saved_out, saved_err))
         os.dup2(log.fileno(), 1)
         os.dup2(log.fileno(), 2)
         end, stop = [], threading.Event()

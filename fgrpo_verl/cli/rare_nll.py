@@ -71,9 +71,8 @@ def run(args) -> int:
     write_csv(out / "rare_nll.csv", rows)
     lines = [f"ΔNLL_rare on {stats['rare_trajectories']} rare correct rollouts (top {100 * stats['fraction']:g}% by base NLL)",
              "", "| model | ΔNLL_rare | median Δ | share increased | NLL | base NLL |", "|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['model']} | {r['delta_nll']:.4f} | {r['median_delta_nll']:.4f} | {r['share_increased']:.3f} | "
-                     f"{r['nll']:.4f} | {r['base_nll']:.4f} |")
+    lines += [f"| {r['model']} | {r['delta_nll']:.4f} | {r['median_delta_nll']:.4f} | {r['share_increased']:.3f} | "
+              f"{r['nll']:.4f} | {r['base_nll']:.4f} |" for r in rows]
     text = "\n".join(lines) + "\n"
     (out / "rare_nll.md").write_text(text, encoding="utf-8")
     print(text)

@@ -19,8 +19,7 @@ def run(args: argparse.Namespace) -> int:
     if args.recipe is None:
         recipes = [load_recipe(str(path)) for path in sorted(recipes_dir().glob("*.yaml"))]
         width = max(len(r.name) for r in recipes)
-        for r in recipes:
-            print(f"{r.name:<{width}}  {len(r.runs):>3} runs  {r.reproduces}")
+        print("\n".join(f"{r.name:<{width}}  {len(r.runs):>3} runs  {r.reproduces}" for r in recipes))
         print(f"(in {recipes_dir()}; `fgrpo-verl recipes NAME` lists a recipe's runs, `fgrpo-verl launch NAME "
               "--dry-run` prints their job scripts)")
         return 0

@@ -244,8 +244,7 @@ def run(args: argparse.Namespace) -> int:
     if flags:
         # verl's `import verl` adds a stderr handler to the root logger; Hydra's --info logs through its own
         # handler, so every line came twice (once as "INFO:<time>:...")
-        for handler in list(logging.getLogger().handlers):
-            logging.getLogger().removeHandler(handler)
+        logging.getLogger().handlers.clear()
         _run_main_ppo(argv)
         return 0
     if quiet is None:

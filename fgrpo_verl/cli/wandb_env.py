@@ -15,7 +15,6 @@ give it ``trainer.project_name=$FGRPO_PROJECT_NAME trainer.experiment_name=$FGRP
 from __future__ import annotations
 
 import argparse
-import shlex
 
 HELP = "Print the W&B run name, deterministic run id (resume-safe), group and tags for one run."
 
@@ -36,6 +35,7 @@ def run(args: argparse.Namespace) -> int:
     import re
 
     from fgrpo_verl.job import tracking
+    from fgrpo_verl.job.identity import shell_exports
 
     try:
         name = tracking.run_name(args.algo, args.gamma, args.n, args.model, args.seed)
@@ -44,9 +44,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as err:  # tracking names the argument ("gamma=-1.0 is invalid: ..."): name the flag
         raise ValueError(re.sub(r"^([a-z]+)=", r"--\1 ", str(err))) from err
     if args.format == "hydra":
-        for line in tracking.experiment_overrides(args.project, name) + tracking.ray_env_overrides(env):
-            print(line)
+        print("\n".join(tracking.experiment_overrides(args.project, name) + tracking.ray_env_overrides(env)))
         return 0
-    for key, value in {**env, tracking.PROJECT_ENV: args.project, tracking.EXPERIMENT_ENV: name}.items():
-        print(f"export {key}={shlex.quote(value)}")
+    print(shell_exports({**env, tracking.PROJECT_ENV: args.project, tracking.EXPERIMENT_ENV: name}))
     return 0

@@ -114,12 +114,8 @@ def training_done(run_dir: Path, planned_total: int | None) -> bool:
 def signature(actor_dir: Path) -> str:
     """sha256 over (relative path, size, mtime_ns) of every file under ``actor_dir``."""
     actor_dir = Path(actor_dir)
-    entries = []
-    for root, _dirs, files in os.walk(actor_dir):
-        for name in files:
-            path = Path(root) / name
-            st = path.stat()
-            entries.append((str(path.relative_to(actor_dir)), st.st_size, st.st_mtime_ns))
+    entries = [(str(path.relative_to(actor_dir)), (st := path.stat()).st_size, st.st_mtime_ns)
+               for path in actor_dir.rglob("*") if path.is_file()]
     if not entries:
         raise ValueError(f"{actor_dir}: no checkpoint files")
     return hashlib.sha256(json.dumps(sorted(entries)).encode()).hexdigest()

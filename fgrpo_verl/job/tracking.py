@@ -99,17 +99,13 @@ def run_id(project: str, experiment: str, checkpoint_dir: str | None = None) -> 
 
 # what wandb.init refuses in a run id (wandb's settings validator), and whitespace at either end
 _ID_RESERVED = ":;,#?/'"
+_ID_REFUSED = re.compile(rf"[\x00-\x1f\x7f{re.escape(_ID_RESERVED)}]")
 
 
 def check_run_id(value, where: str = "WANDB_RUN_ID") -> str:
     """An explicit W&B run id, refused here (naming ``where``) when ``wandb.init`` would refuse it in the job,
     after a queue wait and a cluster start, and again on every requeue."""
-    if (
-        not isinstance(value, str)
-        or not value.strip()
-        or value != value.strip()
-        or any(c in _ID_RESERVED or ord(c) < 32 or ord(c) == 127 for c in value)
-    ):
+    if not isinstance(value, str) or not value or value != value.strip() or _ID_REFUSED.search(value):
         raise ValueError(
             f"{where}={value!r} is invalid: W&B run ids are non-empty, without whitespace at either end, control "
             f"characters or any of {_ID_RESERVED}"
@@ -311,7 +307,5 @@ def wandb_configured(environ=os.environ, home=None, cwd=None) -> bool:
     if netrc.is_file() and host in netrc.read_text(errors="ignore"):
         return True
     config_dir = Path(environ["WANDB_CONFIG_DIR"]) if environ.get("WANDB_CONFIG_DIR") else home / ".config" / "wandb"
-    for settings in (config_dir / "settings", cwd / "wandb" / "settings"):
-        if settings.is_file() and re.search(r"^\s*mode\s*=", settings.read_text(errors="ignore"), re.MULTILINE):
-            return True
-    return False
+    return any(settings.is_file() and re.search(r"^\s*mode\s*=", settings.read_text(errors="ignore"), re.MULTILINE)
+               for settings in (config_dir / "settings", cwd / "wandb" / "settings"))

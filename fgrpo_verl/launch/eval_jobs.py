@@ -118,12 +118,10 @@ def attach_evaluation(recipe, jobs: list, plan_more, log_dir: Path, workdir: Pat
         plan = plan_for_run(spec, recipe, job, workdir, base)
         params = model_params(str(job.config.actor_rollout_ref.model.path))
         mem, memory_line = eval_memory(spec, job.config, params)
-        evals = []
-        for phase in spec.passes():
-            deps = ("training",) if phase == "selection" else \
-                ("selection",) + (("baseline selection",) if base is not None else ())
-            evals.append(EvalJob(phase, plan, deps, render_eval_job(recipe, job, phase, plan, spec, log_dir, workdir,
-                                                                    mem)))
+        evals = [EvalJob(phase, plan, ("training",) if phase == "selection" else
+                         ("selection",) + (("baseline selection",) if base is not None else ()),
+                         render_eval_job(recipe, job, phase, plan, spec, log_dir, workdir, mem))
+                 for phase in spec.passes()]
         evaluation = RunEvaluation(tuple(evals), spec, Path(workdir), problems, params, memory_line)
         out.append(dataclasses.replace(job, evaluation=evaluation, baseline_job=base))
     return out

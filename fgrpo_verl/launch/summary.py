@@ -292,12 +292,10 @@ def dry_run(recipe, jobs, script_dir: str | None, workdir: Path) -> bool:
     Whether a submit from ``workdir`` would go."""
     if script_dir == "-":
         print_scripts(recipe, jobs)
-    for line in table_lines(recipe, jobs):
-        print(line)
+    print("\n".join(table_lines(recipe, jobs)))
     print("\nSlurm requests (each job's sbatch options, plus SBATCH_* from your environment; your site's nodes must "
           "offer them):")
-    for line in request_lines(jobs):
-        print(f"  {line}")
+    print("\n".join(f"  {line}" for line in request_lines(jobs)))
     preflight = _grouped((job.preflight, job.run_label) for job in jobs)
     if preflight:
         print("\npreflight (what verl's start-up and the GPUs' memory allow; docs/slurm.md):")
@@ -327,8 +325,7 @@ def dry_run(recipe, jobs, script_dir: str | None, workdir: Path) -> bool:
     missing = readiness(jobs, workdir)
     if missing:
         print(f"\nNOT READY: a submit from {workdir} would refuse until these are fixed:")
-        for line in missing:
-            print(line)
+        print("\n".join(missing))
         return False
     print("\nready: a submit from here has every input it checks (data, models, benchmarks, scorers)")
     return True

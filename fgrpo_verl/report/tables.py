@@ -26,12 +26,9 @@ def report_k(reports: list[RunReport]) -> int:
 
 def columns_of(plan: Plan) -> list[str]:
     """Table columns in the paper's order: each average before its benchmarks, then the remaining benchmarks."""
-    out: list[str] = []
-    for avg, members in plan.averages.items():
-        if set(members) <= set(plan.passes.final.benchmarks):
-            out += [avg, *members]
-    out += [b for b in plan.passes.final.benchmarks if b not in out]
-    return out
+    final = plan.passes.final.benchmarks
+    out = [c for avg, members in plan.averages.items() if set(members) <= set(final) for c in (avg, *members)]
+    return out + [b for b in final if b not in out]
 
 
 def ours(rep: RunReport | None, column: str, k: int) -> float | None:
