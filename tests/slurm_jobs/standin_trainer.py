@@ -34,7 +34,6 @@ class _VerlShapedBase:
         pass
 
 
-@stop_at_step_boundary
 class StandInTrainer(_VerlShapedBase):
     def __init__(self, checkpoint_dir: Path, total: int, save_freq: int, step_s: float, hold_step: int = 0):
         self.checkpoint_dir, self.step_s, self.hold_step = checkpoint_dir, step_s, hold_step
@@ -44,6 +43,11 @@ class StandInTrainer(_VerlShapedBase):
         self.global_steps = int(marker.read_text()) if marker.exists() else 0
         if self.global_steps:
             print(f"Resuming from {checkpoint_dir}/global_step_{self.global_steps}", flush=True)
+
+    def on_step_end(self):
+        # as the trainer mixin's hook does (fgrpo_verl/integration/trainer.py)
+        super().on_step_end()
+        stop_at_step_boundary(self)
 
     def _save_checkpoint(self):
         (self.checkpoint_dir / f"global_step_{self.global_steps}").mkdir(parents=True, exist_ok=True)
