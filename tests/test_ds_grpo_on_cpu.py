@@ -123,8 +123,8 @@ def test_the_loss_verl_gets_is_the_base_loss_at_the_hand_advantages(cfg, actor):
 
 @pytest.mark.parametrize("scores", [
     [1.0, 0.0, 1.0, 0.6, 0.0, 0.0],  # two correct grades in one group: the 0.6 rollout gets A < 0
-    [0.6, 0.0, 1.0, 1.0, 0.0, 0.0],  # two correct grades in different groups: every sign still right, refused alike
     [1.0, 0.0, 1.0, 1.0, -0.2, 0.0],  # a shaped wrong score
+    [1.0, 0.0, 1.0, 1.0 + 1e-6, 0.0, 0.0],  # float noise: the 1.0 rollout gets A < 0 all the same
 ])
 def test_graded_rewards_are_refused_at_the_first_batch_naming_what_is_valid(cfg, scores):
     with pytest.raises(ValueError, match=r"ds_grpo needs binary rewards.*success_threshold=0\.5.*"
@@ -135,6 +135,12 @@ def test_graded_rewards_are_refused_at_the_first_batch_naming_what_is_valid(cfg,
 
 def test_two_valued_rewards_other_than_1_0_pass(cfg):
     signs = torch.signbit(_verl_advantages(cfg, [2 * r - 1 for r in REWARDS])[:, 0])  # +-1: correct above 0.5
+    assert signs.tolist() == [False, True, False, False, True, True]
+
+
+def test_binary_rewards_within_each_group_pass_on_different_scales(cfg):
+    """verl scores one data source 1/0 and another +-1: each group is binary, every sign is right."""
+    signs = torch.signbit(_verl_advantages(cfg, [1.0, 0.0, 1.0, 1.0, -1.0, -1.0])[:, 0])
     assert signs.tolist() == [False, True, False, False, True, True]
 
 

@@ -98,21 +98,26 @@ def _setting(config, key: str) -> float:
 
 
 @torch.no_grad()
-def mark_correctness(advantages, scores: torch.Tensor, threshold: float, rows: torch.Tensor) -> torch.Tensor:
+def mark_correctness(advantages, scores: torch.Tensor, threshold: float, rows: torch.Tensor, index) -> torch.Tensor:
     """``advantages`` with every zero signed by its row's correctness: +0.0 correct, −0.0 wrong (module docstring).
 
-    The sign carries correctness only when all correct rollouts (of ``rows``: those with a response) share one score
-    and all wrong ones another: graded scores give a correct rollout below its group's mean A < 0. Checked on every
-    batch, so a graded reward fails at its first (KL and overlong shaping in the reward are refused before Ray)."""
+    The sign carries correctness only when, within each group (``index``), the correct rollouts (of ``rows``: those
+    with a response) share one score and the wrong ones another: a graded score gives a correct rollout below its
+    group's mean A < 0. Groups may differ (verl scores some data sources 1/0, others +-1). Checked on every batch,
+    so a graded reward fails at its first (KL and overlong shaping in the reward are refused before Ray)."""
     correct = scores > threshold
-    kinds = [[round(v, 4) for v in scores[c & rows].unique().tolist()] for c in (correct, ~correct)]
-    if len(kinds[0]) > 1 or len(kinds[1]) > 1:
+    found: dict = {}  # (group, correct) -> its scores, exactly: the slightest spread gives a correct rollout A < 0
+    for uid, ok, score, live in zip(index, correct.tolist(), scores.tolist(), rows.tolist()):
+        if live:
+            found.setdefault((uid, ok), set()).add(score)
+    graded = next(((ok, sorted(kind)) for (_, ok), kind in found.items() if len(kind) > 1), None)
+    if graded is not None:
         raise ValueError(
-            f"algorithm.adv_estimator={NAME} needs binary rewards, one score for every correct rollout (summed "
-            f"reward > algorithm.fgrpo.success_threshold={threshold:g}) and one for every wrong one, but this batch's "
-            f"correct rollouts scored {kinds[0][:4]} and its wrong ones {kinds[1][:4]} (4 at most): use a reward "
-            "function that scores the verdict only, 1/0 or +-1 (reward.custom_reward_function, or verl's default for "
-            "the data source), or another estimator (fgrpo, grpo)")
+            f"algorithm.adv_estimator={NAME} needs binary rewards, within each group one score for its correct "
+            f"rollouts (summed reward > algorithm.fgrpo.success_threshold={threshold:g}) and one for its wrong ones, "
+            f"but the {'correct' if graded[0] else 'wrong'} rollouts of one group scored {graded[1][:4]} (4 at most): "
+            "use a reward function that scores the verdict only, 1/0 or +-1 (reward.custom_reward_function, or "
+            "verl's default for the data source), or another estimator (fgrpo, grpo)")
     sign = torch.where(correct, 1.0, -1.0).to(advantages.dtype)[:, None]
     return torch.where(advantages == 0, torch.copysign(torch.zeros_like(advantages), sign), advantages)
 
@@ -123,7 +128,7 @@ def compute_ds_grpo_outcome_advantage(token_level_rewards, response_mask, index=
     advantages, _ = compute_fgrpo_outcome_advantage(token_level_rewards, response_mask, index=index, config=config,
                                                     epsilon=epsilon)
     marked = mark_correctness(advantages, token_level_rewards.sum(dim=-1), settings_of(config)[0].success_threshold,
-                              response_mask.bool().any(dim=-1))
+                              response_mask.bool().any(dim=-1), index)
     return marked, marked
 
 
