@@ -155,7 +155,15 @@ def test_the_actors_states_shard_over_fsdp_size_as_verls_device_mesh(tmp_path, m
     assert not warnings(quarter) and phases(quarter)["update"] - phases(full)["update"] == pytest.approx(21.3, abs=0.1)
     (line,) = refused([*SEVEN_B, f"{FSDP_SIZE}=1"], tmp_path)
     assert line.startswith(f"{FSDP_SIZE}=1: the update holds 113.5 GiB per GPU") and "raise it (-1: all 16 GPUs)" \
-        in line
+        in line and "more GPUs" not in line  # more GPUs only add replicas of a group of fsdp_size
+    # a size whose mesh does not cover the 16 GPUs (verl divides by 0; 6 makes a 2 x 6 mesh of 12) is refused
+    with pytest.raises(ZeroDivisionError):
+        mesh.create_device_mesh(16, 0)
+    assert mesh.create_device_mesh(16, 6) == (2, 6)
+    for size in (0, 6):
+        (line,) = refused([*SEVEN_B, f"{FSDP_SIZE}={size}"], tmp_path)
+        assert line == (f"{FSDP_SIZE}={size}: verl's device mesh of (GPUs // fsdp_size, fsdp_size) does not cover "
+                        "the 16 GPUs; use -1 (all) or one of [1, 2, 4, 8]")
 
 
 @pytest.mark.parametrize("lengths, budget, sp", [([512] * 64, 8192, 2), ([1000] * 10, 3000, 1), ([1000] * 2, 3000, 1)])

@@ -496,9 +496,16 @@ def kv_cache(run: Run) -> None:
 @rule("model states", "`verl/workers/engine/base.py` `BaseEngineCtx._context_switch` (train mode loads offloaded "
       "states); `verl/workers/engine/fsdp/utils.py` `create_device_mesh` (`fsdp_size`); torch's AdamW", "restated")
 def model_states(run: Run) -> None:
-    """The update's parameters, gradients and AdamW moments (16 B per parameter in fp32; LoRA: the frozen weights
-    alone) over the GPUs FSDP shards them over (``fsdp_size`` if 0 < it < the GPUs, else all) > one GPU: verl loads
-    them back for the update even with param/optimizer offload; only FSDP2's ``offload_policy`` keeps them on host."""
+    """An ``fsdp_size`` below the GPUs that does not divide them (0 included: verl's mesh divides by it); the update's
+    parameters, gradients and AdamW moments (16 B per parameter in fp32; LoRA: the frozen weights alone) over the
+    GPUs FSDP shards them over (``fsdp_size`` if 0 < it < the GPUs, else all) > one GPU: verl loads them back for the
+    update even with param/optimizer offload; only FSDP2's ``offload_policy`` keeps them on host."""
+    size = int((run.config.actor_rollout_ref.actor.get("fsdp_config") or {}).get("fsdp_size", -1))
+    if 0 <= size < run.world and (size == 0 or run.world % size):
+        divisors = [d for d in range(1, run.world) if run.world % d == 0]
+        return run.refuse("actor_rollout_ref.actor.fsdp_config.fsdp_size", size, "verl's device mesh of (GPUs // "
+                          f"fsdp_size, fsdp_size) does not cover the {run.world} GPUs",
+                          f"use -1 (all) or one of {divisors}")
     update = memory.states(run.config, run.arch.params, run.world)["update"] if run.capacity else 0.0
     group = memory.shards(run.config, run.world)
     if run.capacity and update > run.capacity:
@@ -506,9 +513,10 @@ def model_states(run: Run) -> None:
                      ("trainer.n_gpus_per_node", run.config.trainer.n_gpus_per_node)), f"the update holds "
                    f"{memory.gib(update)} GiB per GPU of the actor's parameters, gradients and AdamW moments (sharded "
                    f"over {group} GPU(s)), on the GPU even with param/optimizer offload, > {memory.gib(run.capacity)} "
-                   "GiB (slurm.gpu_memory_gib)", (f"raise it (-1: all {run.world} GPUs), " if group < run.world else "")
-                   + "use more GPUs (trainer.nnodes / trainer.n_gpus_per_node), or FSDP2's CPU offload "
-                   "(backend=gpu_fsdp2 with actor_rollout_ref.actor.fsdp_config.offload_policy=true)")
+                   "GiB (slurm.gpu_memory_gib)", (f"raise it (-1: all {run.world} GPUs)" if group < run.world else
+                                                  "use more GPUs (trainer.nnodes / trainer.n_gpus_per_node)")
+                   + ", or FSDP2's CPU offload (backend=gpu_fsdp2 with "
+                   "actor_rollout_ref.actor.fsdp_config.offload_policy=true)")
 
 
 @rule("model files", "fgrpo-verl's (jobs run with `HF_HUB_OFFLINE=1`)", "file checks (submit and job start only)")
