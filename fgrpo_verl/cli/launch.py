@@ -134,11 +134,10 @@ def run(args: argparse.Namespace) -> int:
     submit = not (args.dry_run or args.status)
     only, overrides = split_only(args.only, args.overrides)
     if args.status:
-        load_recipe(args.recipe).select(only)  # the recipe and --only's names are the user's to fix, before Slurm's
+        (recipe := load_recipe(args.recipe)).select(only)  # the recipe's and --only's mistakes before Slurm's
         require_slurm()  # before dozens of configs are composed
     if args.status and not args.fresh:
         # the runs a submit of the same plan recorded, if one did
-        recipe = load_recipe(args.recipe)
         recorded = read_manifest(manifest_path(workdir, recipe.name), plan_key(recipe.path, only, overrides,
                                                                                  not args.no_eval))
         if recorded is not None:

@@ -203,9 +203,8 @@ def job_environment(config, workdir: Path, wandb_group: str | None = None, tags=
     project, experiment = str(config.trainer.project_name), str(config.trainer.experiment_name)
     home = os.path.abspath(os.path.join(workdir, str(config.trainer.default_local_dir)))
     env = wandb_env(project, experiment, wandb_group, tags, checkpoint_dir=home)
-    env["FGRPO_EXPERIMENT"] = experiment
-    env["FGRPO_CHECKPOINT_DIR"] = str(config.trainer.default_local_dir)
-    env["FGRPO_LAUNCH_DIR"] = os.path.abspath(workdir)
+    env.update(FGRPO_EXPERIMENT=experiment, FGRPO_CHECKPOINT_DIR=str(config.trainer.default_local_dir),
+               FGRPO_LAUNCH_DIR=os.path.abspath(workdir))
     if logs_to_wandb(config.trainer.get("logger")):
         env["FGRPO_WANDB_LOGGER"] = "1"
     return env
@@ -224,8 +223,7 @@ def shell_exports(env: dict[str, str]) -> str:
 def check_value(what: str, value) -> str:
     """``value`` as text, refused when it holds a control character (names ``what`` and the character)."""
     text = str(value)
-    bad = _CONTROL.search(text)
-    if bad:
+    if bad := _CONTROL.search(text):
         raise ValueError(
             f"{what}={text!r} contains the control character {bad.group()!r}: it would become a new line of the "
             "job script; remove it"

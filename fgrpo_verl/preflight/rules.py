@@ -502,10 +502,9 @@ def model_states(run: Run) -> None:
     update even with param/optimizer offload; only FSDP2's ``offload_policy`` keeps them on host."""
     size = int((run.config.actor_rollout_ref.actor.get("fsdp_config") or {}).get("fsdp_size", -1))
     if 0 <= size < run.world and (size == 0 or run.world % size):
-        divisors = [d for d in range(1, run.world) if run.world % d == 0]
         return run.refuse("actor_rollout_ref.actor.fsdp_config.fsdp_size", size, "verl's device mesh of (GPUs // "
                           f"fsdp_size, fsdp_size) does not cover the {run.world} GPUs",
-                          f"use -1 (all) or one of {divisors}")
+                          f"use -1 (all) or one of {[d for d in range(1, run.world) if run.world % d == 0]}")
     update = memory.states(run.config, run.arch.params, run.world)["update"] if run.capacity else 0.0
     group = memory.shards(run.config, run.world)
     if run.capacity and update > run.capacity:
