@@ -160,9 +160,9 @@ def test_the_actors_states_shard_over_fsdp_size_as_verls_device_mesh(tmp_path, m
     with pytest.raises(ZeroDivisionError):
         mesh.create_device_mesh(16, 0)
     assert mesh.create_device_mesh(16, 6) == (2, 6)
-    for size in (0, 6):
+    for size, read in ((0, 0), (6, 6), ("null", None)):  # null: verl's `fsdp_size < 0` is a TypeError
         (line,) = refused([*SEVEN_B, f"{FSDP_SIZE}={size}"], tmp_path)
-        assert line == (f"{FSDP_SIZE}={size}: verl's device mesh of (GPUs // fsdp_size, fsdp_size) does not cover "
+        assert line == (f"{FSDP_SIZE}={read}: verl's device mesh of (GPUs // fsdp_size, fsdp_size) does not cover "
                         "the 16 GPUs; use -1 (all) or one of [1, 2, 4, 8]")
 
 

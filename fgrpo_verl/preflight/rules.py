@@ -496,12 +496,12 @@ def kv_cache(run: Run) -> None:
 @rule("model states", "`verl/workers/engine/base.py` `BaseEngineCtx._context_switch` (train mode loads offloaded "
       "states); `verl/workers/engine/fsdp/utils.py` `create_device_mesh` (`fsdp_size`); torch's AdamW", "restated")
 def model_states(run: Run) -> None:
-    """An ``fsdp_size`` below the GPUs that does not divide them (0 included: verl's mesh divides by it); the update's
+    """An ``fsdp_size`` below the GPUs that does not divide them (0 or null included: verl's mesh fails); the update's
     parameters, gradients and AdamW moments (16 B per parameter in fp32; LoRA: the frozen weights alone) over the
     GPUs FSDP shards them over (``fsdp_size`` if 0 < it < the GPUs, else all) > one GPU: verl loads them back for the
     update even with param/optimizer offload; only FSDP2's ``offload_policy`` keeps them on host."""
-    size = int((run.config.actor_rollout_ref.actor.get("fsdp_config") or {}).get("fsdp_size", -1))
-    if 0 <= size < run.world and (size == 0 or run.world % size):
+    size = (run.config.actor_rollout_ref.actor.get("fsdp_config") or {}).get("fsdp_size", -1)  # null: verl compares it
+    if size is None or 0 <= size < run.world and (size == 0 or run.world % size):
         return run.refuse("actor_rollout_ref.actor.fsdp_config.fsdp_size", size, "verl's device mesh of (GPUs // "
                           f"fsdp_size, fsdp_size) does not cover the {run.world} GPUs",
                           f"use -1 (all) or one of {[d for d in range(1, run.world) if run.world % d == 0]}")
